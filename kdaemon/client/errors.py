@@ -1,0 +1,73 @@
+"""Errors the client raises to its caller.
+
+``BrokerError`` (from the protocol layer) covers error codes a broker returned; the classes
+here are conditions the client itself concludes.  All derive from ``KafkaClientError`` so a
+caller can catch the family.
+"""
+
+from __future__ import annotations
+
+from ..protocol.errors import BrokerError
+
+__all__ = ["KafkaClientError", "KafkaTimeoutError", "NoBrokersAvailableError", "AuthenticationError",
+           "NoOffsetForPartitionError", "OffsetOutOfRangeError", "UnknownTopicError",
+           "ConsumerClosedError", "WakeupError", "ConnectionFailedError", "BrokerError",
+           "RecordTooLargeError"]
+
+
+class KafkaClientError(Exception):
+    """Base for errors raised by kdaemon.client."""
+
+
+class KafkaTimeoutError(KafkaClientError):
+    """An operation did not complete within its timeout."""
+
+
+class ConnectionFailedError(KafkaClientError):
+    """A connection to a broker failed or was lost; requests on it are failed with this."""
+
+    retriable = True
+
+
+class NoBrokersAvailableError(KafkaTimeoutError):
+    """None of the bootstrap servers could be reached within the timeout."""
+
+
+class AuthenticationError(KafkaClientError):
+    """The broker rejected our credentials or TLS identity.  Permanent: never retried."""
+
+    retriable = False
+
+
+class NoOffsetForPartitionError(KafkaClientError):
+    """A partition has no committed offset and ``auto_offset_reset`` is ``none``."""
+
+    def __init__(self, partitions) -> None:
+        self.partitions = set(partitions)
+        names = ", ".join(sorted(str(tp) for tp in self.partitions))
+        super().__init__(f"no committed offset and auto_offset_reset='none' for: {names}")
+
+
+class OffsetOutOfRangeError(KafkaClientError):
+    """The position is outside the log and ``auto_offset_reset`` is ``none``."""
+
+    def __init__(self, offsets) -> None:
+        self.offsets = dict(offsets)
+        names = ", ".join(f"{tp}@{off}" for tp, off in sorted(self.offsets.items()))
+        super().__init__(f"fetch position out of range and auto_offset_reset='none': {names}")
+
+
+class UnknownTopicError(KafkaClientError):
+    """A topic does not exist (raised when ``unknown_topic='error'``)."""
+
+
+class RecordTooLargeError(KafkaClientError):
+    """A broker returned only part of a batch even though it is the first batch of the fetch."""
+
+
+class ConsumerClosedError(KafkaClientError):
+    """The consumer was used after ``close()``."""
+
+
+class WakeupError(KafkaClientError):
+    """Raised by a blocking call interrupted by ``wakeup()`` from another thread."""

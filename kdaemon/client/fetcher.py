@@ -1,0 +1,417 @@
+"""The Fetcher, after the Java consumer's (seeds 000 and 001).
+
+``send_fetches`` builds one Fetch request per node for every fetchable partition whose node has
+no fetch in flight and no undrained data buffered here; responses land, per partition, as
+``CompletedFetch`` objects in a queue; ``fetched_records`` drains that queue up to
+``max_poll_records``, checking first that each completed fetch still matches the partition's
+position (a seek, pause or reassignment since the request makes it stale, and it is dropped).
+
+Positions advance as records are handed out, past records the header filter dropped, past
+control batches and aborted transactions: after a batch is fully drained the position is the
+batch's last offset + 1 even if none of its records was returned (seed 004).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..protocol.apis import FETCH
+from ..protocol.errors import BrokerError, CorruptRecordError, Errors
+from ..protocol.primitives import ZERO_UUID
+from ..protocol.records import ConsumerRecord, RecordSetReader
+from .config import ConsumerConfig
+from .errors import OffsetOutOfRangeError, RecordTooLargeError
+from .fetch_session import FetchRequestData, FetchSessionHandler, PartitionFetch
+from .metadata import ClusterMetadata
+from .network import NetworkClient
+from .subscription import SubscriptionState
+from .types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+# Partition errors that mean "our idea of the leader is out of date": refresh metadata, retry.
+_REFRESH_METADATA = {
+    Errors.NOT_LEADER_OR_FOLLOWER, Errors.REPLICA_NOT_AVAILABLE, Errors.KAFKA_STORAGE_ERROR,
+    Errors.FENCED_LEADER_EPOCH, Errors.OFFSET_NOT_AVAILABLE, Errors.UNKNOWN_TOPIC_OR_PARTITION,
+    Errors.UNKNOWN_TOPIC_ID, Errors.INCONSISTENT_TOPIC_ID, Errors.LEADER_NOT_AVAILABLE,
+}
+_SESSION_ERRORS = {Errors.FETCH_SESSION_ID_NOT_FOUND, Errors.INVALID_FETCH_SESSION_EPOCH,
+                   Errors.FETCH_SESSION_TOPIC_ID_ERROR}
+
+
+@dataclass
+class FetchStats:
+    """Counters the consumer exposes through ``metrics()``."""
+
+    records: int = 0
+    bytes: int = 0
+    filtered: int = 0
+    control: int = 0
+    aborted: int = 0
+    requests: int = 0
+    responses: int = 0
+    errors: int = 0
+    latency_ms_total: float = 0.0
+    latency_ms_max: float = 0.0
+    per_partition_records: dict = field(default_factory=dict)
+    per_partition_filtered: dict = field(default_factory=dict)
+
+
+class CompletedFetch:
+    """One partition's answer from one Fetch response, drained lazily, batch by batch."""
+
+    __slots__ = ("tp", "fetch_offset", "data", "reader", "_buffered", "_batch_next", "initialized",
+                 "consumed", "error_code", "size")
+
+    def __init__(self, tp: TopicPartition, fetch_offset: int, data: dict, size: int) -> None:
+        self.tp = tp
+        self.fetch_offset = fetch_offset
+        self.data = data
+        self.reader: RecordSetReader | None = None
+        self._buffered: list[ConsumerRecord] = []
+        self._batch_next = fetch_offset
+        self.initialized = False
+        self.consumed = False
+        self.error_code = data["error_code"]
+        self.size = size
+
+    def take(self, max_records: int) -> tuple[list[ConsumerRecord], int]:
+        """Up to ``max_records`` records and the position after them."""
+        out: list[ConsumerRecord] = []
+        reader = self.reader
+        position = self.fetch_offset
+        while len(out) < max_records:
+            if not self._buffered:
+                if reader is None:
+                    self.consumed = True
+                    break
+                batch = reader.read_batch()
+                if batch is None:
+                    self.consumed = True
+                    position = max(position, reader.next_offset)
+                    break
+                self._buffered = batch
+                self._batch_next = reader.next_offset
+                if not batch:
+                    position = max(position, self._batch_next)
+                    continue
+            room = max_records - len(out)
+            if len(self._buffered) <= room:
+                out += self._buffered
+                self._buffered = []
+                position = max(position, self._batch_next)
+            else:
+                out += self._buffered[:room]
+                self._buffered = self._buffered[room:]
+                position = out[-1].offset + 1
+        self.fetch_offset = position
+        return out, position
+
+
+class Fetcher:
+    def __init__(self, config: ConsumerConfig, network: NetworkClient, metadata: ClusterMetadata,
+                 subscriptions: SubscriptionState) -> None:
+        self.config = config
+        self.network = network
+        self.metadata = metadata
+        self.subscriptions = subscriptions
+        self.completed: deque[CompletedFetch] = deque()
+        self._next_in_line: CompletedFetch | None = None
+        self._sessions: dict[int, FetchSessionHandler] = {}
+        self._pending_nodes: set[int] = set()
+        self._partition_max_bytes: dict[TopicPartition, int] = {}
+        self.stats = FetchStats()
+        self.last_fetch_request_size = 0
+        self._isolation = 1 if config.read_committed else 0
+
+    # -- sending --------------------------------------------------------------------------------
+
+    def _buffered_partitions(self) -> set[TopicPartition]:
+        out = {cf.tp for cf in self.completed}
+        if self._next_in_line is not None and not self._next_in_line.consumed:
+            out.add(self._next_in_line.tp)
+        return out
+
+    def _fetch_node(self, tp: TopicPartition, st, now: float) -> int | None:
+        replica = st.preferred_read_replica
+        if replica is not None:
+            if now < st.preferred_read_replica_expiry and replica in self.metadata.brokers \
+                    and not self.network.connection_failed(replica):
+                return replica
+            st.preferred_read_replica = None
+        return self.metadata.leader_for(tp)
+
+    def send_fetches(self) -> int:
+        """Send a Fetch to every node that has fetchable partitions and none in flight."""
+        now = time.monotonic()
+        buffered = self._buffered_partitions()
+        per_node: dict[int, dict[TopicPartition, PartitionFetch]] = {}
+        for tp in self.subscriptions.fetchable():
+            if tp in buffered:
+                continue
+            st = self.subscriptions.state(tp)
+            node = self._fetch_node(tp, st, now)
+            if node is None:
+                self.metadata.request_update()
+                continue
+            if node in self._pending_nodes:
+                continue
+            per_node.setdefault(node, {})[tp] = PartitionFetch(
+                self.metadata.topic_id(tp.topic), st.position, -1,
+                self._partition_max_bytes.get(tp, self.config.max_partition_fetch_bytes),
+                self.metadata.leader_epoch(tp),
+                st.position_epoch if st.position_epoch is not None else -1)
+        sent = 0
+        for node, wanted in per_node.items():
+            if not self.network.ready(node):
+                continue
+            self._send_to(node, wanted, now)
+            sent += 1
+        return sent
+
+    def _send_to(self, node: int, wanted: dict[TopicPartition, PartitionFetch], now: float) -> None:
+        uses_ids = all(pf.topic_id != ZERO_UUID for pf in wanted.values())
+        max_version = None if uses_ids else 12
+        try:
+            version = self.network.api_version(node, FETCH, max_version=max_version)
+        except Exception as exc:  # no usable Fetch version: permanent for this broker
+            log.error("cannot fetch from node %s: %s", node, exc)
+            return
+        uses_ids = version >= 13
+        session = self._sessions.setdefault(node, FetchSessionHandler(node))
+        req = session.build(wanted, uses_ids)
+        body = self._request_body(req, uses_ids)
+        self._pending_nodes.add(node)
+        self.stats.requests += 1
+        fut = self.network.send(node, FETCH, body, min_version=version, max_version=version,
+                                timeout_ms=self.config.request_timeout_ms + self.config.fetch_max_wait_ms)
+        fut.add_callback(lambda value: self._on_response(node, req, now, value))
+        fut.add_errback(lambda exc: self._on_failure(node, req, exc))
+
+    def _request_body(self, req: FetchRequestData, uses_ids: bool) -> dict:
+        topics: dict[str, list] = {}
+        for tp, pf in req.to_send.items():
+            topics.setdefault(tp.topic, []).append({
+                "partition": tp.partition, "current_leader_epoch": pf.current_leader_epoch,
+                "fetch_offset": pf.fetch_offset, "last_fetched_epoch": pf.last_fetched_epoch,
+                "log_start_offset": pf.log_start_offset, "partition_max_bytes": pf.max_bytes})
+        forgotten: dict[str, list] = {}
+        for tp in req.to_forget:
+            forgotten.setdefault(tp.topic, []).append(tp.partition)
+        tid = self.metadata.topic_id
+        session_ids = {tp.topic: pf.topic_id for tp, pf in req.session_partitions.items()}
+        known_id = lambda t: session_ids.get(t) or tid(t)  # noqa: E731
+        body = self.last_request_body = {
+            "replica_id": -1,
+            "max_wait_ms": self.config.fetch_max_wait_ms,
+            "min_bytes": self.config.fetch_min_bytes,
+            "max_bytes": self.config.fetch_max_bytes,
+            "isolation_level": self._isolation,
+            "session_id": req.session_id,
+            "session_epoch": req.epoch,
+            "topics": [{"topic": t, "topic_id": known_id(t) if uses_ids else ZERO_UUID, "partitions": ps}
+                       for t, ps in topics.items()],
+            "forgotten_topics_data": [{"topic": t, "topic_id": known_id(t) if uses_ids else ZERO_UUID,
+                                       "partitions": ps} for t, ps in forgotten.items()],
+            "rack_id": self.config.client_rack,
+        }
+        return body
+
+    def _on_failure(self, node: int, req: FetchRequestData, exc: BaseException) -> None:
+        self._pending_nodes.discard(node)
+        self.stats.errors += 1
+        session = self._sessions.get(node)
+        if session is not None:
+            session.handle_error()
+        log.debug("fetch from node %s failed: %s", node, exc)
+        self.metadata.request_update()
+
+    def _on_response(self, node: int, req: FetchRequestData, sent_at: float, value) -> None:
+        self._pending_nodes.discard(node)
+        version, body = value
+        latency = (time.monotonic() - sent_at) * 1000
+        self.stats.responses += 1
+        self.stats.latency_ms_total += latency
+        self.stats.latency_ms_max = max(self.stats.latency_ms_max, latency)
+        session = self._sessions.setdefault(node, FetchSessionHandler(node))
+        top_error = body["error_code"]
+        if not session.handle_response(req, top_error, body["session_id"]):
+            if top_error and top_error not in _SESSION_ERRORS:
+                log.warning("fetch from node %s: %s", node, BrokerError(top_error, "Fetch"))
+                self.metadata.request_update()
+            return
+        names = self.metadata.topic_names
+        for topic in body["responses"]:
+            name = topic["topic"] if version < 13 else names.get(topic["topic_id"])
+            if name is None:
+                self.metadata.request_update()
+                continue
+            for p in topic["partitions"]:
+                tp = TopicPartition(name, p["partition_index"])
+                pf = req.session_partitions.get(tp)
+                if pf is None:
+                    continue
+                records = p["records"]
+                size = 0 if records is None else len(records)
+                self.stats.bytes += size
+                self.completed.append(CompletedFetch(tp, pf.fetch_offset, p, size))
+                leader = p.get("current_leader") or {}
+                if leader.get("leader_id", -1) >= 0:
+                    self.metadata.update_leader(tp, leader["leader_id"], leader["leader_epoch"])
+        for endpoint in body.get("node_endpoints") or ():
+            if endpoint["node_id"] not in self.metadata.brokers:
+                self.metadata.request_update()
+
+    # -- draining -------------------------------------------------------------------------------
+
+    def has_completed(self) -> bool:
+        return bool(self.completed) or (self._next_in_line is not None and not self._next_in_line.consumed)
+
+    def fetched_records(self, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Drain buffered fetches into at most ``max_records`` records, advancing positions."""
+        remaining = self.config.max_poll_records if max_records is None else max_records
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        while remaining > 0:
+            cf = self._next_in_line
+            if cf is None or cf.consumed:
+                if not self.completed:
+                    break
+                cf = self.completed.popleft()
+                if not self._initialize(cf):
+                    self._next_in_line = None
+                    continue
+                self._next_in_line = cf
+            tp = cf.tp
+            if not self.subscriptions.is_assigned(tp):
+                cf.consumed = True
+                continue
+            st = self.subscriptions.state(tp)
+            if st.paused:
+                # Keep it for when the partition resumes; Java parks it the same way.
+                self._next_in_line = None
+                self.completed.appendleft(cf)
+                break
+            if st.position != cf.fetch_offset:
+                cf.consumed = True  # a seek happened while this was buffered
+                continue
+            before_filtered = cf.reader.filtered if cf.reader else 0
+            try:
+                records, position = cf.take(remaining)
+            except CorruptRecordError as exc:
+                cf.consumed = True
+                # Keep the position at the last good record so nothing past it is skipped.
+                st.position = cf.fetch_offset
+                raise exc.located(tp.topic, tp.partition) if exc.topic is None else exc
+            st.position = position
+            if records:
+                st.position_epoch = records[-1].leader_epoch
+                out.setdefault(tp, []).extend(records)
+                remaining -= len(records)
+                n = len(records)
+                self.stats.records += n
+                self.stats.per_partition_records[tp] = self.stats.per_partition_records.get(tp, 0) + n
+            if cf.reader is not None:
+                dropped = cf.reader.filtered - before_filtered
+                if dropped:
+                    self.stats.filtered += dropped
+                    self.stats.per_partition_filtered[tp] = self.stats.per_partition_filtered.get(tp, 0) + dropped
+            if cf.consumed and cf.reader is not None:
+                self.stats.control += cf.reader.control
+                self.stats.aborted += cf.reader.aborted
+        return out
+
+    def _initialize(self, cf: CompletedFetch) -> bool:
+        """Check a completed fetch against the partition's state; False means discard it."""
+        tp = cf.tp
+        if not self.subscriptions.is_assigned(tp):
+            return False
+        st = self.subscriptions.state(tp)
+        if st.position is None or st.position != cf.fetch_offset:
+            log.debug("discarding stale fetch of %s at %s (position %s)", tp, cf.fetch_offset, st.position)
+            return False
+        p = cf.data
+        code = cf.error_code
+        if code == Errors.NONE:
+            if p["high_watermark"] >= 0:
+                st.high_watermark = p["high_watermark"]
+            if p.get("last_stable_offset", -1) >= 0:
+                st.last_stable_offset = p["last_stable_offset"]
+            if p.get("log_start_offset", -1) >= 0:
+                st.log_start_offset = p["log_start_offset"]
+            replica = p.get("preferred_read_replica", -1)
+            if replica >= 0 and replica != st.preferred_read_replica:
+                st.preferred_read_replica = replica
+                st.preferred_read_replica_expiry = time.monotonic() + self.config.metadata_max_age_ms / 1000
+                return False  # the records come from the replica; this answer has none
+            aborted = None
+            if self.config.read_committed:
+                aborted = [(a["producer_id"], a["first_offset"]) for a in (p.get("aborted_transactions") or ())]
+            cf.reader = RecordSetReader(
+                p["records"], topic=tp.topic, partition=tp.partition, fetch_offset=cf.fetch_offset,
+                header_filter=self.config.header_filter, check_crcs=self.config.check_crcs,
+                aborted_transactions=aborted,
+                max_uncompressed_batch_bytes=self.config.max_uncompressed_batch_bytes)
+            self._check_progress(cf)
+            return True
+        self.stats.errors += 1
+        if code in _REFRESH_METADATA:
+            log.debug("fetch of %s: %s; refreshing metadata", tp, BrokerError(code))
+            st.preferred_read_replica = None
+            self.metadata.request_update()
+            return False
+        if code == Errors.OFFSET_OUT_OF_RANGE:
+            st.preferred_read_replica = None
+            if self.config.auto_offset_reset == "none":
+                raise OffsetOutOfRangeError({tp: cf.fetch_offset})
+            log.info("fetch offset %s of %s is out of range; resetting to %s", cf.fetch_offset, tp,
+                     self.config.auto_offset_reset)
+            self.subscriptions.request_reset(tp)
+            return False
+        if code == Errors.TOPIC_AUTHORIZATION_FAILED:
+            raise BrokerError(code, f"Fetch {tp}")
+        if code == Errors.UNKNOWN_LEADER_EPOCH:
+            return False  # our metadata is ahead of the broker: retry as is
+        if code == Errors.CORRUPT_MESSAGE:
+            raise CorruptRecordError("broker reported CORRUPT_MESSAGE", topic=tp.topic,
+                                     partition=tp.partition, offset=cf.fetch_offset)
+        log.warning("fetch of %s: %s", tp, BrokerError(code))
+        return False
+
+    def _check_progress(self, cf: CompletedFetch) -> None:
+        """A response that holds bytes but not one complete batch: the batch is bigger than
+        what we asked for.  Grow the per-partition limit (up to fetch_max_bytes) rather than
+        ask the same question forever."""
+        reader = cf.reader
+        if reader is None or cf.size == 0:
+            return
+        data = cf.data["records"]
+        if len(data) < 12:
+            return
+        import struct
+        length = struct.unpack_from(">i", data, 8)[0]
+        if 12 + length <= len(data):
+            return
+        tp = cf.tp
+        current = self._partition_max_bytes.get(tp, self.config.max_partition_fetch_bytes)
+        if current >= self.config.fetch_max_bytes and 12 + length > self.config.fetch_max_bytes:
+            raise RecordTooLargeError(
+                f"{tp} at offset {cf.fetch_offset} holds a {12 + length}-byte batch, larger than "
+                f"fetch_max_bytes={self.config.fetch_max_bytes}; raise fetch_max_bytes")
+        self._partition_max_bytes[tp] = min(self.config.fetch_max_bytes, max(current * 2, 12 + length))
+
+    def clear_buffered(self, partitions=None) -> None:
+        """Forget buffered data (after a seek or revocation), for all or some partitions."""
+        if partitions is None:
+            self.completed.clear()
+            self._next_in_line = None
+            return
+        parts = set(partitions)
+        self.completed = deque(cf for cf in self.completed if cf.tp not in parts)
+        if self._next_in_line is not None and self._next_in_line.tp in parts:
+            self._next_in_line = None
+
+    def close_sessions(self) -> None:
+        self._sessions.clear()

@@ -1,0 +1,284 @@
+"""The network client: every broker connection of one consumer, driven by one selector.
+
+This is the only place (with ``connection.py``) that touches sockets.  All methods take one
+re-entrant lock so that, from the groups issue on, a heartbeat thread can send through the same
+client while the application thread polls, as the Java ``ConsumerNetworkClient`` does.
+
+``wakeup()`` is the one thread-safe entry point that does not take the lock: it writes a byte
+to a socketpair the selector watches, so a ``poll`` blocked in ``select`` returns at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import selectors
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+
+from ..protocol.schema import Api
+from .config import ConsumerConfig, parse_address
+from .connection import DISCONNECTED, BrokerConnection
+from .errors import AuthenticationError, ConnectionFailedError
+from .future import Future
+
+log = logging.getLogger(__name__)
+
+
+def build_ssl_context(config: ConsumerConfig) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=config.ssl_cafile)
+    ctx.check_hostname = config.ssl_check_hostname
+    if not config.ssl_check_hostname:
+        # Hostname checking off still verifies the chain unless no CA was configured at all.
+        ctx.verify_mode = ssl.CERT_REQUIRED if config.ssl_cafile else ssl.CERT_NONE
+    if config.ssl_certfile:
+        ctx.load_cert_chain(config.ssl_certfile, config.ssl_keyfile, config.ssl_password)
+    return ctx
+
+
+class NetworkClient:
+    def __init__(self, config: ConsumerConfig) -> None:
+        self.config = config
+        self._lock = threading.RLock()
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._woken = False
+        self._ssl_context = build_ssl_context(config) if config.security_protocol in ("SSL", "SASL_SSL") else None
+        self._conns: dict[int, BrokerConnection] = {}
+        self._registered: dict[int, tuple[socket.socket, int]] = {}
+        self._nodes: dict[int, tuple[str, int]] = {}
+        self.bootstrap_ids: list[int] = []
+        for i, server in enumerate(config.bootstrap_servers):
+            node_id = -(i + 1)
+            self._nodes[node_id] = parse_address(server)
+            self.bootstrap_ids.append(node_id)
+        self._closed = False
+
+    # -- nodes ----------------------------------------------------------------------------------
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    def set_brokers(self, brokers: dict[int, tuple[str, int]]) -> None:
+        """Adopt the broker list from metadata; connections to moved or vanished brokers close."""
+        with self._lock:
+            for node_id, addr in brokers.items():
+                old = self._nodes.get(node_id)
+                if old is not None and old != addr and node_id in self._conns:
+                    self._drop(node_id)
+                self._nodes[node_id] = addr
+            for node_id in list(self._nodes):
+                if node_id >= 0 and node_id not in brokers:
+                    self._nodes.pop(node_id)
+                    if node_id in self._conns:
+                        self._drop(node_id)
+
+    def known_nodes(self) -> list[int]:
+        return list(self._nodes)
+
+    def _connection(self, node_id: int) -> BrokerConnection:
+        conn = self._conns.get(node_id)
+        if conn is None:
+            host, port = self._nodes[node_id]
+            conn = BrokerConnection(node_id, host, port, self.config, self._ssl_context)
+            self._conns[node_id] = conn
+        return conn
+
+    def _drop(self, node_id: int) -> None:
+        conn = self._conns.pop(node_id, None)
+        if conn is not None:
+            self._unregister(node_id)
+            conn.close(ConnectionFailedError(f"node {node_id} left the cluster metadata"))
+
+    # -- readiness ------------------------------------------------------------------------------
+
+    def ready(self, node_id: int) -> bool:
+        """True if the node can take requests now; starts connecting if it is not connected."""
+        with self._lock:
+            if node_id not in self._nodes:
+                return False
+            conn = self._connection(node_id)
+            if conn.auth_error is not None:
+                raise conn.auth_error
+            if conn.ready:
+                return True
+            now = time.monotonic()
+            if conn.can_attempt(now):
+                conn.connect(now)
+                self._sync(conn)
+            return False
+
+    def is_ready(self, node_id: int) -> bool:
+        conn = self._conns.get(node_id)
+        return conn is not None and conn.ready
+
+    def connection_failed(self, node_id: int) -> bool:
+        conn = self._conns.get(node_id)
+        return conn is not None and conn.state == DISCONNECTED and conn._failures > 0
+
+    def in_flight(self, node_id: int) -> int:
+        conn = self._conns.get(node_id)
+        return 0 if conn is None else conn.in_flight + conn.pending
+
+    def api_version(self, node_id: int, api: Api, max_version: int | None = None) -> int:
+        return self._conns[node_id].version_for(api, max_version=max_version)
+
+    def least_loaded_node(self) -> int | None:
+        """A node to send cluster-wide requests to: ready and least busy, else one we can try."""
+        with self._lock:
+            now = time.monotonic()
+            best, best_load = None, None
+            candidates = [n for n in self._nodes if n >= 0] or list(self._nodes)
+            for node_id in candidates:
+                conn = self._conns.get(node_id)
+                if conn is not None and conn.ready:
+                    load = conn.in_flight + conn.pending
+                elif conn is None or conn.can_attempt(now):
+                    load = 1000
+                elif conn.state != DISCONNECTED:
+                    load = 500
+                else:
+                    continue
+                if best_load is None or load < best_load:
+                    best, best_load = node_id, load
+            if best is None and any(n >= 0 for n in self._nodes):
+                # Every known broker is backing off: fall back to the bootstrap list.
+                for node_id in self.bootstrap_ids:
+                    conn = self._conns.get(node_id)
+                    if conn is None or conn.can_attempt(now) or conn.ready:
+                        return node_id
+            return best
+
+    def auth_error(self) -> AuthenticationError | None:
+        for conn in self._conns.values():
+            if conn.auth_error is not None:
+                return conn.auth_error
+        return None
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def send(self, node_id: int, api: Api, body: dict, *, timeout_ms: int | None = None,
+             min_version: int | None = None, max_version: int | None = None) -> Future:
+        with self._lock:
+            if node_id not in self._nodes:
+                return Future().failure(ConnectionFailedError(f"node {node_id} is not known"))
+            conn = self._connection(node_id)
+            now = time.monotonic()
+            fut = conn.submit(api, body, now, timeout_ms=timeout_ms, min_version=min_version,
+                              max_version=max_version)
+            if conn.can_attempt(now):
+                conn.connect(now)
+            self._sync(conn)
+            return fut
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def poll(self, timeout: float, until: Callable[[], bool] | None = None) -> None:
+        """Do I/O for up to ``timeout`` seconds, returning early when ``until()`` becomes true,
+        after ``wakeup()``, or after one round of I/O if ``until`` is None."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            with self._lock:
+                self._poll_once(max(0.0, deadline - time.monotonic()))
+            if self._woken:
+                return
+            if until is None or until() or time.monotonic() >= deadline:
+                return
+
+    def _poll_once(self, timeout: float) -> None:
+        now = time.monotonic()
+        # Request deadlines and connection-setup timeouts are checked between selects, so never
+        # sleep longer than that granularity.
+        wait = min(timeout, 0.2)
+        for conn in list(self._conns.values()):
+            conn.check_timeouts(now)
+            if conn.ready and not conn.in_flight and not conn.pending and \
+                    now - conn.last_activity > self.config.connections_max_idle_ms / 1000:
+                conn.close(ConnectionFailedError(f"node {conn.node_id}: idle connection closed"))
+            self._sync(conn)
+        completed = []
+        for key, mask in self._selector.select(wait):
+            conn = key.data
+            if conn is None:
+                self._drain_wakeup()
+                continue
+            now = time.monotonic()
+            if mask & selectors.EVENT_WRITE:
+                conn.on_writable(now)
+            if mask & selectors.EVENT_READ and conn.sock is not None:
+                completed += conn.on_readable(now)
+            if conn.sock is not None and conn.wants_write:
+                conn.on_writable(now)
+            self._sync(conn)
+        for fut, value in completed:
+            fut.success(value)
+        for conn in self._conns.values():
+            self._sync(conn)
+
+    def _sync(self, conn: BrokerConnection) -> None:
+        """Keep the selector registration in step with the connection's socket and wishes."""
+        node_id = conn.node_id
+        reg = self._registered.get(node_id)
+        sock = conn.sock
+        if sock is None:
+            if reg is not None:
+                self._unregister(node_id)
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.wants_write else 0)
+        if reg is None:
+            self._selector.register(sock, events, conn)
+        elif reg[0] is not sock:
+            self._unregister(node_id)
+            self._selector.register(sock, events, conn)
+        elif reg[1] != events:
+            self._selector.modify(sock, events, conn)
+        self._registered[node_id] = (sock, events)
+
+    def _unregister(self, node_id: int) -> None:
+        reg = self._registered.pop(node_id, None)
+        if reg is not None:
+            try:
+                self._selector.unregister(reg[0])
+            except (KeyError, ValueError):
+                pass
+
+    # -- wakeup and shutdown --------------------------------------------------------------------
+
+    def wakeup(self) -> None:
+        """Thread-safe: make a blocked ``poll`` return promptly."""
+        self._woken = True
+        try:
+            self._wake_w.send(b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def clear_wakeup(self) -> bool:
+        """Return whether a wakeup was pending, and clear it."""
+        woken, self._woken = self._woken, False
+        return woken
+
+    def _drain_wakeup(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for node_id in list(self._conns):
+                self._unregister(node_id)
+                self._conns[node_id].close(ConnectionFailedError("client closed"))
+            self._conns.clear()
+            self._selector.close()
+            self._wake_r.close()
+            self._wake_w.close()

@@ -1,0 +1,34 @@
+"""Every API this client speaks, one declarative spec per module, and the registry by key."""
+
+from ..schema import Api
+from .api_versions import API_VERSIONS
+from .consumer_group_heartbeat import CONSUMER_GROUP_HEARTBEAT
+from .fetch import FETCH
+from .find_coordinator import FIND_COORDINATOR
+from .heartbeat import HEARTBEAT
+from .join_group import JOIN_GROUP
+from .leave_group import LEAVE_GROUP
+from .list_offsets import LIST_OFFSETS
+from .metadata import METADATA
+from .offset_commit import OFFSET_COMMIT
+from .offset_fetch import OFFSET_FETCH
+from .sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from .sync_group import SYNC_GROUP
+
+ALL_APIS: tuple[Api, ...] = (
+    FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP,
+    HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE,
+    CONSUMER_GROUP_HEARTBEAT,
+)
+
+API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}
+
+
+def api_by_key(key: int) -> Api:
+    try:
+        return API_BY_KEY[key]
+    except KeyError:
+        raise KeyError(f"kdaemon does not implement API key {key}") from None
+
+
+__all__ = [a for a in dir() if a.isupper()] + ["api_by_key"]

@@ -1,0 +1,242 @@
+"""Write and read test data with confluent-kafka (librdkafka), the reference client.
+
+Records go in as dicts or tuples and come back as ``ConsumedRecord``s, plain data for golden
+comparisons against kdaemon's own decoder.  Every helper raises on the first error instead of
+returning a partial result, and every wait is bounded.
+
+Reading: Tansu reports a high watermark of last batch base offset + 1, so ``consume_all`` stops
+on known offsets or a known count, never on the watermark.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE
+from confluent_kafka.admin import AdminClient, NewTopic
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+TIMEOUT = 30.0
+# Large enough for the 1 MB records the tests write (librdkafka's default is 1,000,000 bytes).
+_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+TIMESTAMP_TYPES = {TIMESTAMP_NOT_AVAILABLE: "not_available", TIMESTAMP_CREATE_TIME: "create_time",
+                   TIMESTAMP_LOG_APPEND_TIME: "log_append_time"}
+
+Header = tuple[str, "bytes | None"]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record to produce.  ``timestamp`` is milliseconds since the epoch (None: now)."""
+
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: tuple[Header, ...] = ()
+    timestamp: int | None = None
+
+    @classmethod
+    def of(cls, r: "Record | Mapping | Sequence") -> "Record":
+        """Accept a Record, a dict with key/value/headers/timestamp, or a tuple in that order."""
+        if isinstance(r, Record):
+            return r
+        if isinstance(r, Mapping):
+            unknown = set(r) - {"key", "value", "headers", "timestamp"}
+            if unknown:
+                raise ValueError(f"unknown record fields {sorted(unknown)}; "
+                                 "use key, value, headers, timestamp")
+            r = (r.get("key"), r.get("value"), r.get("headers") or (), r.get("timestamp"))
+        if not 1 <= len(r) <= 4:
+            raise ValueError(f"a record tuple is (key, value[, headers[, timestamp]]), got {r!r}")
+        key, value, headers, timestamp = (tuple(r) + (None, None, (), None)[len(r):])
+        return cls(key, value, tuple((str(k), v) for k, v in headers or ()), timestamp)
+
+
+@dataclass(frozen=True)
+class Delivered:
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class ConsumedRecord:
+    """What librdkafka returned for one record.  ``headers`` is [] when the record has none."""
+
+    offset: int
+    timestamp_type: str  # one of TIMESTAMP_TYPES' values
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header]
+
+
+class ProduceError(RuntimeError):
+    pass
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, *, replication: int = 1,
+                 config: Mapping[str, str] | None = None, timeout: float = TIMEOUT) -> None:
+    """Create a topic and wait until the broker's metadata shows all its partitions."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic(name, num_partitions=partitions, replication_factor=replication,
+                     config=dict(config or {}))
+    admin.create_topics([topic], request_timeout=timeout)[name].result(timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        md = admin.list_topics(topic=name, timeout=timeout).topics.get(name)
+        if md is not None and md.error is None and len(md.partitions) == partitions:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {name!r} created but its metadata did not show "
+                               f"{partitions} partition(s) within {timeout} s: {md}")
+        time.sleep(0.1)
+
+
+def producer_config(bootstrap: str, compression: str = "none", **conf) -> dict:
+    if compression not in CODECS:
+        raise ValueError(f"compression {compression!r} is not one of {CODECS}")
+    return {"bootstrap.servers": bootstrap, "compression.type": compression,
+            "message.max.bytes": _MAX_MESSAGE_BYTES, **conf}
+
+
+def produce(bootstrap: str, topic: str, records: Iterable, compression: str = "none",
+            partition: int | None = None, **conf) -> list[Delivered]:
+    """Produce ``records`` in order, flush, and return their delivery reports in the same order.
+
+    Extra librdkafka settings go in ``conf`` (``**{"linger.ms": 100}``).  Raises ProduceError if
+    any record was not delivered.
+    """
+    producer = Producer(producer_config(bootstrap, compression, **conf))
+    return _produce_flush(producer, topic, records, partition)
+
+
+def produce_transactions(bootstrap: str, topic: str, transactions: Iterable[tuple[Iterable, bool]],
+                         compression: str = "none", partition: int | None = None,
+                         transactional_id: str | None = None, **conf) -> list[list[Delivered]]:
+    """Run one transaction per ``(records, commit)`` pair, in order, from one producer.
+
+    Each transaction is flushed before it is committed or aborted: librdkafka drops what is
+    still queued when a transaction aborts, and the test wants aborted records on the log.
+    """
+    producer = Producer(producer_config(
+        bootstrap, compression,
+        **{"transactional.id": transactional_id or f"kdaemon-tests-{uuid.uuid4().hex}", **conf}))
+    producer.init_transactions(TIMEOUT)
+    reports = []
+    for records, commit in transactions:
+        producer.begin_transaction()
+        reports.append(_produce_flush(producer, topic, records, partition))
+        if commit:
+            producer.commit_transaction(TIMEOUT)
+        else:
+            producer.abort_transaction(TIMEOUT)
+    return reports
+
+
+def produce_transactional(bootstrap: str, topic: str, committed: Iterable = (),
+                          aborted: Iterable = (), **kw) -> dict[str, list[Delivered]]:
+    """An aborted transaction, then a committed one; their delivery reports by name."""
+    aborted_reports, committed_reports = produce_transactions(
+        bootstrap, topic, [(aborted, False), (committed, True)], **kw)
+    return {"aborted": aborted_reports, "committed": committed_reports}
+
+
+def _produce_flush(producer: Producer, topic: str, records: Iterable,
+                   partition: int | None) -> list[Delivered]:
+    records = [Record.of(r) for r in records]
+    reports: list[Delivered | None] = [None] * len(records)
+    errors: list[str] = []
+
+    def on_delivery(i):
+        def cb(err, msg):
+            if err is not None:
+                errors.append(f"record {i}: {err}")
+            else:
+                reports[i] = Delivered(msg.topic(), msg.partition(), msg.offset())
+        return cb
+
+    for i, r in enumerate(records):
+        kw = {"key": r.key, "value": r.value, "on_delivery": on_delivery(i)}
+        if r.headers:
+            kw["headers"] = list(r.headers)
+        if r.timestamp is not None:
+            kw["timestamp"] = r.timestamp
+        if partition is not None:
+            kw["partition"] = partition
+        while True:
+            try:
+                producer.produce(topic, **kw)
+                break
+            except BufferError:  # local queue full: let deliveries drain it
+                producer.poll(0.1)
+    left = producer.flush(TIMEOUT)
+    if left:
+        raise ProduceError(f"{left} of {len(records)} record(s) to {topic!r} still queued after "
+                           f"{TIMEOUT} s; is the broker at the bootstrap address up?")
+    if errors or None in reports:
+        raise ProduceError(f"delivery to {topic!r} failed: " + "; ".join(errors))
+    return reports
+
+
+def consume_all(bootstrap: str, topic: str, partition: int = 0, start: int = 0,
+                end: int | None = None, *, count: int | None = None,
+                isolation_level: str = "read_committed", timeout: float = TIMEOUT,
+                **conf) -> list[ConsumedRecord]:
+    """Read records from ``start``; stop at ``end`` (exclusive offset) or after ``count`` records.
+
+    At least one of ``end`` and ``count`` is required: the broker's high watermark is not a
+    reliable end (see the module doc).  With ``end``, reading stops once the consumer's position
+    reaches it, so an end that falls on a control record or an aborted record is fine.
+    ``isolation_level`` defaults to librdkafka's own default, read_committed.
+    Raises TimeoutError if the records are not all there within ``timeout`` seconds.
+    """
+    if end is None and count is None:
+        raise ValueError("give end or count: the high watermark cannot say when to stop")
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"kdaemon-tests-{uuid.uuid4().hex}",
+        "enable.auto.commit": False, "enable.auto.offset.store": False,
+        "isolation.level": isolation_level, "check.crcs": True,
+        **conf})
+    tp = TopicPartition(topic, partition, start)
+    out: list[ConsumedRecord] = []
+    try:
+        consumer.assign([tp])
+        deadline = time.monotonic() + timeout
+        while not _done(consumer, tp, out, end, count):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"read {len(out)} record(s) of {topic}[{partition}] from offset {start} in "
+                    f"{timeout} s, wanted end={end} count={count}; last offset "
+                    f"{out[-1].offset if out else None}")
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(msg.error())
+            if end is not None and msg.offset() >= end:
+                continue
+            ts_type, ts = msg.timestamp()
+            out.append(ConsumedRecord(msg.offset(), TIMESTAMP_TYPES[ts_type], ts, msg.key(),
+                                      msg.value(), list(msg.headers() or [])))
+    finally:
+        consumer.close()
+    return out
+
+
+def _done(consumer: Consumer, tp: TopicPartition, out: list, end: int | None,
+          count: int | None) -> bool:
+    if count is not None and len(out) >= count:
+        return True
+    if end is not None:
+        if out and out[-1].offset >= end - 1:
+            return True
+        position = consumer.position([TopicPartition(tp.topic, tp.partition)])[0].offset
+        return position >= end
+    return False
