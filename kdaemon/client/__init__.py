@@ -1,0 +1,16 @@
+"""The Kafka client: connections, metadata, offsets, the Fetcher and the public ``Consumer``.
+
+The only layer that touches sockets; it builds on ``kdaemon.protocol`` and nothing above it.
+"""
+
+from .config import ConsumerConfig
+from .consumer import Consumer
+from .errors import (AuthenticationError, ConsumerClosedError, KafkaClientError, KafkaTimeoutError,
+                     NoBrokersAvailableError, NoOffsetForPartitionError, OffsetOutOfRangeError,
+                     RecordTooLargeError, UnknownTopicError, WakeupError)
+from .types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+
+__all__ = ["Consumer", "ConsumerConfig", "ConsumerRecord", "TopicPartition", "OffsetAndMetadata",
+           "OffsetAndTimestamp", "KafkaClientError", "KafkaTimeoutError", "NoBrokersAvailableError",
+           "AuthenticationError", "NoOffsetForPartitionError", "OffsetOutOfRangeError", "UnknownTopicError",
+           "WakeupError", "ConsumerClosedError", "RecordTooLargeError"]

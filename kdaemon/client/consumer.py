@@ -1,0 +1,312 @@
+"""``Consumer``: the public client, kafka-python-like names with the Java consumer's semantics.
+
+One thread uses a consumer at a time (a second thread calling in gets a clear error, as Java's
+ConcurrentModificationException); ``wakeup()`` is the exception and may be called from anywhere.
+
+``poll`` follows ``KafkaConsumer.poll``: update metadata and positions, return buffered records
+if any, otherwise send fetches and wait for answers; before returning records it sends the next
+fetches so the broker works while the caller processes (pipelining).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from contextlib import contextmanager
+
+from ..protocol.records import ConsumerRecord
+from .config import ConsumerConfig
+from .errors import (AuthenticationError, ConsumerClosedError, KafkaTimeoutError, NoBrokersAvailableError,
+                     NoOffsetForPartitionError, UnknownTopicError, WakeupError)
+from .fetcher import Fetcher
+from .metadata import ClusterMetadata
+from .network import NetworkClient
+from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetLookup
+from .subscription import EARLIEST, LATEST, SubscriptionState
+from .types import OffsetAndTimestamp, TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class Consumer:
+    def __init__(self, bootstrap_servers: str | Iterable[str] = "localhost:9092", **options) -> None:
+        self.config = config = ConsumerConfig.from_options(bootstrap_servers=bootstrap_servers, **options)
+        self._network = NetworkClient(config)
+        self._metadata = ClusterMetadata(config.metadata_max_age_ms, config.retry_backoff_ms,
+                                         config.allow_auto_create_topics)
+        self._subscriptions = SubscriptionState(config.auto_offset_reset)
+        self._fetcher = Fetcher(config, self._network, self._metadata, self._subscriptions)
+        self._offsets = OffsetLookup(config, self._network, self._metadata, self._subscriptions)
+        self._closed = False
+        self._owner = threading.Lock()
+        self._started = time.monotonic()
+        self._metadata_received = False
+        self._warned_missing: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<Consumer client_id={self.config.client_id!r} bootstrap={','.join(self.config.bootstrap_servers)}>"
+
+    @contextmanager
+    def _use(self):
+        if self._closed:
+            raise ConsumerClosedError("the consumer is closed")
+        if not self._owner.acquire(blocking=False):
+            raise RuntimeError("Consumer is not safe for use by several threads at once "
+                               "(only wakeup() may be called from another thread)")
+        try:
+            yield
+        finally:
+            self._owner.release()
+
+    # -- assignment -----------------------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        with self._use():
+            partitions = [TopicPartition(*tp) for tp in partitions]
+            removed = set(self._subscriptions.assigned()) - set(partitions)
+            self._subscriptions.assign(partitions)
+            self._fetcher.clear_buffered(removed)
+            self._metadata.set_wanted({tp.topic for tp in partitions})
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._subscriptions.assigned())
+
+    def unsubscribe(self) -> None:
+        with self._use():
+            self._subscriptions.unsubscribe()
+            self._fetcher.clear_buffered()
+            self._metadata.set_wanted(set())
+
+    # -- the poll loop --------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records from the assigned partitions, at most ``max_poll_records`` in all."""
+        if timeout_ms < 0:
+            raise ValueError("timeout_ms must not be negative")
+        with self._use():
+            if not self._subscriptions.assigned() and not self._subscriptions.has_subscription:
+                raise ValueError("poll() needs assigned partitions or a subscription")
+            deadline = time.monotonic() + timeout_ms / 1000
+            while True:
+                self._check_wakeup()
+                self._update_assignment_metadata()
+                records = self._fetcher.fetched_records()
+                if not records:
+                    self._fetcher.send_fetches()
+                    remaining = deadline - time.monotonic()
+                    wait = max(0.0, remaining)
+                    if not self._subscriptions.fetchable():
+                        wait = min(wait, self.config.retry_backoff_ms / 1000)
+                    self._network.poll(wait, until=self._fetcher.has_completed)
+                    self._check_wakeup()
+                    records = self._fetcher.fetched_records()
+                if records:
+                    # Pipelining: the next fetches go out before the caller gets the records.
+                    self._fetcher.send_fetches()
+                    self._network.poll(0)
+                    return self._on_consume(records)
+                if time.monotonic() >= deadline:
+                    return {}
+
+    def _on_consume(self, records):
+        hook = self.config.on_consume
+        if hook is None:
+            return records
+        try:
+            out = hook(records)
+        except Exception:
+            log.exception("on_consume interceptor raised; returning the records unchanged")
+            return records
+        return records if out is None else out
+
+    def _check_wakeup(self) -> None:
+        if self._network.clear_wakeup():
+            raise WakeupError("poll interrupted by wakeup()")
+
+    def _update_assignment_metadata(self) -> None:
+        now = time.monotonic()
+        auth = self._network.auth_error()
+        if auth is not None:
+            raise auth
+        wanted = self._subscriptions.topics()
+        if wanted - set(self._metadata.topics) and not self._metadata.updating:
+            self._metadata.want(wanted)
+        self._metadata.maybe_update(self._network, now)
+        if self._metadata.version:
+            self._metadata_received = True
+        elif now - self._started > self.config.default_api_timeout_ms / 1000:
+            raise NoBrokersAvailableError(
+                f"no broker of {', '.join(self.config.bootstrap_servers)} answered within "
+                f"default_api_timeout_ms={self.config.default_api_timeout_ms}")
+        self._check_missing_topics(wanted)
+        self._update_positions()
+
+    def _check_missing_topics(self, wanted: set[str]) -> None:
+        missing = wanted & self._metadata.missing_topics
+        if not missing:
+            return
+        if self.config.unknown_topic == "error":
+            raise UnknownTopicError(f"topic(s) do not exist: {', '.join(sorted(missing))}")
+        for topic in missing - self._warned_missing:
+            log.warning("topic %s does not exist (yet); waiting for it", topic)
+        self._warned_missing |= missing
+
+    def _update_positions(self) -> None:
+        needing = self._subscriptions.needing_position()
+        if needing:
+            if self.config.auto_offset_reset == "none":
+                raise NoOffsetForPartitionError(needing)
+            for tp in needing:
+                self._subscriptions.request_reset(tp)
+        self._offsets.reset_positions()
+
+    def _drive(self, timeout_s: float, until) -> None:
+        """Run the network loop (with metadata upkeep) for blocking calls."""
+        self._check_wakeup()
+        self._metadata.maybe_update(self._network)
+        auth = self._network.auth_error()
+        if auth is not None:
+            raise auth
+        self._network.poll(timeout_s, until=until)
+        self._check_wakeup()
+
+    # -- positions ------------------------------------------------------------------------------
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        with self._use():
+            tp = TopicPartition(*partition)
+            self._subscriptions.seek(tp, offset)
+            self._fetcher.clear_buffered([tp])
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._seek_to(partitions, EARLIEST)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._seek_to(partitions, LATEST)
+
+    def _seek_to(self, partitions, strategy: str) -> None:
+        with self._use():
+            tps = [TopicPartition(*tp) for tp in partitions] or self._subscriptions.assigned()
+            for tp in tps:
+                self._subscriptions.request_reset(tp, strategy)
+            self._fetcher.clear_buffered(tps)
+
+    def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        """The offset of the next record poll would return, resolving a pending reset if needed."""
+        with self._use():
+            tp = TopicPartition(*partition)
+            st = self._subscriptions.state(tp)
+            timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+            deadline = time.monotonic() + timeout / 1000
+            while not st.has_valid_position:
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(f"position of {tp} not known within {timeout} ms")
+                self._update_positions()
+                self._drive(min(0.1, max(0.0, deadline - time.monotonic())), lambda: st.has_valid_position)
+            return st.position  # type: ignore[return-value]
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        with self._use():
+            for tp in partitions:
+                self._subscriptions.pause(TopicPartition(*tp))
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        with self._use():
+            for tp in partitions:
+                self._subscriptions.resume(TopicPartition(*tp))
+
+    def paused(self) -> set[TopicPartition]:
+        return self._subscriptions.paused()
+
+    # -- look-ups -------------------------------------------------------------------------------
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int], timeout_ms: int | None = None
+                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Earliest offset whose timestamp is >= the given one, per partition (None if none)."""
+        for ts in timestamps.values():
+            if ts < 0:
+                raise ValueError(f"timestamps must be >= 0, got {ts}")
+        found = self._lookup({TopicPartition(*tp): ts for tp, ts in timestamps.items()}, timeout_ms)
+        return {tp: OffsetLookup.as_offset_and_timestamp(v) for tp, v in found.items()}
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+                          ) -> dict[TopicPartition, int]:
+        found = self._lookup({TopicPartition(*tp): EARLIEST_TIMESTAMP for tp in partitions}, timeout_ms)
+        return {tp: v[0] for tp, v in found.items() if v is not None}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+                    ) -> dict[TopicPartition, int]:
+        """The high watermark (read_uncommitted) or last stable offset (read_committed)."""
+        found = self._lookup({TopicPartition(*tp): LATEST_TIMESTAMP for tp in partitions}, timeout_ms)
+        return {tp: v[0] for tp, v in found.items() if v is not None}
+
+    def _lookup(self, timestamps, timeout_ms):
+        with self._use():
+            timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+            return self._offsets.lookup(timestamps, timeout, self._drive)
+
+    def partitions_for(self, topic: str, timeout_ms: int | None = None) -> set[int] | None:
+        with self._use():
+            self._metadata.want([topic])
+            timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+            deadline = time.monotonic() + timeout / 1000
+            while True:
+                parts = self._metadata.partitions_for(topic)
+                if parts is not None:
+                    return set(parts)
+                if topic in self._metadata.missing_topics:
+                    return None
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(f"metadata for {topic} not received within {timeout} ms")
+                self._metadata.request_update()
+                self._drive(min(0.1, max(0.0, deadline - time.monotonic())), lambda: False)
+
+    # -- observability --------------------------------------------------------------------------
+
+    def metrics(self) -> dict:
+        s = self._fetcher.stats
+        read_committed = self.config.read_committed
+        partitions = {}
+        lag_max = 0
+        for tp, st in self._subscriptions.items():
+            lag = st.lag(read_committed)
+            if lag is not None:
+                lag_max = max(lag_max, lag)
+            partitions[tp] = {
+                "position": st.position, "high_watermark": st.high_watermark,
+                "last_stable_offset": st.last_stable_offset, "log_start_offset": st.log_start_offset,
+                "records_lag": lag, "records_consumed": s.per_partition_records.get(tp, 0),
+                "records_filtered": s.per_partition_filtered.get(tp, 0), "paused": st.paused,
+                "preferred_read_replica": st.preferred_read_replica,
+            }
+        return {
+            "records_consumed_total": s.records, "bytes_consumed_total": s.bytes,
+            "records_filtered_total": s.filtered, "control_records_total": s.control,
+            "aborted_records_total": s.aborted, "fetch_requests_total": s.requests,
+            "fetch_responses_total": s.responses, "fetch_errors_total": s.errors,
+            "fetch_latency_avg_ms": s.latency_ms_total / s.responses if s.responses else 0.0,
+            "fetch_latency_max_ms": s.latency_ms_max, "records_lag_max": lag_max,
+            "last_fetch_request": getattr(self._fetcher, "last_request_body", None),
+            "partitions": partitions,
+        }
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def wakeup(self) -> None:
+        """Thread-safe: make a blocked (or the next) poll raise WakeupError."""
+        self._network.wakeup()
+
+    def close(self, timeout_ms: int | None = None) -> None:
+        if self._closed:
+            return
+        with self._owner:
+            self._closed = True
+            self._network.close()
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
