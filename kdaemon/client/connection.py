@@ -64,7 +64,10 @@ class BrokerConnection:
         self.state = DISCONNECTED
         self.sock: socket.socket | None = None
         self._ssl_context = ssl_context
-        self._proto = KafkaConnection(client_id=config.client_id, max_frame_size=config.max_frame_bytes)
+        # Not strict: real brokers sometimes pad responses (librdkafka's mock cluster adds a byte
+        # to Metadata); what we read is complete, the rest is logged and ignored.
+        self._proto = KafkaConnection(client_id=config.client_id, max_frame_size=config.max_frame_bytes,
+                                      strict=False)
         self._out = bytearray()
         self._pending: deque[_Request] = deque()
         self._in_flight: deque[_Request] = deque()
@@ -340,6 +343,9 @@ class BrokerConnection:
             for resp in responses:
                 req = self._in_flight.popleft()
                 assert req is resp.context
+                if resp.trailing:
+                    log.debug("node %s: %s v%s response had %d trailing bytes", self.node_id,
+                              resp.api.name, resp.version, resp.trailing)
                 if req.internal:
                     self._on_internal(resp, now)
                 else:

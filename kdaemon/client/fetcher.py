@@ -58,13 +58,14 @@ class FetchStats:
     latency_ms_max: float = 0.0
     per_partition_records: dict = field(default_factory=dict)
     per_partition_filtered: dict = field(default_factory=dict)
+    requests_per_node: dict = field(default_factory=dict)
 
 
 class CompletedFetch:
     """One partition's answer from one Fetch response, drained lazily, batch by batch."""
 
     __slots__ = ("tp", "fetch_offset", "data", "reader", "_buffered", "_batch_next", "initialized",
-                 "consumed", "error_code", "size")
+                 "consumed", "error_code", "size", "_pending_error")
 
     def __init__(self, tp: TopicPartition, fetch_offset: int, data: dict, size: int) -> None:
         self.tp = tp
@@ -77,9 +78,16 @@ class CompletedFetch:
         self.consumed = False
         self.error_code = data["error_code"]
         self.size = size
+        self._pending_error: CorruptRecordError | None = None
 
     def take(self, max_records: int) -> tuple[list[ConsumerRecord], int]:
-        """Up to ``max_records`` records and the position after them."""
+        """Up to ``max_records`` records and the position after them.
+
+        A corrupt batch raises only once the good records before it were handed out: they are
+        returned first and the error comes with the next call, as the Java consumer does.
+        """
+        if self._pending_error is not None:
+            raise self._pending_error
         out: list[ConsumerRecord] = []
         reader = self.reader
         position = self.fetch_offset
@@ -88,7 +96,13 @@ class CompletedFetch:
                 if reader is None:
                     self.consumed = True
                     break
-                batch = reader.read_batch()
+                try:
+                    batch = reader.read_batch()
+                except CorruptRecordError as exc:
+                    if not out:
+                        raise
+                    self._pending_error = exc
+                    break
                 if batch is None:
                     self.consumed = True
                     position = max(position, reader.next_offset)
@@ -186,6 +200,7 @@ class Fetcher:
         body = self._request_body(req, uses_ids)
         self._pending_nodes.add(node)
         self.stats.requests += 1
+        self.stats.requests_per_node[node] = self.stats.requests_per_node.get(node, 0) + 1
         fut = self.network.send(node, FETCH, body, min_version=version, max_version=version,
                                 timeout_ms=self.config.request_timeout_ms + self.config.fetch_max_wait_ms)
         fut.add_callback(lambda value: self._on_response(node, req, now, value))
@@ -301,9 +316,9 @@ class Fetcher:
             try:
                 records, position = cf.take(remaining)
             except CorruptRecordError as exc:
+                # The position stays at the corrupt batch: nothing past it is skipped silently,
+                # and the next poll fetches and raises again until the operator seeks past it.
                 cf.consumed = True
-                # Keep the position at the last good record so nothing past it is skipped.
-                st.position = cf.fetch_offset
                 raise exc.located(tp.topic, tp.partition) if exc.topic is None else exc
             st.position = position
             if records:

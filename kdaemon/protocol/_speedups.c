@@ -30,6 +30,12 @@ read_uvarint(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, int max_bytes,
             return -1;
         }
         uint8_t b = buf[p++];
+        /* The tenth byte of a varlong holds only bit 63: anything more does not fit in 64 bits
+         * (the shift would silently drop it), as decode_uvarint in primitives.py reports. */
+        if (shift == 63 && b > 1) {
+            PyErr_Format(PyExc_ValueError, "varlong exceeds 64 bits at %zd", *pos);
+            return -1;
+        }
         result |= (uint64_t)(b & 0x7F) << shift;
         if (b < 0x80) {
             *pos = p;

@@ -64,11 +64,12 @@ def build_batch(records: Iterable[RecordSpec], *, base_offset: int = 0, codec: i
     records = list(records)
     payload = bytearray()
     max_delta = -1
-    max_ts = base_timestamp
+    # The largest record timestamp, which is below the base when every delta is negative; an
+    # empty batch keeps the base timestamp.
+    max_ts = max((base_timestamp + r.timestamp_delta for r in records), default=base_timestamp)
     for i, r in enumerate(records):
         delta = i if r.offset_delta is None else r.offset_delta
         max_delta = max(max_delta, delta)
-        max_ts = max(max_ts, base_timestamp + r.timestamp_delta)
         payload += encode_record(delta, r.timestamp_delta, r.key, r.value, r.headers)
     body = compression.compress(codec, bytes(payload), xerial=xerial_snappy) if codec else bytes(payload)
     attributes = codec

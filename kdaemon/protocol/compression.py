@@ -112,9 +112,10 @@ def _unzstd(data, max_size: int) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_block(block, max_size: int) -> bytes:
+def _snappy_block(block, budget: int, max_size: int) -> bytes:
     # The raw format starts with the uncompressed length as an unsigned varint: check it before
-    # letting the library allocate.
+    # letting the library allocate.  ``budget`` is what is left of ``max_size`` after earlier
+    # xerial blocks; the error names the configured limit, not the remainder.
     n, shift, i = 0, 0, 0
     while True:
         if i >= len(block) or i > 4:
@@ -125,7 +126,7 @@ def _snappy_block(block, max_size: int) -> bytes:
         if b < 0x80:
             break
         shift += 7
-    if n > max_size:
+    if n > budget:
         raise _too_big(max_size)
     return bytes(cramjam.snappy.decompress_raw(bytes(block)))
 
@@ -133,8 +134,10 @@ def _snappy_block(block, max_size: int) -> bytes:
 def _unsnappy(data, max_size: int) -> bytes:
     data = bytes(data)
     if not data.startswith(_XERIAL_MAGIC):
-        return _snappy_block(data, max_size)
+        return _snappy_block(data, max_size, max_size)
     pos = 16  # magic(8) + version(4) + compatible version(4)
+    if len(data) < pos:
+        raise CorruptRecordError("xerial snappy header is truncated")
     parts = []
     total = 0
     end = len(data)
@@ -145,7 +148,7 @@ def _unsnappy(data, max_size: int) -> bytes:
         pos += 4
         if n < 0 or pos + n > end:
             raise CorruptRecordError(f"xerial snappy block of {n} bytes runs past the payload")
-        part = _snappy_block(data[pos:pos + n], max_size - total)
+        part = _snappy_block(data[pos:pos + n], max_size - total, max_size)
         total += len(part)
         parts.append(part)
         pos += n

@@ -37,6 +37,7 @@ class Response:
     body: dict
     context: Any = None
     size: int = 0
+    trailing: int = 0  # bytes after the body (only when the connection is not strict)
 
 
 @dataclass
@@ -49,6 +50,7 @@ class KafkaConnection:
 
     client_id: str | None = "kdaemon"
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    strict: bool = True  # trailing bytes after a response body are an error
     _next_correlation_id: int = 0
     _in_flight: deque = field(default_factory=deque)
     _buf: bytearray = field(default_factory=bytearray)
@@ -97,10 +99,11 @@ class KafkaConnection:
                 f"({req.api.name} v{req.version}, correlation id {req.correlation_id})")
         self._in_flight.popleft()
         try:
-            body = messages.decode_response(req.api, req.version, memoryview(frame))
+            body, trailing = messages.read_response(req.api, req.version, memoryview(frame),
+                                                    strict=self.strict)
         except DecodeError as exc:
             raise DecodeError(f"{req.api.name} v{req.version} response: {exc}") from None
-        return Response(req.api, req.version, cid, body, req.context, len(frame))
+        return Response(req.api, req.version, cid, body, req.context, len(frame), trailing)
 
     def fail_all(self) -> list[InFlight]:
         """Forget everything in flight (after a disconnect) and return it so callers can fail it."""

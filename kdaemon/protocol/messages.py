@@ -79,7 +79,17 @@ def read_correlation_id(frame) -> int:
 
 
 def decode_response(api: Api, version: int, frame) -> dict:
+    """Decode a response frame body (without size prefix, correlation id included), strictly."""
+    return read_response(api, version, frame, strict=True)[0]
+
+
+def read_response(api: Api, version: int, frame, *, strict: bool = True) -> tuple[dict, int]:
     """Decode a response frame body (without size prefix, correlation id included).
+
+    Returns the body and the number of trailing bytes left after it.  With ``strict`` (the
+    default) trailing bytes are an error: they mean our spec and the broker disagree.  Clients
+    talking to real brokers pass ``strict=False``, as the Java client effectively does, because
+    some brokers pad (librdkafka's mock cluster adds a zero byte to Metadata responses).
 
     ApiVersions is special: a broker that does not support the requested version answers
     UNSUPPORTED_VERSION in the v0 layout, so that body is decoded as v0 whatever we asked for.
@@ -90,10 +100,11 @@ def decode_response(api: Api, version: int, frame) -> dict:
         _skip_tagged(r)
     if api.key == 18 and version > 0 and r.remaining >= 2:
         if _HEADER_FIXED_ERR.unpack_from(frame, r.pos)[0] == Errors.UNSUPPORTED_VERSION:
-            return _unsupported_api_versions(api, version, frame, r.pos)
+            return _unsupported_api_versions(api, version, frame, r.pos), 0
     body = codec.decode(api.response, version, api.is_flexible(version), r)
-    _expect_end(r, f"{api.name} v{version} response")
-    return body
+    if strict:
+        _expect_end(r, f"{api.name} v{version} response")
+    return body, r.remaining
 
 
 _HEADER_FIXED_ERR = struct.Struct(">h")

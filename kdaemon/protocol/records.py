@@ -43,7 +43,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from . import compression
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, DecodeError
 from .primitives import decode_varint, decode_varlong
 
 NO_TIMESTAMP_TYPE = -1
@@ -278,7 +278,9 @@ class RecordSetReader:
                 max_timestamp if log_append else None, LOG_APPEND_TIME if log_append else CREATE_TIME,
                 None if leader_epoch < 0 else leader_epoch, self.topic, self.partition,
                 self.fetch_offset, self._v2_filter, out)
-        except (IndexError, ValueError, UnicodeDecodeError) as exc:
+        except (IndexError, ValueError, UnicodeDecodeError, DecodeError) as exc:
+            # DecodeError: the loop's fallback for varints of three bytes or more is the shared
+            # primitives decoder, which reports over-long or unterminated varints that way.
             raise self._corrupt(f"record inside the batch is malformed: {type(exc).__name__}: {exc}",
                                 base_offset) from None
         if pos_after != stop:
@@ -409,8 +411,9 @@ def _decode_v2_records(buf: bytes, pos: int, count: int, base_offset: int, base_
     Varints are decoded inline for their one- and two-byte forms, which cover nearly all of them
     (lengths under 8 KiB, deltas under 8192); longer ones fall back to the shared decoder.
     Timestamp and offset deltas are only located, not decoded, until the header filter has kept
-    the record: a dropped record pays for its lengths and headers only.  Any IndexError or
-    ValueError from a short or garbled payload is turned into CorruptRecordError by the caller.
+    the record: a dropped record pays for its lengths and headers only.  Any IndexError,
+    ValueError or DecodeError from a short or garbled payload is turned into CorruptRecordError by
+    the caller.
     """
     append = out.append
     filtered = 0
