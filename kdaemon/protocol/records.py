@@ -120,6 +120,21 @@ class BatchInfo(NamedTuple):
         return self.attributes & _ATTR_CODEC
 
 
+class HeaderFilterError(Exception):
+    """A header filter raised.  Kept apart from CorruptRecordError: the bytes were fine, the
+    filter (often a plugin's) was not; the original exception is the ``__cause__``."""
+
+
+def _guard_filter(fn: HeaderFilter) -> HeaderFilter:
+    def guarded(headers):
+        try:
+            return fn(headers)
+        except Exception as exc:
+            raise HeaderFilterError(f"header filter {fn!r} raised {type(exc).__name__}: {exc}") from exc
+    guarded.__wrapped__ = fn  # type: ignore[attr-defined]
+    return guarded
+
+
 class AbortedTransactions:
     """read_committed bookkeeping across the batches of one partition's record set.
 
@@ -173,8 +188,9 @@ class RecordSetReader:
         # A filter that can be evaluated natively (header_match.HeaderRules) is passed to the C
         # loop as data; anything else is called with the decoded header list.
         native = getattr(header_filter, "native_rules", None) if ACCELERATED else None
-        self._filter = header_filter
-        self._v2_filter = native if native is not None else header_filter
+        guarded = None if header_filter is None else _guard_filter(header_filter)
+        self._filter = guarded
+        self._v2_filter = native if native is not None else guarded
         self._check_crcs = check_crcs
         self._aborted = None if aborted_transactions is None else AbortedTransactions(aborted_transactions)
         self._max_uncompressed = max_uncompressed_batch_bytes
@@ -512,9 +528,9 @@ def _decode_v2_records(buf: bytes, pos: int, count: int, base_offset: int, base_
                 raise ValueError(f"header value length {n}")
         if pos != record_end:
             raise ValueError(f"record length says {length} bytes, fields take {length + pos - record_end}")
+        if check_offsets and _offset_at(buf, offset_pos, base_offset) < min_offset:
+            continue  # before the position: neither delivered, filtered nor shown to the filter
         if header_filter is not None and not header_filter(headers):
-            if check_offsets and _offset_at(buf, offset_pos, base_offset) < min_offset:
-                continue  # before the position: neither delivered nor counted as filtered
             filtered += 1
             continue
         b = buf[offset_pos]
