@@ -18,14 +18,14 @@ from contextlib import contextmanager
 
 from ..protocol.records import ConsumerRecord
 from .config import ConsumerConfig
-from .errors import (AuthenticationError, ConsumerClosedError, KafkaTimeoutError, NoBrokersAvailableError,
+from .errors import (ConsumerClosedError, KafkaTimeoutError, NoBrokersAvailableError,
                      NoOffsetForPartitionError, UnknownTopicError, WakeupError)
 from .fetcher import Fetcher
 from .metadata import ClusterMetadata
 from .network import NetworkClient
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetLookup
 from .subscription import EARLIEST, LATEST, SubscriptionState
-from .types import OffsetAndTimestamp, TopicPartition
+from .types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,15 @@ class Consumer:
         self._subscriptions = SubscriptionState(config.auto_offset_reset)
         self._fetcher = Fetcher(config, self._network, self._metadata, self._subscriptions)
         self._offsets = OffsetLookup(config, self._network, self._metadata, self._subscriptions)
+        self._coordinator = None
+        if config.group_id is not None:
+            from .group.coordinator import GroupCoordinator
+            self._coordinator = GroupCoordinator(config, self._network, self._metadata, self._subscriptions,
+                                                 on_commit=config.on_commit)
         self._closed = False
-        self._owner = threading.Lock()
+        self._owner = threading.RLock()
+        self._owner_thread: int | None = None
+        self._listener_error: BaseException | None = None
         self._started = time.monotonic()
         self._metadata_received = False
         self._warned_missing: set[str] = set()
@@ -50,6 +57,8 @@ class Consumer:
 
     @contextmanager
     def _use(self):
+        # Re-entrant for the owning thread: a rebalance listener may call commit() from inside
+        # poll(), as the Java consumer allows.
         if self._closed:
             raise ConsumerClosedError("the consumer is closed")
         if not self._owner.acquire(blocking=False):
@@ -73,11 +82,64 @@ class Consumer:
     def assignment(self) -> set[TopicPartition]:
         return set(self._subscriptions.assigned())
 
+    def subscribe(self, topics: Iterable[str] | None = None, pattern: str | None = None,
+                  listener=None) -> None:
+        """Join the group for ``topics`` (or every topic matching ``pattern``).
+
+        ``listener`` may have ``on_partitions_revoked``, ``on_partitions_assigned`` and
+        ``on_partitions_lost`` methods (or be a ``RebalanceListener``); they run inside poll.
+        """
+        with self._use():
+            if self._coordinator is None:
+                raise ValueError("subscribe() needs group_id; use assign() without a group")
+            self._subscriptions.subscribe(topics, pattern)
+            if pattern is not None:
+                self._metadata.set_wanted(set(), all_topics=True)
+            else:
+                self._metadata.set_wanted(self._subscriptions.subscribed_topics)
+            self._coordinator.listener = listener
+            self._coordinator.request_rejoin("subscription changed")
+
+    def subscription(self) -> set[str]:
+        return set(self._subscriptions.subscribed_topics)
+
     def unsubscribe(self) -> None:
         with self._use():
+            if self._coordinator is not None and self._subscriptions.has_subscription:
+                owned = set(self._subscriptions.assigned())
+                if owned:
+                    self._invoke_listener("on_partitions_revoked", owned)
+                fut = self._coordinator.maybe_leave("the consumer unsubscribed", partitions_lost=False)
+                if fut is not None:
+                    self._drive(5.0, lambda: fut.done)
             self._subscriptions.unsubscribe()
             self._fetcher.clear_buffered()
             self._metadata.set_wanted(set())
+            self._raise_listener_error()
+
+    def _invoke_listener(self, name: str, partitions: set[TopicPartition]) -> None:
+        if self._coordinator is None:
+            return
+        if name in ("on_partitions_revoked", "on_partitions_lost"):
+            self._fetcher.clear_buffered(partitions)
+        listener = self._coordinator.listener
+        fn = getattr(listener, name, None) if listener is not None else None
+        if fn is None and name == "on_partitions_lost":
+            fn = getattr(listener, "on_partitions_revoked", None) if listener is not None else None
+        if fn is None:
+            return
+        try:
+            fn(set(partitions))
+        except Exception as exc:
+            # The rebalance step completes; the error surfaces from this poll afterwards.
+            log.exception("rebalance listener %s raised", name)
+            if self._listener_error is None:
+                self._listener_error = exc
+
+    def _raise_listener_error(self) -> None:
+        exc, self._listener_error = self._listener_error, None
+        if exc is not None:
+            raise exc
 
     # -- the poll loop --------------------------------------------------------------------------
 
@@ -89,15 +151,28 @@ class Consumer:
             if not self._subscriptions.assigned() and not self._subscriptions.has_subscription:
                 raise ValueError("poll() needs assigned partitions or a subscription")
             deadline = time.monotonic() + timeout_ms / 1000
+            coordinator = self._coordinator
+            if coordinator is not None:
+                coordinator.record_poll()
             while True:
                 self._check_wakeup()
+                if coordinator is not None:
+                    coordinator.invoke_completed_commit_callbacks()
+                    if self._subscriptions.has_subscription:
+                        joined = coordinator.ensure_active_group(deadline, self._drive, self._invoke_listener)
+                        self._raise_listener_error()
+                        if not joined:
+                            return {}
+                    coordinator.fetch_committed_offsets(deadline, self._drive)
+                    coordinator.maybe_auto_commit()
                 self._update_assignment_metadata()
                 records = self._fetcher.fetched_records()
                 if not records:
                     self._fetcher.send_fetches()
                     remaining = deadline - time.monotonic()
                     wait = max(0.0, remaining)
-                    if not self._subscriptions.fetchable():
+                    if not self._subscriptions.fetchable() or self._fetcher.waiting_for_nodes:
+                        # Metadata, resets and connections progress only between these waits.
                         wait = min(wait, self.config.retry_backoff_ms / 1000)
                     self._network.poll(wait, until=self._fetcher.has_completed)
                     self._check_wakeup()
@@ -137,6 +212,9 @@ class Consumer:
         if self._metadata.version:
             self._metadata_received = True
         elif now - self._started > self.config.default_api_timeout_ms / 1000:
+            # A new window for the next poll: raising at once every time would leave no poll to
+            # do the I/O that lets the consumer recover when a broker comes back.
+            self._started = now
             raise NoBrokersAvailableError(
                 f"no broker of {', '.join(self.config.bootstrap_servers)} answered within "
                 f"default_api_timeout_ms={self.config.default_api_timeout_ms}")
@@ -155,6 +233,12 @@ class Consumer:
 
     def _update_positions(self) -> None:
         needing = self._subscriptions.needing_position()
+        if needing and self._coordinator is not None:
+            # With a group, the committed offset comes first (OffsetFetch); resets only when
+            # there is none.
+            for tp in needing:
+                self._subscriptions.state(tp).awaiting_committed = True
+            needing = []
         if needing:
             if self.config.auto_offset_reset == "none":
                 raise NoOffsetForPartitionError(needing)
@@ -204,6 +288,8 @@ class Consumer:
                 if time.monotonic() >= deadline:
                     raise KafkaTimeoutError(f"position of {tp} not known within {timeout} ms")
                 self._update_positions()
+                if self._coordinator is not None:
+                    self._coordinator.fetch_committed_offsets(min(deadline, time.monotonic() + 1), self._drive)
                 self._drive(min(0.1, max(0.0, deadline - time.monotonic())), lambda: st.has_valid_position)
             return st.position  # type: ignore[return-value]
 
@@ -263,6 +349,53 @@ class Consumer:
                 self._metadata.request_update()
                 self._drive(min(0.1, max(0.0, deadline - time.monotonic())), lambda: False)
 
+    # -- commits --------------------------------------------------------------------------------
+
+    def _offsets_to_commit(self, offsets) -> dict[TopicPartition, OffsetAndMetadata]:
+        if offsets is None:
+            return self._coordinator._consumed_offsets()  # type: ignore[union-attr]
+        out = {}
+        for tp, om in offsets.items():
+            tp = TopicPartition(*tp)
+            out[tp] = om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om))
+        return out
+
+    def commit(self, offsets: dict | None = None, timeout_ms: int | None = None) -> None:
+        """Commit ``offsets`` (next offsets to read), or the current positions, synchronously."""
+        with self._use():
+            if self._coordinator is None:
+                raise ValueError("commit() needs group_id")
+            timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+            self._coordinator.commit_sync(self._offsets_to_commit(offsets),
+                                          time.monotonic() + timeout / 1000, self._drive)
+
+    def commit_async(self, offsets: dict | None = None, callback=None):
+        """Send a commit and return at once; ``callback(offsets, exception)`` runs in a later
+        poll() or commit() on this thread."""
+        with self._use():
+            if self._coordinator is None:
+                raise ValueError("commit_async() needs group_id")
+            fut = self._coordinator.commit_async(self._offsets_to_commit(offsets), callback)
+            self._network.poll(0)
+            return fut
+
+    def committed(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+                  ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        with self._use():
+            if self._coordinator is None:
+                raise ValueError("committed() needs group_id")
+            timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+            parts = [TopicPartition(*tp) for tp in partitions]
+            found = self._coordinator.committed(parts, time.monotonic() + timeout / 1000, self._drive)
+            return {tp: found.get(tp) for tp in parts}
+
+    def group_generation(self) -> tuple[int, str] | None:
+        """(generation, member id) while a group member, else None."""
+        c = self._coordinator
+        if c is None or c.generation < 0:
+            return None
+        return c.generation, c.member_id
+
     # -- observability --------------------------------------------------------------------------
 
     def metrics(self) -> dict:
@@ -300,11 +433,19 @@ class Consumer:
         self._network.wakeup()
 
     def close(self, timeout_ms: int | None = None) -> None:
+        """Commit (with auto-commit), run on_partitions_revoked, leave the group, disconnect."""
         if self._closed:
             return
         with self._owner:
-            self._closed = True
-            self._network.close()
+            try:
+                if self._coordinator is not None:
+                    timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+                    deadline = time.monotonic() + min(timeout, 30_000) / 1000
+                    self._coordinator.close(deadline, self._drive, self._invoke_listener)
+                    self._coordinator.invoke_completed_commit_callbacks()
+            finally:
+                self._closed = True
+                self._network.close()
 
     def __enter__(self) -> "Consumer":
         return self

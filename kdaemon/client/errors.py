@@ -12,7 +12,8 @@ from ..protocol.errors import BrokerError
 __all__ = ["KafkaClientError", "KafkaTimeoutError", "NoBrokersAvailableError", "AuthenticationError",
            "NoOffsetForPartitionError", "OffsetOutOfRangeError", "UnknownTopicError",
            "ConsumerClosedError", "WakeupError", "ConnectionFailedError", "BrokerError",
-           "RecordTooLargeError"]
+           "RecordTooLargeError", "CommitFailedError", "RebalanceInProgressError",
+           "FencedInstanceIdError", "GroupError"]
 
 
 class KafkaClientError(Exception):
@@ -71,3 +72,23 @@ class ConsumerClosedError(KafkaClientError):
 
 class WakeupError(KafkaClientError):
     """Raised by a blocking call interrupted by ``wakeup()`` from another thread."""
+
+
+class CommitFailedError(KafkaClientError):
+    """The commit cannot succeed: the group rebalanced and this member's partitions may now
+    belong to another member.  The records since the last commit may be delivered again."""
+
+
+class RebalanceInProgressError(KafkaClientError):
+    """A commit hit a rebalance in progress; poll() again to finish it, then commit."""
+
+    retriable = True
+
+
+class FencedInstanceIdError(KafkaClientError):
+    """Another member joined with this ``group_instance_id``: this consumer is fenced for good."""
+
+
+class GroupError(KafkaClientError):
+    """The group refused this member for a reason retrying will not fix (authorization,
+    inconsistent protocols, invalid session timeout, group full)."""

@@ -6,7 +6,10 @@ never concurrently with each other.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
+
+log = logging.getLogger(__name__)
 
 _PENDING = object()
 
@@ -44,7 +47,7 @@ class Future:
             raise RuntimeError("future completed twice")
         self._value = value
         for cb in self._callbacks:
-            cb(value)
+            _run(cb, value)
         self._callbacks.clear()
         self._errbacks.clear()
         return self
@@ -54,7 +57,7 @@ class Future:
             raise RuntimeError("future completed twice")
         self._exception = exc
         for eb in self._errbacks:
-            eb(exc)
+            _run(eb, exc)
         self._callbacks.clear()
         self._errbacks.clear()
         return self
@@ -83,3 +86,12 @@ class Future:
         self.add_callback(other.success)
         self.add_errback(other.failure)
         return self
+
+
+def _run(fn: Callable[[Any], None], arg: Any) -> None:
+    # One failing callback must not stop the others (nor unwind the network loop that
+    # completed the future): log it and go on.
+    try:
+        fn(arg)
+    except Exception:
+        log.exception("future callback %r raised", fn)

@@ -52,6 +52,7 @@ class NetworkClient:
         self._conns: dict[int, BrokerConnection] = {}
         self._registered: dict[int, tuple[socket.socket, int]] = {}
         self._nodes: dict[int, tuple[str, int]] = {}
+        self._pinned: set[int] = set()  # nodes not from metadata (the coordinator's own connection)
         self.bootstrap_ids: list[int] = []
         for i, server in enumerate(config.bootstrap_servers):
             node_id = -(i + 1)
@@ -74,13 +75,34 @@ class NetworkClient:
                     self._drop(node_id)
                 self._nodes[node_id] = addr
             for node_id in list(self._nodes):
-                if node_id >= 0 and node_id not in brokers:
+                if node_id >= 0 and node_id not in brokers and node_id not in self._pinned:
                     self._nodes.pop(node_id)
                     if node_id in self._conns:
                         self._drop(node_id)
 
     def known_nodes(self) -> list[int]:
         return list(self._nodes)
+
+    def pin_node(self, node_id: int, host: str, port: int) -> None:
+        """Add a node that metadata updates leave alone.
+
+        The group coordinator gets its own connection under such an id (as in the Java client):
+        a broker handles one request per connection at a time, so a heartbeat queued behind a
+        long-polling Fetch would arrive late.
+        """
+        with self._lock:
+            old = self._nodes.get(node_id)
+            if old is not None and old != (host, port) and node_id in self._conns:
+                self._drop(node_id)
+            self._nodes[node_id] = (host, port)
+            self._pinned.add(node_id)
+
+    def unpin_node(self, node_id: int) -> None:
+        with self._lock:
+            self._pinned.discard(node_id)
+            self._nodes.pop(node_id, None)
+            if node_id in self._conns:
+                self._drop(node_id)
 
     def _connection(self, node_id: int) -> BrokerConnection:
         conn = self._conns.get(node_id)
@@ -134,7 +156,8 @@ class NetworkClient:
         with self._lock:
             now = time.monotonic()
             best, best_load = None, None
-            candidates = [n for n in self._nodes if n >= 0] or list(self._nodes)
+            candidates = [n for n in self._nodes if n >= 0 and n not in self._pinned] or \
+                [n for n in self._nodes if n not in self._pinned]
             for node_id in candidates:
                 conn = self._conns.get(node_id)
                 if conn is not None and conn.ready:
@@ -147,7 +170,7 @@ class NetworkClient:
                     continue
                 if best_load is None or load < best_load:
                     best, best_load = node_id, load
-            if best is None and any(n >= 0 for n in self._nodes):
+            if best is None and any(n >= 0 and n not in self._pinned for n in self._nodes):
                 # Every known broker is backing off: fall back to the bootstrap list.
                 for node_id in self.bootstrap_ids:
                     conn = self._conns.get(node_id)
@@ -184,42 +207,58 @@ class NetworkClient:
         after ``wakeup()``, or after one round of I/O if ``until`` is None."""
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
-            with self._lock:
-                self._poll_once(max(0.0, deadline - time.monotonic()))
+            self._poll_once(max(0.0, deadline - time.monotonic()))
             if self._woken:
                 return
             if until is None or until() or time.monotonic() >= deadline:
                 return
 
     def _poll_once(self, timeout: float) -> None:
-        now = time.monotonic()
-        # Request deadlines and connection-setup timeouts are checked between selects, so never
-        # sleep longer than that granularity.
-        wait = min(timeout, 0.2)
-        for conn in list(self._conns.values()):
-            conn.check_timeouts(now)
-            if conn.ready and not conn.in_flight and not conn.pending and \
-                    now - conn.last_activity > self.config.connections_max_idle_ms / 1000:
-                conn.close(ConnectionFailedError(f"node {conn.node_id}: idle connection closed"))
-            self._sync(conn)
-        completed = []
-        for key, mask in self._selector.select(wait):
-            conn = key.data
-            if conn is None:
-                self._drain_wakeup()
-                continue
+        # The lock is held for bookkeeping and event handling but not while blocked in select:
+        # the heartbeat thread must be able to send while the application thread waits for a
+        # long-polling fetch.  Two threads may see the same event; the second one's read or
+        # write then finds nothing to do (non-blocking sockets), which is harmless.
+        with self._lock:
+            if self._closed:
+                return
             now = time.monotonic()
-            if mask & selectors.EVENT_WRITE:
-                conn.on_writable(now)
-            if mask & selectors.EVENT_READ and conn.sock is not None:
-                completed += conn.on_readable(now)
-            if conn.sock is not None and conn.wants_write:
-                conn.on_writable(now)
-            self._sync(conn)
-        for fut, value in completed:
-            fut.success(value)
-        for conn in self._conns.values():
-            self._sync(conn)
+            # Request deadlines and connection-setup timeouts are checked between selects, so
+            # never sleep longer than that granularity.
+            wait = min(timeout, 0.2)
+            for conn in list(self._conns.values()):
+                conn.check_timeouts(now)
+                if conn.ready and not conn.in_flight and not conn.pending and \
+                        now - conn.last_activity > self.config.connections_max_idle_ms / 1000:
+                    conn.close(ConnectionFailedError(f"node {conn.node_id}: idle connection closed"))
+                self._sync(conn)
+            selector = self._selector
+        try:
+            events = selector.select(wait)
+        except (OSError, ValueError):
+            return  # closed underneath us by close() from another thread
+        with self._lock:
+            if self._closed:
+                return
+            completed = []
+            for key, mask in events:
+                conn = key.data
+                if conn is None:
+                    self._drain_wakeup()
+                    continue
+                if self._conns.get(conn.node_id) is not conn or conn.sock is None:
+                    continue
+                now = time.monotonic()
+                if mask & selectors.EVENT_WRITE:
+                    conn.on_writable(now)
+                if mask & selectors.EVENT_READ and conn.sock is not None:
+                    completed += conn.on_readable(now)
+                if conn.sock is not None and conn.wants_write:
+                    conn.on_writable(now)
+                self._sync(conn)
+            for fut, value in completed:
+                fut.success(value)
+            for conn in self._conns.values():
+                self._sync(conn)
 
     def _sync(self, conn: BrokerConnection) -> None:
         """Keep the selector registration in step with the connection's socket and wishes."""

@@ -1,0 +1,1 @@
+"""Consumer group membership: the member state machine, the coordinator, partition assignors."""
