@@ -120,7 +120,8 @@ class ConsumerConfig:
             v = getattr(self, name)
             if isinstance(v, int) and v < 0:
                 problems.append(f"{name} must not be negative, got {v}")
-        if self.security_protocol.startswith("SASL") and (not self.sasl_username or self.sasl_password is None):
+        if self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL") and \
+                (not self.sasl_username or self.sasl_password is None):
             problems.append(f"security_protocol={self.security_protocol} needs sasl_username and sasl_password")
         if problems:
             raise ValueError("invalid consumer configuration: " + "; ".join(problems))

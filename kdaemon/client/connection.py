@@ -79,6 +79,9 @@ class BrokerConnection:
         self.auth_error: AuthenticationError | None = None
         self._sasl = None
         self._api_versions_attempt = API_VERSIONS.max_version
+        # What the TLS handshake waits for: asking for writability while it waits to read would
+        # make the selector report the socket at once, forever, and the poll loop spin.
+        self._tls_wants_write = False
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port} {self.state}>"
@@ -99,7 +102,7 @@ class BrokerConnection:
 
     @property
     def wants_write(self) -> bool:
-        return bool(self._out) or self.state in (CONNECTING, TLS)
+        return bool(self._out) or self.state == CONNECTING or (self.state == TLS and self._tls_wants_write)
 
     def can_attempt(self, now: float) -> bool:
         return self.state == DISCONNECTED and self.auth_error is None and now >= self.next_attempt
@@ -168,7 +171,11 @@ class BrokerConnection:
     def _tls_step(self, now: float) -> None:
         try:
             self.sock.do_handshake()  # type: ignore[union-attr]
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        except ssl.SSLWantReadError:
+            self._tls_wants_write = False
+            return
+        except ssl.SSLWantWriteError:
+            self._tls_wants_write = True
             return
         except ssl.SSLCertVerificationError as exc:
             self._auth_failed(f"TLS certificate verification failed: {exc.verify_message}")

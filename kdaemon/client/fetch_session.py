@@ -44,6 +44,9 @@ class FetchRequestData:
     full: bool
     # Everything the session covers after this request: responses are matched against it.
     session_partitions: dict[TopicPartition, PartitionFetch]
+    # The topic id the session knows each forgotten partition by: for a recreated topic that is
+    # the old id, and forgetting it by the new one would drop the partition just re-added.
+    forgotten_topic_ids: dict[TopicPartition, uuid.UUID] = field(default_factory=dict)
 
 
 @dataclass
@@ -68,13 +71,17 @@ class FetchSessionHandler:
         for tp, data in wanted.items():
             old = self.partitions.get(tp)
             if old is None or old != data:
-                if old is not None and old.topic_id != data.topic_id:
-                    to_forget.append(tp)  # the topic was recreated: replace, don't update
+                if old is not None and old.topic_id != data.topic_id and uses_topic_ids:
+                    # The topic was recreated: replace, don't update.  Only a session keyed by
+                    # topic id can tell the two apart; by name, forgetting would drop the update.
+                    to_forget.append(tp)
                 to_send[tp] = data
         for tp in self.partitions:
             if tp not in wanted:
                 to_forget.append(tp)
-        return FetchRequestData(self.session_id, self.epoch, to_send, to_forget, False, dict(wanted))
+        forgotten_ids = {tp: self.partitions[tp].topic_id for tp in to_forget}
+        return FetchRequestData(self.session_id, self.epoch, to_send, to_forget, False, dict(wanted),
+                                forgotten_ids)
 
     def handle_response(self, request: FetchRequestData, error_code: int, session_id: int) -> bool:
         """Apply a response's session fields.  Returns False when the session had to be reset

@@ -139,6 +139,7 @@ class Fetcher:
         self._partition_max_bytes: dict[TopicPartition, int] = {}
         self.stats = FetchStats()
         self.last_fetch_request_size = 0
+        self.waiting_for_nodes = False
         self._isolation = 1 if config.read_committed else 0
 
     # -- sending --------------------------------------------------------------------------------
@@ -159,10 +160,15 @@ class Fetcher:
         return self.metadata.leader_for(tp)
 
     def send_fetches(self) -> int:
-        """Send a Fetch to every node that has fetchable partitions and none in flight."""
+        """Send a Fetch to every node that has fetchable partitions and none in flight.
+
+        ``waiting_for_nodes`` tells the caller that some partition could not be fetched only
+        because its leader is unknown or not connected yet: it should not wait long for data.
+        """
         now = time.monotonic()
         buffered = self._buffered_partitions()
         per_node: dict[int, dict[TopicPartition, PartitionFetch]] = {}
+        self.waiting_for_nodes = False
         for tp in self.subscriptions.fetchable():
             if tp in buffered:
                 continue
@@ -170,6 +176,7 @@ class Fetcher:
             node = self._fetch_node(tp, st, now)
             if node is None:
                 self.metadata.request_update()
+                self.waiting_for_nodes = True
                 continue
             if node in self._pending_nodes:
                 continue
@@ -181,6 +188,7 @@ class Fetcher:
         sent = 0
         for node, wanted in per_node.items():
             if not self.network.ready(node):
+                self.waiting_for_nodes = True
                 continue
             self._send_to(node, wanted, now)
             sent += 1
@@ -213,9 +221,10 @@ class Fetcher:
                 "partition": tp.partition, "current_leader_epoch": pf.current_leader_epoch,
                 "fetch_offset": pf.fetch_offset, "last_fetched_epoch": pf.last_fetched_epoch,
                 "log_start_offset": pf.log_start_offset, "partition_max_bytes": pf.max_bytes})
-        forgotten: dict[str, list] = {}
+        forgotten: dict[tuple, list] = {}
         for tp in req.to_forget:
-            forgotten.setdefault(tp.topic, []).append(tp.partition)
+            topic_id = req.forgotten_topic_ids.get(tp, ZERO_UUID) if uses_ids else ZERO_UUID
+            forgotten.setdefault((tp.topic, topic_id), []).append(tp.partition)
         tid = self.metadata.topic_id
         session_ids = {tp.topic: pf.topic_id for tp, pf in req.session_partitions.items()}
         known_id = lambda t: session_ids.get(t) or tid(t)  # noqa: E731
@@ -229,8 +238,8 @@ class Fetcher:
             "session_epoch": req.epoch,
             "topics": [{"topic": t, "topic_id": known_id(t) if uses_ids else ZERO_UUID, "partitions": ps}
                        for t, ps in topics.items()],
-            "forgotten_topics_data": [{"topic": t, "topic_id": known_id(t) if uses_ids else ZERO_UUID,
-                                       "partitions": ps} for t, ps in forgotten.items()],
+            "forgotten_topics_data": [{"topic": t, "topic_id": topic_id, "partitions": ps}
+                                      for (t, topic_id), ps in forgotten.items()],
             "rack_id": self.config.client_rack,
         }
         return body
@@ -253,6 +262,8 @@ class Fetcher:
         self.stats.latency_ms_max = max(self.stats.latency_ms_max, latency)
         session = self._sessions.setdefault(node, FetchSessionHandler(node))
         top_error = body["error_code"]
+        if top_error:
+            self.stats.errors += 1
         if not session.handle_response(req, top_error, body["session_id"]):
             if top_error and top_error not in _SESSION_ERRORS:
                 log.warning("fetch from node %s: %s", node, BrokerError(top_error, "Fetch"))
@@ -286,56 +297,80 @@ class Fetcher:
         return bool(self.completed) or (self._next_in_line is not None and not self._next_in_line.consumed)
 
     def fetched_records(self, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Drain buffered fetches into at most ``max_records`` records, advancing positions."""
+        """Drain buffered fetches into at most ``max_records`` records, advancing positions.
+
+        An error (out of range, corrupt batch, ...) is raised only when no records were collected
+        yet: otherwise the records go out first and the erroring fetch raises on the next call,
+        as in Java, because their positions have already advanced.
+        """
         remaining = self.config.max_poll_records if max_records is None else max_records
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
-        while remaining > 0:
-            cf = self._next_in_line
-            if cf is None or cf.consumed:
-                if not self.completed:
-                    break
-                cf = self.completed.popleft()
-                if not self._initialize(cf):
-                    self._next_in_line = None
+        paused: list[CompletedFetch] = []
+        try:
+            while remaining > 0:
+                cf = self._next_in_line
+                if cf is None or cf.consumed:
+                    if not self.completed:
+                        break
+                    cf = self.completed.popleft()
+                    if not cf.initialized:
+                        try:
+                            usable = self._initialize(cf)
+                        except Exception:
+                            if out:
+                                self.completed.appendleft(cf)
+                                break
+                            raise
+                        if not usable:
+                            self._next_in_line = None
+                            continue
+                        # Once only: a fetch parked while its partition was paused resumes where it
+                        # stopped; a fresh reader would hand its undrained batch out twice.
+                        cf.initialized = True
+                    self._next_in_line = cf
+                tp = cf.tp
+                if not self.subscriptions.is_assigned(tp):
+                    cf.consumed = True
                     continue
-                self._next_in_line = cf
-            tp = cf.tp
-            if not self.subscriptions.is_assigned(tp):
-                cf.consumed = True
-                continue
-            st = self.subscriptions.state(tp)
-            if st.paused:
-                # Keep it for when the partition resumes; Java parks it the same way.
-                self._next_in_line = None
-                self.completed.appendleft(cf)
-                break
-            if st.position != cf.fetch_offset:
-                cf.consumed = True  # a seek happened while this was buffered
-                continue
-            before_filtered = cf.reader.filtered if cf.reader else 0
-            try:
-                records, position = cf.take(remaining)
-            except CorruptRecordError as exc:
-                # The position stays at the corrupt batch: nothing past it is skipped silently,
-                # and the next poll fetches and raises again until the operator seeks past it.
-                cf.consumed = True
-                raise exc.located(tp.topic, tp.partition) if exc.topic is None else exc
-            st.position = position
-            if records:
-                st.position_epoch = records[-1].leader_epoch
-                out.setdefault(tp, []).extend(records)
-                remaining -= len(records)
-                n = len(records)
-                self.stats.records += n
-                self.stats.per_partition_records[tp] = self.stats.per_partition_records.get(tp, 0) + n
-            if cf.reader is not None:
-                dropped = cf.reader.filtered - before_filtered
-                if dropped:
-                    self.stats.filtered += dropped
-                    self.stats.per_partition_filtered[tp] = self.stats.per_partition_filtered.get(tp, 0) + dropped
-            if cf.consumed and cf.reader is not None:
-                self.stats.control += cf.reader.control
-                self.stats.aborted += cf.reader.aborted
+                st = self.subscriptions.state(tp)
+                if st.paused:
+                    # Keep it for when the partition resumes (Java parks it the same way) and go on
+                    # with the other partitions, whose fetches may sit behind it.
+                    self._next_in_line = None
+                    paused.append(cf)
+                    continue
+                if st.position != cf.fetch_offset:
+                    cf.consumed = True  # a seek happened while this was buffered
+                    continue
+                before_filtered = cf.reader.filtered if cf.reader else 0
+                try:
+                    records, position = cf.take(remaining)
+                except CorruptRecordError as exc:
+                    if out:
+                        cf._pending_error = exc
+                        break
+                    # The position stays at the corrupt batch: nothing past it is skipped silently,
+                    # and the next poll fetches and raises again until the operator seeks past it.
+                    cf.consumed = True
+                    raise exc.located(tp.topic, tp.partition) if exc.topic is None else exc
+                st.position = position
+                if records:
+                    st.position_epoch = records[-1].leader_epoch
+                    out.setdefault(tp, []).extend(records)
+                    remaining -= len(records)
+                    n = len(records)
+                    self.stats.records += n
+                    self.stats.per_partition_records[tp] = self.stats.per_partition_records.get(tp, 0) + n
+                if cf.reader is not None:
+                    dropped = cf.reader.filtered - before_filtered
+                    if dropped:
+                        self.stats.filtered += dropped
+                        self.stats.per_partition_filtered[tp] = self.stats.per_partition_filtered.get(tp, 0) + dropped
+                if cf.consumed and cf.reader is not None:
+                    self.stats.control += cf.reader.control
+                    self.stats.aborted += cf.reader.aborted
+        finally:
+            self.completed.extend(paused)
         return out
 
     def _initialize(self, cf: CompletedFetch) -> bool:

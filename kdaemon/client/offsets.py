@@ -40,6 +40,9 @@ class OffsetLookup:
         self.network = network
         self.metadata = metadata
         self.subscriptions = subscriptions
+        # A permanent error from a reset (e.g. TOPIC_AUTHORIZATION_FAILED): raised once from the
+        # next poll, as Java does; the reset itself is retried after that.
+        self.reset_error: BrokerError | None = None
 
     def _request(self, node: int, timestamps: dict[TopicPartition, int]) -> Future:
         topics: dict[str, list] = {}
@@ -78,6 +81,9 @@ class OffsetLookup:
     # -- asynchronous resets driven by poll -----------------------------------------------------
 
     def reset_positions(self) -> None:
+        error, self.reset_error = self.reset_error, None
+        if error is not None:
+            raise error
         now = time.monotonic()
         due = []
         for tp in self.subscriptions.needing_reset():
@@ -116,7 +122,10 @@ class OffsetLookup:
                 self.subscriptions.seek(tp, offset, None)
             else:
                 code = errors.get(tp, Errors.UNKNOWN_SERVER_ERROR)
-                self._backoff(tp, BrokerError(code, f"ListOffsets {tp}"))
+                error = BrokerError(code, f"ListOffsets {tp}")
+                if tp in errors and code not in _RETRIABLE and self.reset_error is None:
+                    self.reset_error = error
+                self._backoff(tp, error)
 
     def _on_reset_failed(self, wanted: dict[TopicPartition, int], exc: BaseException) -> None:
         for tp in wanted:

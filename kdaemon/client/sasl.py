@@ -11,7 +11,6 @@ import base64
 import hashlib
 import hmac
 import secrets
-import unicodedata
 
 
 class SaslError(Exception):
@@ -41,18 +40,13 @@ def _saslname(name: str) -> str:
     return name.replace("=", "=3D").replace(",", "=2C")
 
 
-def _saslprep(text: str) -> str:
-    # RFC 4013 in the common case: map non-ASCII spaces to space, drop "mapped to nothing"
-    # characters, NFKC-normalise.  Prohibited-output checks are left to the server.
-    mapped = "".join(" " if unicodedata.category(c) == "Zs" else c for c in text
-                     if c not in "\u00ad\u200b\u2060\ufeff\u034f\u180b\u180c\u180d\u200c\u200d")
-    return unicodedata.normalize("NFKC", mapped)
-
-
 class ScramMechanism:
     """SCRAM-SHA-256 / SCRAM-SHA-512 client (no channel binding, as Kafka uses it)."""
 
     MIN_ITERATIONS = 4096
+    # Kafka brokers accept 4096..16384; a larger count from a broker is a way to make us burn
+    # CPU in PBKDF2 while holding the network lock.
+    MAX_ITERATIONS = 16384
 
     def __init__(self, mechanism: str, username: str, password: str, *, nonce: str | None = None) -> None:
         if mechanism == "SCRAM-SHA-256":
@@ -102,10 +96,12 @@ class ScramMechanism:
             raise SaslError(f"malformed SCRAM server-first message ({type(exc).__name__})") from None
         if not nonce.startswith(self._nonce) or len(nonce) <= len(self._nonce):
             raise SaslError("SCRAM server nonce does not extend the client nonce")
-        if iterations < self.MIN_ITERATIONS:
-            raise SaslError(f"SCRAM iteration count {iterations} is below {self.MIN_ITERATIONS}")
-        salted = hashlib.pbkdf2_hmac(self._hash().name, _saslprep(self._password).encode("utf-8"),
-                                     salt, iterations)
+        if not self.MIN_ITERATIONS <= iterations <= self.MAX_ITERATIONS:
+            raise SaslError(f"SCRAM iteration count {iterations} is outside "
+                            f"{self.MIN_ITERATIONS}..{self.MAX_ITERATIONS}")
+        # No SASLprep: Kafka's ScramFormatter salts the password's plain UTF-8 bytes, on the client
+        # and when credentials are created, so normalising here breaks non-ASCII passwords.
+        salted = hashlib.pbkdf2_hmac(self._hash().name, self._password.encode("utf-8"), salt, iterations)
         client_key = self._hmac(salted, b"Client Key")
         stored_key = self._hash(client_key).digest()
         without_proof = f"c=biws,r={nonce}"

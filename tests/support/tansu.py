@@ -28,6 +28,7 @@ import socket
 import stat
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,8 +117,13 @@ class TansuBroker:
         self.stop()
 
 
-def start_tansu(log_dir: Path, *, timeout: float = START_TIMEOUT, attempts: int = 3) -> TansuBroker:
+def start_tansu(log_dir: Path, *, timeout: float = START_TIMEOUT, attempts: int = 3,
+                advertised_port: int | None = None, extra_args: Sequence[str] = ()) -> TansuBroker:
     """Start Tansu on a free loopback port and return it once it answers ApiVersions.
+
+    ``advertised_port``: the port metadata tells clients to use, when something else (a TLS or
+    SASL proxy) fronts the broker; by default the broker's own.  ``extra_args`` go to
+    ``tansu broker`` as given (``--authentication``, say).
 
     The port is chosen before Tansu binds it, so another process can take it in between; Tansu
     then exits at once, and we try again on a new port.
@@ -130,12 +136,13 @@ def start_tansu(log_dir: Path, *, timeout: float = START_TIMEOUT, attempts: int 
         port = free_port()
         broker = TansuBroker(HOST, port, log_dir / f"tansu-{port}.log")
         url = f"tcp://{HOST}:{port}"
+        advertised = url if advertised_port is None else f"tcp://{HOST}:{advertised_port}"
         env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
         env["NO_COLOR"] = "1"
         with open(broker.log_path, "wb") as log:
             broker.process = subprocess.Popen(
-                [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
+                [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", advertised,
+                 "--storage-engine", "memory://tansu/", *extra_args],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             if _wait_ready(broker, timeout):

@@ -11,8 +11,9 @@ Rules that are easy to get wrong:
 * Member order is Java's ``AbstractPartitionAssignor.MemberInfo``: static members (with a
   ``group_instance_id``) first, ordered by instance id, then dynamic members by member id.
   Strings compare like Java's ``String.compareTo`` — by UTF-16 code unit, which differs from
-  Python's code-point order for characters outside the BMP.  librdkafka differs (see below);
-  since only the leader's order counts, that is harmless, but we pick Java's.
+  Python's code-point order for characters outside the BMP.  librdkafka compares bytes, and
+  instance ids only when both members have one; only the leader's order counts, so mixing is
+  harmless, but we pick Java's.
 * Topics missing from ``cluster_partitions`` or with no partitions are skipped, and every member
   appears in the result, with an empty list if it gets nothing.
 * roundrobin walks the members in a circle and skips the ones not subscribed to the topic at
@@ -26,13 +27,13 @@ Rules that are easy to get wrong:
   librdkafka also gives a claimed partition of a topic that vanished back to its claimer; Java
   and we do not.
 
-The sticky algorithm is ours, not a port: keep every valid owned partition, hand out the free
-ones to the least-loaded eligible member, then move partitions from the most- to the least-loaded
-member until no single move can even the counts out (Java's ``isBalanced`` criterion: no member
-holds a partition that a member with at least two fewer partitions could take).  Moves take
-partitions that changed hands this round before touching owned ones.  With identical
-subscriptions this keeps the largest possible number of owned partitions, and counts differ by at
-most one; members whose subscriptions are identical never differ by more than one in any case.
+The sticky algorithm is ours, not a port of Java's: keep every valid owned partition, hand the
+free ones to the least-loaded eligible member, then even out the counts with chains of moves
+until no chain can take a partition from one member and land one on a member holding at least
+two fewer (see ``_StickyPlan``).  That is a global optimum, stronger than Java's single-move
+``isBalanced`` check: members with identical subscriptions never differ by more than one.  With
+identical subscriptions everyone keeps as many owned partitions as a balanced result allows,
+and the hand-over of moved partitions completes in the second round.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from ...protocol.apis.consumer_protocol import decode_subscription
@@ -283,7 +284,7 @@ class _StickyPlan:
     convex measure of imbalance at once (Harvey, Ladner, Lovász, Tamir: "Semi-matchings for
     bipartite graphs and load balancing"), so it is balanced globally, not only against single
     moves.  Chains of partitions that changed hands this round ("fresh") are tried before chains
-    that take an owned partition from its owner, and those take as few as possible.
+    that take owned partitions from their owners, and each chain takes as few of those as it can.
 
     That order is also what makes the cooperative hand-over finish in two rounds: in round two
     the members own round one's (optimal) result minus the withheld partitions, so placing the
