@@ -293,6 +293,15 @@ class Consumer:
                 self._drive(min(0.1, max(0.0, deadline - time.monotonic())), lambda: st.has_valid_position)
             return st.position  # type: ignore[return-value]
 
+    def positions(self) -> dict[TopicPartition, int]:
+        """Current positions of assigned partitions that have one (non-blocking).
+
+        Taken right after ``poll``, this is what a pipeline commits once the records from that
+        poll are durable: it includes the offsets of records the header filter dropped.
+        """
+        return {tp: st.position for tp, st in self._subscriptions.items()
+                if st.position is not None and st.reset_strategy is None and not st.awaiting_committed}
+
     def pause(self, *partitions: TopicPartition) -> None:
         with self._use():
             for tp in partitions:
@@ -388,6 +397,15 @@ class Consumer:
             parts = [TopicPartition(*tp) for tp in partitions]
             found = self._coordinator.committed(parts, time.monotonic() + timeout / 1000, self._drive)
             return {tp: found.get(tp) for tp in parts}
+
+    def group_stable(self) -> bool:
+        """True once this member completed a rebalance (JoinGroup and SyncGroup) and holds its
+        assignment, until the next rebalance starts."""
+        c = self._coordinator
+        if c is None:
+            return False
+        from .group.state import MemberState
+        return c.member.state is MemberState.STABLE and not c.need_rejoin
 
     def group_generation(self) -> tuple[int, str] | None:
         """(generation, member id) while a group member, else None."""

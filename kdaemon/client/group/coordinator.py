@@ -214,6 +214,12 @@ class GroupCoordinator:
         self._raise_fatal()
         self._deliver_lost(invoke_listener)
         if not self.needs_rejoin():
+            if not self.coordinator_known:
+                # Heartbeats stop while the coordinator is unknown (NOT_COORDINATOR, a dropped
+                # connection) and the heartbeat thread does not look for it: start the look-up
+                # here, without holding up the fetches of the partitions we still own.
+                with self._lock:
+                    self._lookup_coordinator()
             return True
         while True:
             self._raise_fatal()

@@ -1,0 +1,91 @@
+"""Hook specifications: what a kdaemon plugin can provide.
+
+Every hook is called once, when the worker starts (after fork), never per record.  Each returns
+a mapping of *names* to *factories*; the configuration picks what to use by name, so two
+plugins can offer the same kind of thing without clashing, and an unused factory costs nothing.
+
+A factory receives the ``settings`` table from the configuration entry that named it (a plain
+dict of TOML values) and returns the object the worker will call.  Raise ``ValueError`` from a
+factory for bad settings: the message is shown to the operator as a configuration error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import hookspec
+from .types import Deserializer, Interceptor, Sink
+
+HeaderFilterFactory = Callable[[dict], Callable[[list], bool]]
+InterceptorFactory = Callable[[dict], Interceptor]
+SinkFactory = Callable[[dict], Sink]
+
+
+@hookspec
+def kdaemon_header_filters() -> Mapping[str, HeaderFilterFactory]:
+    """Header filters this plugin offers, by name.
+
+    Called once at start-up.  A ``[[filters]]`` entry with ``plugin = "<name>"`` calls the
+    factory with that entry's ``settings`` table.  The factory returns a predicate
+    ``(headers) -> bool`` (True keeps the record) that the decoder calls on each record's raw
+    headers *before* its key and value are sliced out — ``headers`` is a list of
+    ``(str, bytes | None)``.  A predicate with a ``native_rules`` attribute (see
+    ``kdaemon.protocol.header_match.HeaderRules``) is evaluated inside the C decoder without a
+    Python call per record.  A dropped record still advances the committed offset.
+
+    :return: mapping of filter name to factory; return ``{}`` or ``None`` to offer none.
+    """
+
+
+@hookspec
+def kdaemon_deserializers() -> Mapping[str, Callable[[dict], Deserializer]]:
+    """Deserializers this plugin offers, by name.
+
+    Called once at start-up.  ``[deserializer] key = "<name>"`` / ``value = "<name>"`` select
+    them; the factory receives the ``[deserializer.settings]`` table.  The returned callable is
+    ``(topic, headers, data) -> object`` and runs once per kept record; ``data`` is None for a
+    null key or value.  An exception marks the record as failed and it is handled by the
+    ``[daemon] on_deserialize_error`` policy (dlq, skip or stop).
+
+    :return: mapping of deserializer name to factory.
+    """
+
+
+@hookspec
+def kdaemon_interceptors() -> Mapping[str, InterceptorFactory]:
+    """Consumer interceptors this plugin offers, by name.
+
+    Called once at start-up; each ``[[interceptors]]`` entry with ``name = "<name>"`` builds one
+    instance, and they run in the configured order.  ``on_consume(records) -> records`` runs
+    once per poll batch before the sink and may drop, change or add records.  ``on_commit``
+    runs after offsets were committed.  As in Java, an exception is logged and counted, and the
+    chain continues with the output of the last interceptor that succeeded.
+
+    :return: mapping of interceptor name to factory.
+    """
+
+
+@hookspec
+def kdaemon_sinks() -> Mapping[str, SinkFactory]:
+    """Sinks this plugin offers, by type name.
+
+    Called once at start-up; ``[sink] type = "<name>"`` picks one and the factory receives the
+    whole ``[sink]`` table.  The sink's ``flush()`` must return only when everything written
+    is durable: offsets are committed right after it.
+
+    :return: mapping of sink type to factory.
+    """
+
+
+@hookspec
+def kdaemon_configure(config: Any) -> None:
+    """Called once after the configuration was loaded and validated, before any factory.
+
+    :param config: the ``kdaemon.config.DaemonConfig`` (read-only).  Use it for settings that
+        several of a plugin's objects share.
+    """
+
+
+ALL_HOOKS = ("kdaemon_header_filters", "kdaemon_deserializers", "kdaemon_interceptors",
+             "kdaemon_sinks", "kdaemon_configure")

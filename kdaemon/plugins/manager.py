@@ -1,0 +1,127 @@
+"""The plugin manager facade: discovery, the allowlist, and typed access to what plugins offer.
+
+Discovery lists every ``kdaemon`` entry point, but only those named in the configuration's
+``plugins`` allowlist are *imported*: an installed plugin nobody asked for never runs any code.
+kdaemon's own built-ins are registered the same way as any plugin, under the name
+``builtin``; bundled plugins (the top-level ``plugins/`` folder) come through entry points like
+third-party ones.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pluggy
+
+from . import PROJECT, hookspecs
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = PROJECT
+
+
+class PluginError(Exception):
+    """A plugin could not be loaded or offers something that clashes with another plugin."""
+
+
+@dataclass(frozen=True)
+class DiscoveredPlugin:
+    name: str
+    value: str          # "module" or "module:attr"
+    distribution: str | None
+    enabled: bool
+
+
+class PluginManager:
+    def __init__(self, enabled: Iterable[str], *, blocked: Iterable[str] = (),
+                 include_builtin: bool = True) -> None:
+        self._pm = pluggy.PluginManager(PROJECT)
+        self._pm.add_hookspecs(hookspecs)
+        enabled = list(enabled)
+        blocked = set(blocked)
+        self.discovered: list[DiscoveredPlugin] = []
+        if include_builtin:
+            from . import builtin
+            self._pm.register(builtin, name="builtin")
+        found = {}
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = ep.dist.name if getattr(ep, "dist", None) is not None else None
+            is_enabled = ep.name in enabled and ep.name not in blocked
+            self.discovered.append(DiscoveredPlugin(ep.name, ep.value, dist, is_enabled))
+            if ep.name in found:
+                raise PluginError(f"two installed plugins are both named {ep.name!r} "
+                                  f"({found[ep.name]} and {ep.value}); uninstall one")
+            found[ep.name] = ep.value
+            if not is_enabled:
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:
+                raise PluginError(f"plugin {ep.name!r} ({ep.value}) failed to import: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+            self._pm.register(plugin, name=ep.name)
+        missing = [n for n in enabled if n not in found and n not in blocked]
+        if missing:
+            raise PluginError(f"plugin(s) {', '.join(missing)} are enabled in the configuration but not "
+                              f"installed (installed: {', '.join(sorted(found)) or 'none'})")
+        try:
+            self._pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(str(exc)) from exc
+
+    def register(self, plugin: object, name: str) -> None:
+        """Register an in-process plugin object (tests, embedding)."""
+        self._pm.register(plugin, name=name)
+        self._pm.check_pending()
+
+    # -- typed access ---------------------------------------------------------------------------
+
+    def _collect(self, hook_name: str) -> dict[str, object]:
+        merged: dict[str, object] = {}
+        owner: dict[str, str] = {}
+        hook = getattr(self._pm.hook, hook_name)
+        for impl in hook.get_hookimpls():
+            try:
+                offered = impl.function() or {}
+            except Exception as exc:
+                raise PluginError(f"plugin {impl.plugin_name!r}: {hook_name} raised "
+                                  f"{type(exc).__name__}: {exc}") from exc
+            for name, factory in dict(offered).items():
+                if name in merged:
+                    raise PluginError(f"{hook_name}: {name!r} is offered by both {owner[name]!r} and "
+                                      f"{impl.plugin_name!r}; disable one of them")
+                merged[name] = factory
+                owner[name] = impl.plugin_name
+        return merged
+
+    def header_filters(self) -> dict[str, hookspecs.HeaderFilterFactory]:
+        return self._collect("kdaemon_header_filters")  # type: ignore[return-value]
+
+    def deserializers(self) -> dict:
+        return self._collect("kdaemon_deserializers")
+
+    def interceptors(self) -> dict[str, hookspecs.InterceptorFactory]:
+        return self._collect("kdaemon_interceptors")  # type: ignore[return-value]
+
+    def sinks(self) -> dict[str, hookspecs.SinkFactory]:
+        return self._collect("kdaemon_sinks")  # type: ignore[return-value]
+
+    def configure(self, config) -> None:
+        self._pm.hook.kdaemon_configure(config=config)
+
+    def describe(self) -> list[dict]:
+        """For ``kdaemon plugins``: every plugin, whether enabled, and the hooks it implements."""
+        registered = {name: plugin for name, plugin in self._pm.list_name_plugin()}
+        out = []
+        names = ["builtin"] + [d.name for d in self.discovered]
+        for name in names:
+            d = next((x for x in self.discovered if x.name == name), None)
+            plugin = registered.get(name)
+            hooks = sorted(h.name for h in self._pm.get_hookcallers(plugin) or []) if plugin is not None else []
+            out.append({"name": name, "enabled": plugin is not None,
+                        "source": d.value if d else "kdaemon.plugins.builtin",
+                        "distribution": d.distribution if d else "kdaemon", "hooks": hooks})
+        return out

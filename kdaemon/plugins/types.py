@@ -1,0 +1,78 @@
+"""What plugins receive and return: records, offsets and the small protocols of plugin objects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ..client.types import OffsetAndMetadata, TopicPartition
+
+Headers = list[tuple[str, "bytes | None"]]
+
+
+@dataclass(slots=True)
+class Record:
+    """A consumed record after deserialization.
+
+    ``key``/``value`` are what the configured deserializers produced; ``raw_key``/``raw_value``
+    keep the bytes from the broker so a failed record can go to the dead-letter queue as it was.
+    Interceptors may return new or modified ``Record`` objects.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    headers: Headers
+    raw_key: bytes | None = None
+    raw_value: bytes | None = None
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@runtime_checkable
+class Deserializer(Protocol):
+    """``(topic, headers, data) -> object``.  ``data`` is None for a null key or value."""
+
+    def __call__(self, topic: str, headers: Headers, data: bytes | None) -> Any: ...
+
+
+@runtime_checkable
+class Interceptor(Protocol):
+    """Java ConsumerInterceptor semantics.
+
+    ``on_consume`` runs once per poll batch, before the sink; it may drop, modify or add
+    records and returns the list to pass on.  A dropped record counts as deliberately
+    filtered: its offset is still committed.  ``on_commit`` runs after offsets were committed.
+    """
+
+    def on_consume(self, records: list[Record]) -> list[Record]: ...
+
+    def on_commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None: ...
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Where records go.  ``flush`` returns only once everything written is durable: offsets
+    are committed right after it, so a sink that acknowledges early loses data on a crash."""
+
+    def write(self, records: Sequence[Record]) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SinkWriteError(Exception):
+    """A sink may raise this to say which records failed (by index into the batch) so only
+    those go to the dead-letter queue; any other exception fails the whole batch."""
+
+    def __init__(self, message: str, failed_indexes: Sequence[int] | None = None) -> None:
+        super().__init__(message)
+        self.failed_indexes = list(failed_indexes) if failed_indexes is not None else None

@@ -1,0 +1,1 @@
+"""Sinks: where a worker delivers records.  ``flush()`` returns only once writes are durable."""

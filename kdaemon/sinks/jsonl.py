@@ -1,0 +1,361 @@
+"""``jsonl``: records as JSON lines in rotating files, durable when ``flush()`` returns.
+
+Files are ``<prefix>-<UTC time>-<seq>.jsonl``.  The file being written is named
+``….jsonl.open`` and renamed to ``….jsonl`` only after its last byte was fsync'ed, so a reader
+that takes only ``*.jsonl`` never sees a partial file.  The line format is
+``kdaemon.sinks.encoding``'s.
+
+Invariants (each one has bitten someone):
+
+* ``flush()`` returns only after ``os.fsync`` of the file *and*, when a file was created or
+  renamed, of the directory: offsets are committed right after it, and a new file whose
+  directory entry was never synced can vanish on power loss with its data.
+* The rename happens after the fsync (rename first and a crash can publish a torn file).
+* Every writer holds an ``flock`` on its ``.open`` file.  A ``.open`` file nobody holds belongs
+  to a process that died; on start-up it is cut back to its last complete line and published,
+  because what it holds was flushed and its offsets may well be committed.
+* Several workers may share a directory and a prefix: names are created with ``O_EXCL`` and
+  published with ``link`` + ``unlink``, which never replaces an existing file.
+* After a failed write or flush, bytes that were not yet durable are cut off and the file is
+  closed; the next write starts a new file, so a retried batch never lands after a torn line.
+* A file removed while open still accepts writes (the inode lives on): ``flush()`` checks the
+  link count so such a loss is an error, not a silent success.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+
+from ..plugins.types import Record, SinkWriteError
+from .encoding import encode_batch
+from .simple import check_settings
+
+DEFAULT_PREFIX = "records"
+DEFAULT_MAX_BYTES = 128 * 1024 * 1024
+DEFAULT_MAX_AGE_S = 3600.0
+OPEN_SUFFIX = ".jsonl.open"
+DONE_SUFFIX = ".jsonl"
+_BUFFER_BYTES = 256 * 1024
+_STALE_EMPTY_AGE_S = 60.0  # an empty orphan younger than this may be a writer's brand-new file
+_SETTINGS = {"path", "prefix", "max_bytes", "max_age_s", "fsync"}
+_PREFIX_OK = re.compile(r"[A-Za-z0-9._-]+")
+
+
+class JsonlWriteError(Exception):
+    """Writing, syncing or publishing a file failed.  Records written since the last
+    successful ``flush()`` were not stored; files published before are intact."""
+
+
+class JsonlSink:
+    def __init__(self, path: str | os.PathLike, *, prefix: str = DEFAULT_PREFIX,
+                 max_bytes: int = DEFAULT_MAX_BYTES, max_age_s: float = DEFAULT_MAX_AGE_S,
+                 fsync: bool = True, clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time, recover: bool = True) -> None:
+        """``clock`` measures file age (monotonic); ``wall_clock`` names files (UTC).  Both are
+        injectable for tests.  ``recover`` publishes orphaned ``.open`` files at start-up."""
+        self.directory = os.fspath(path)
+        self.prefix = prefix
+        self.max_bytes = max_bytes
+        self.max_age_s = max_age_s
+        self.fsync = fsync
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._name_re = re.compile(re.escape(prefix) + r"-\d{8}T\d{6}Z-\d+" + re.escape(OPEN_SUFFIX))
+        self._seq = 0
+        self._file = None           # io.BufferedWriter over the current .open file
+        self._open_path = ""
+        self._size = 0              # bytes handed to the file object (buffered included)
+        self._durable = 0           # bytes known fsync'ed
+        self._opened_at = 0.0
+        self._dir_dirty = False     # a directory entry was created and not yet fsync'ed
+        self.closed = False
+        self.recovered: list[str] = []
+        self.published: list[str] = []   # most recent files only; see _remember
+        os.makedirs(self.directory, exist_ok=True)
+        if recover:
+            self.recovered = self.recover_orphans()
+
+    @classmethod
+    def from_settings(cls, settings: dict, **kwargs) -> JsonlSink:
+        """Settings: ``path`` (directory, required; created if missing), ``prefix``
+        ("records"), ``max_bytes`` (128 MiB), ``max_age_s`` (3600), ``fsync`` (true)."""
+        check_settings("jsonl", settings, _SETTINGS)
+        path = settings.get("path")
+        if not isinstance(path, str) or not path:
+            raise ValueError("path is required: the directory to write files into")
+        prefix = settings.get("prefix", DEFAULT_PREFIX)
+        if not isinstance(prefix, str) or not _PREFIX_OK.fullmatch(prefix):
+            raise ValueError(f"prefix must be a non-empty file-name part (letters, digits, '.', '_', '-'), "
+                             f"not {prefix!r}")
+        max_bytes = settings.get("max_bytes", DEFAULT_MAX_BYTES)
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes <= 0:
+            raise ValueError(f"max_bytes must be a positive integer, not {max_bytes!r}")
+        max_age_s = settings.get("max_age_s", DEFAULT_MAX_AGE_S)
+        if not isinstance(max_age_s, (int, float)) or isinstance(max_age_s, bool) or max_age_s <= 0:
+            raise ValueError(f"max_age_s must be a positive number of seconds, not {max_age_s!r}")
+        fsync = settings.get("fsync", True)
+        if not isinstance(fsync, bool):
+            raise ValueError(f"fsync must be true or false, not {fsync!r}")
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise ValueError(f"path {path!r} exists and is not a directory")
+        try:
+            return cls(path, prefix=prefix, max_bytes=max_bytes, max_age_s=float(max_age_s),
+                       fsync=fsync, **kwargs)
+        except OSError as exc:
+            raise ValueError(f"cannot use directory {path!r}: {exc.strerror or exc}") from exc
+
+    # -- the Sink protocol ----------------------------------------------------------------------
+
+    def write(self, records: Sequence[Record]) -> None:
+        """Append the batch (one write call).  Records JSON cannot hold are reported with a
+        ``SinkWriteError`` naming their indexes; the others are written."""
+        if self.closed:
+            raise ValueError("write to a closed jsonl sink")
+        text, failed = encode_batch(records)
+        if text:
+            data = text.encode("ascii")  # the encoder escapes everything non-ASCII
+            try:
+                if self._file is not None and self._due():
+                    self._sync()
+                    self._publish_current()
+                if self._file is None:
+                    self._open_new()
+                self._file.write(data)
+            except OSError as exc:
+                raise self._fail("write", exc) from exc
+            self._size += len(data)
+        if failed:
+            raise SinkWriteError(f"{len(failed)} record(s) have a key or value JSON cannot hold",
+                                 failed)
+
+    def flush(self) -> None:
+        """Make everything written durable; publish the file if it is full or old enough."""
+        if self._file is None:
+            return
+        try:
+            self._sync()
+            if self._due():
+                self._publish_current()
+        except OSError as exc:
+            raise self._fail("flush", exc) from exc
+
+    def close(self) -> None:
+        """Flush and publish the current file.  Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._file is None:
+            return
+        try:
+            self._sync()
+            self._publish_current()
+        except OSError as exc:
+            raise self._fail("close", exc) from exc
+
+    # -- files ------------------------------------------------------------------------------------
+
+    def _due(self) -> bool:
+        return self._size >= self.max_bytes or self._clock() - self._opened_at >= self.max_age_s
+
+    def _next_stem(self) -> str:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._wall_clock()))
+        self._seq += 1
+        return os.path.join(self.directory, f"{self.prefix}-{stamp}-{self._seq:06d}")
+
+    def _open_new(self) -> None:
+        while True:
+            stem = self._next_stem()
+            if os.path.lexists(stem + DONE_SUFFIX):
+                continue
+            try:
+                fd = os.open(stem + OPEN_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            except FileExistsError:
+                continue
+            break
+        try:
+            # Blocking: another process's recover_orphans() may hold it for a moment, sees an
+            # empty young file and lets go.
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._file = open(fd, "wb", buffering=_BUFFER_BYTES)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._open_path = stem + OPEN_SUFFIX
+        self._size = self._durable = 0
+        self._opened_at = self._clock()
+        self._dir_dirty = True
+
+    def _sync(self) -> None:
+        f = self._file
+        f.flush()
+        fd = f.fileno()
+        if self.fsync:
+            os.fsync(fd)
+        if os.fstat(fd).st_nlink == 0:
+            raise FileNotFoundError(errno.ENOENT, "the file was removed while being written",
+                                    self._open_path)
+        if self._dir_dirty:
+            self._sync_directory()
+            self._dir_dirty = False
+        self._durable = self._size
+
+    def _sync_directory(self) -> None:
+        if not self.fsync:
+            return
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _publish_current(self) -> None:
+        """Rename the synced current file to its final name, then let go of it (and its lock)."""
+        final = self._publish(self._open_path)
+        f, self._file = self._file, None
+        f.close()
+        self._remember(final)
+
+    def _publish(self, open_path: str) -> str:
+        """``x.jsonl.open`` → ``x.jsonl`` without ever replacing an existing file; fsyncs the
+        directory.  Returns the final path."""
+        final = open_path[: -len(".open")]
+        while True:
+            try:
+                os.link(open_path, final)
+            except FileExistsError:
+                final = self._next_stem() + DONE_SUFFIX
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS):
+                    raise
+                # A file system without hard links: rename (can replace, so check first).
+                while os.path.lexists(final):
+                    final = self._next_stem() + DONE_SUFFIX
+                os.rename(open_path, final)
+                break
+            os.unlink(open_path)
+            break
+        self._sync_directory()
+        return final
+
+    def _remember(self, final: str) -> None:
+        self.published.append(final)
+        if len(self.published) > 16:  # for tests and logs, not an ever-growing history
+            del self.published[:-16]
+
+    def _fail(self, action: str, exc: OSError) -> JsonlWriteError:
+        """Drop the current file's non-durable tail, let go of it, and describe what happened."""
+        path = self._open_path
+        self._abandon()
+        if not os.path.isdir(self.directory):
+            cause = f"directory {self.directory} does not exist (was it removed?)"
+        else:
+            cause = f"{exc.strerror or exc} ({exc.filename or path})"
+        return JsonlWriteError(f"jsonl sink: {action} failed: {cause}; records written since the "
+                               "last successful flush were not stored, earlier files are intact")
+
+    def _abandon(self) -> None:
+        f, path, durable = self._file, self._open_path, self._durable
+        self._file = None
+        if f is None:
+            return
+        held = None
+        try:
+            # Keep the open file (and so its flock) through a duplicate descriptor, and point
+            # f's descriptor at /dev/null so closing f cannot append its unwritten buffer.
+            held = os.dup(f.fileno())
+            null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.dup2(null, f.fileno())
+            finally:
+                os.close(null)
+        except OSError:
+            pass
+        try:
+            f.close()
+        except OSError:
+            pass
+        if held is None:
+            return  # left as an orphan: the next start-up's recover_orphans() publishes it
+        try:
+            if durable == 0:
+                os.unlink(path)
+            else:
+                os.ftruncate(held, durable)
+                if self.fsync:
+                    os.fsync(held)
+                self._remember(self._publish(path))
+        except OSError:
+            pass  # same: recovered on the next start-up
+        finally:
+            os.close(held)
+
+    # -- crash recovery ---------------------------------------------------------------------------
+
+    def recover_orphans(self) -> list[str]:
+        """Publish ``.open`` files of this prefix that no live writer holds.
+
+        Each is cut back to its last complete line (a crash mid-write can leave half a line;
+        those records were never acknowledged and will be consumed again).  Returns the
+        published paths.
+        """
+        published = []
+        for name in sorted(os.listdir(self.directory)):
+            if not self._name_re.fullmatch(name):
+                continue
+            path = os.path.join(self.directory, name)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live writer's file
+                st = os.fstat(fd)
+                if st.st_nlink == 0:
+                    continue  # published or removed while we looked
+                final = path[: -len(".open")]
+                if os.path.lexists(final) and os.path.samestat(os.stat(final), st):
+                    os.unlink(path)  # crashed between link and unlink: already published
+                    continue
+                if st.st_size == 0:
+                    if self._wall_clock() - st.st_mtime > _STALE_EMPTY_AGE_S:
+                        os.unlink(path)
+                    continue
+                keep = _complete_length(fd, st.st_size)
+                if keep == 0:
+                    os.unlink(path)
+                    continue
+                if keep < st.st_size:
+                    os.ftruncate(fd, keep)
+                if self.fsync:
+                    os.fsync(fd)
+                published.append(self._publish(path))
+            finally:
+                os.close(fd)
+        return published
+
+    def __repr__(self) -> str:
+        return (f"JsonlSink({self.directory!r}, prefix={self.prefix!r}, max_bytes={self.max_bytes}, "
+                f"max_age_s={self.max_age_s}, fsync={self.fsync})")
+
+
+def _complete_length(fd: int, size: int) -> int:
+    """Length of the file up to and including its last newline (0 if it has none)."""
+    chunk = 64 * 1024
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        data = os.pread(fd, end - start, start)
+        i = data.rfind(b"\n")
+        if i >= 0:
+            return start + i + 1
+        end = start
+    return 0

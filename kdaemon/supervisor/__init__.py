@@ -1,0 +1,1 @@
+"""The pre-fork supervisor: forks workers, keeps them alive, talks to systemd, serves metrics."""

@@ -1,0 +1,531 @@
+"""The arbiter: a pre-fork supervisor after gunicorn's.
+
+Signal handlers only enqueue the signal and write to a wake-up pipe; the main loop dispatches
+(``handle_term``, ``handle_hup``, ...) and on every tick reaps children, checks heartbeats,
+restarts crashed workers with backoff, keeps the worker count, and talks to systemd.
+
+The supervisor itself never creates a Kafka client, a thread or a plugin: those exist only in
+workers, after fork.  It serves ``/metrics`` from its own select loop (no thread), aggregating
+the files the workers write in prometheus-client's multiprocess mode.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+
+from ..config import ConfigError, DaemonConfig, load
+from . import sdnotify
+from .child import EXIT_BOOT_FAILURE, run_child
+
+log = logging.getLogger("kdaemon.supervisor")
+
+EXIT_OK = 0
+EXIT_WORKER_BOOT_FAILED = 4
+_HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
+_RESTART_BACKOFF_MAX = 30.0
+_STABLE_AFTER_S = 60.0
+_BOOT_CRASHES = 5  # a worker that dies this many times in a row before ever being ready: stop
+
+
+@dataclass
+class WorkerProc:
+    index: int
+    pid: int
+    heartbeat_fd: int
+    started: float
+    last_heartbeat: float
+    ready: bool = False
+    assigned: int = 0
+    lag: int = 0
+    delivered: int = 0
+    stopping: bool = False
+    stop_sent_at: float | None = None
+    buffer: bytes = b""
+    generation: int = 0  # the config generation it was started with
+
+
+@dataclass
+class Slot:
+    """Restart bookkeeping per worker index."""
+
+    failures: int = 0
+    next_start: float = 0.0
+    crashes_before_ready: int = 0
+    restarts: int = 0
+
+
+def validate_in_subprocess(config_path: str) -> list[str]:
+    """Run ``kdaemon check-config`` in a fresh process and return its problems.
+
+    Checking what the plugins think of a configuration means running plugin code (factories);
+    doing it in the supervisor would leave whatever it creates (threads, sockets) in the
+    process every worker is forked from.
+    """
+    import subprocess
+    proc = subprocess.run([sys.executable, "-m", "kdaemon.cli", "check-config", "-c", config_path],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode == 0:
+        return []
+    return [line for line in proc.stderr.splitlines() if line.strip()] or \
+        [f"{config_path}: check-config exited with {proc.returncode}"]
+
+
+class Arbiter:
+    def __init__(self, config_path: str, config: DaemonConfig, *, workers_override: int | None = None) -> None:
+        self.config_path = config_path
+        self.config = config
+        self.target = workers_override if workers_override is not None else (config.daemon.workers or os.cpu_count() or 1)
+        self.workers: dict[int, WorkerProc] = {}   # pid -> proc
+        self.slots: dict[int, Slot] = {}
+        self._signals: list[int] = []
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._stopping = False
+        self._exit_code = EXIT_OK
+        self._ready_sent = False
+        self._config_generation = 0
+        self._rolling: list[int] = []
+        self._roll_waiting: int | None = None
+        self._metrics_sock: socket.socket | None = None
+        self._metrics_dir: str | None = None
+        self._next_sample = 0.0
+        self._next_status = 0.0
+        self._watchdog = sdnotify.watchdog_interval_s()
+        self._next_watchdog = 0.0
+        self._prom = None
+
+    # -- set-up ---------------------------------------------------------------------------------
+
+    def _setup_metrics(self) -> None:
+        d = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.path.join(self.config.daemon.state_dir, "metrics")
+        shutil.rmtree(d, ignore_errors=True)   # stale files from a previous run would add up
+        os.makedirs(d, exist_ok=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = d
+        self._metrics_dir = d
+        from . import metrics as supervisor_metrics  # imported only now: the env var must be set
+        self._prom = supervisor_metrics
+        host, _, port = self.config.daemon.metrics_addr.rpartition(":")
+        try:
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host.strip("[]"), int(port)))
+            sock.listen(16)
+            sock.setblocking(False)
+            sock.set_inheritable(False)
+            self._metrics_sock = sock
+            log.info("metrics on http://%s/metrics", self.config.daemon.metrics_addr)
+        except OSError as exc:
+            log.error("cannot serve metrics on %s: %s (continuing without)", self.config.daemon.metrics_addr, exc)
+
+    def _install_signals(self) -> None:
+        for sig in _HANDLED:
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        self._signals.append(signum)
+        try:
+            os.write(self._wake_w, b"s")
+        except BlockingIOError:
+            pass
+
+    # -- the main loop --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self._setup_metrics()
+        self._install_signals()
+        log.info("kdaemon supervisor %s starting %d worker(s)", os.getpid(), self.target)
+        sdnotify.notify(f"STATUS=starting {self.target} worker(s)")
+        try:
+            while True:
+                self._manage_workers()
+                self._sleep()
+                self._dispatch_signals()
+                self._reap()
+                if self._stopping and not self.workers:
+                    break
+                self._check_liveness()
+                self._sample_resources()
+                self._step_rolling()
+                self._report()
+        except Exception:
+            log.exception("supervisor failure; stopping workers")
+            self._exit_code = 1
+            self._terminate_all(graceful=False)
+        finally:
+            if self._metrics_sock is not None:
+                self._metrics_sock.close()
+        log.info("supervisor exiting with code %d", self._exit_code)
+        return self._exit_code
+
+    def _sleep(self) -> None:
+        fds = [self._wake_r] + [w.heartbeat_fd for w in self.workers.values()]
+        if self._metrics_sock is not None:
+            fds.append(self._metrics_sock.fileno())
+        try:
+            readable, _, _ = select.select(fds, [], [], 0.5)
+        except InterruptedError:
+            return
+        for fd in readable:
+            if fd == self._wake_r:
+                try:
+                    while os.read(self._wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+            elif self._metrics_sock is not None and fd == self._metrics_sock.fileno():
+                self._serve_metrics()
+            else:
+                self._read_heartbeat(fd)
+
+    def _read_heartbeat(self, fd: int) -> None:
+        proc = next((w for w in self.workers.values() if w.heartbeat_fd == fd), None)
+        if proc is None:
+            return
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            return  # EOF: the worker is exiting; the reaper handles it
+        proc.buffer += data
+        *lines, proc.buffer = proc.buffer.split(b"\n")
+        now = time.monotonic()
+        for line in lines:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            proc.last_heartbeat = now
+            proc.assigned = msg.get("assigned", 0)
+            proc.lag = msg.get("lag", 0)
+            proc.delivered = msg.get("delivered", 0)
+            if msg.get("ready") and not proc.ready:
+                proc.ready = True
+                self.slots[proc.index].crashes_before_ready = 0
+                log.info("worker %d (pid %d) has its assignment (%d partitions)", proc.index, proc.pid,
+                         proc.assigned)
+
+    # -- signals --------------------------------------------------------------------------------
+
+    def _dispatch_signals(self) -> None:
+        while self._signals:
+            sig = self._signals.pop(0)
+            handler = {signal.SIGTERM: self.handle_term, signal.SIGINT: self.handle_term,
+                       signal.SIGHUP: self.handle_hup, signal.SIGTTIN: self.handle_ttin,
+                       signal.SIGTTOU: self.handle_ttou}.get(sig)
+            if handler is not None:
+                handler()
+
+    def handle_term(self) -> None:
+        if self._stopping:
+            return
+        log.info("stopping: asking %d worker(s) to finish, flush and commit", len(self.workers))
+        sdnotify.notify("STOPPING=1")
+        self._stopping = True
+        self._terminate_all(graceful=True)
+
+    def handle_hup(self) -> None:
+        try:
+            new = load(self.config_path)
+            problems = validate_in_subprocess(self.config_path)
+            if problems:
+                raise ConfigError(problems)
+        except ConfigError as exc:
+            log.error("reload refused, keeping the running configuration:\n%s", exc)
+            return
+        except Exception as exc:
+            log.error("reload refused, keeping the running configuration: %s", exc)
+            return
+        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={sdnotify.monotonic_usec()}")
+        log.info("reloading %s: rolling %d worker(s) one at a time", self.config_path, len(self.workers))
+        self.config = new
+        self._config_generation += 1
+        self._rolling = sorted({w.index for w in self.workers.values() if not w.stopping})
+        self._roll_waiting = None
+        self._ready_sent = False
+
+    def handle_ttin(self) -> None:
+        self.target += 1
+        log.info("one worker more: %d", self.target)
+        self._after_resize()
+
+    def handle_ttou(self) -> None:
+        if self.target <= 1:
+            return
+        self.target -= 1
+        log.info("one worker less: %d", self.target)
+        for w in self.workers.values():
+            if w.index >= self.target and not w.stopping:
+                self._stop_worker(w)
+        self._after_resize()
+
+    def _after_resize(self) -> None:
+        if self.config.daemon.assignment == "static":
+            # Subsets depend on the worker count: every worker takes its new share.
+            self._rolling = sorted({w.index for w in self.workers.values()
+                                    if not w.stopping and w.index < self.target})
+            self._roll_waiting = None
+
+    # -- workers --------------------------------------------------------------------------------
+
+    def _live_indexes(self) -> set[int]:
+        return {w.index for w in self.workers.values()}
+
+    def _manage_workers(self) -> None:
+        if self._stopping:
+            return
+        now = time.monotonic()
+        live = self._live_indexes()
+        for index in range(self.target):
+            if index in live:
+                continue
+            if self._roll_waiting is not None and index != self._roll_waiting and index in self._rolling:
+                continue
+            slot = self.slots.setdefault(index, Slot())
+            if now < slot.next_start:
+                continue
+            self._spawn(index)
+
+    def _spawn(self, index: int) -> None:
+        r, w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 1
+            try:
+                os.close(r)
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                if self._metrics_sock is not None:
+                    self._metrics_sock.close()
+                for other in self.workers.values():
+                    try:
+                        os.close(other.heartbeat_fd)
+                    except OSError:
+                        pass
+                code = run_child(self.config, index, self.target, w)
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        os.close(w)
+        os.set_blocking(r, False)
+        now = time.monotonic()
+        self.workers[pid] = WorkerProc(index, pid, r, now, now, generation=self._config_generation)
+        log.info("started worker %d (pid %d)", index, pid)
+
+    def _stop_worker(self, proc: WorkerProc) -> None:
+        proc.stopping = True
+        proc.stop_sent_at = time.monotonic()
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    def _terminate_all(self, graceful: bool) -> None:
+        for proc in list(self.workers.values()):
+            if graceful:
+                if not proc.stopping:
+                    self._stop_worker(proc)
+            else:
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            proc = self.workers.pop(pid, None)
+            if proc is None:
+                continue
+            try:
+                os.close(proc.heartbeat_fd)
+            except OSError:
+                pass
+            if self._prom is not None:
+                self._prom.mark_dead(pid)
+            code = os.waitstatus_to_exitcode(status)
+            self._on_exit(proc, code)
+
+    def _on_exit(self, proc: WorkerProc, code: int) -> None:
+        slot = self.slots.setdefault(proc.index, Slot())
+        now = time.monotonic()
+        if proc.stopping or self._stopping:
+            log.info("worker %d (pid %d) stopped with code %d", proc.index, proc.pid, code)
+            if code not in (0, -signal.SIGTERM) and self._stopping and self._exit_code == EXIT_OK and code > 0:
+                self._exit_code = code if code != EXIT_BOOT_FAILURE else EXIT_WORKER_BOOT_FAILED
+            slot.next_start = now
+            return
+        if code == EXIT_BOOT_FAILURE:
+            log.error("worker %d cannot boot (exit %d); see its log above. Stopping instead of "
+                      "restarting it in a loop", proc.index, code)
+            self._exit_code = EXIT_WORKER_BOOT_FAILED
+            self.handle_term()
+            return
+        if not proc.ready:
+            slot.crashes_before_ready += 1
+            if slot.crashes_before_ready >= _BOOT_CRASHES:
+                log.error("worker %d died %d times before ever getting its assignment; stopping",
+                          proc.index, slot.crashes_before_ready)
+                self._exit_code = EXIT_WORKER_BOOT_FAILED
+                self.handle_term()
+                return
+        if now - proc.started > _STABLE_AFTER_S:
+            slot.failures = 0
+        backoff = min(_RESTART_BACKOFF_MAX, 0.5 * (2 ** slot.failures))
+        slot.failures += 1
+        slot.restarts += 1
+        slot.next_start = now + backoff
+        if self._prom is not None:
+            self._prom.WORKER_RESTARTS.inc()
+        log.warning("worker %d (pid %d) exited with code %d; restarting in %.1fs", proc.index, proc.pid,
+                    code, backoff)
+
+    def _check_liveness(self) -> None:
+        now = time.monotonic()
+        deadline = self.config.daemon.heartbeat_timeout_s
+        for proc in list(self.workers.values()):
+            if proc.stopping:
+                if proc.stop_sent_at is not None and now - proc.stop_sent_at > self.config.daemon.shutdown_timeout_s:
+                    log.warning("worker %d (pid %d) did not stop within %.0fs; killing it", proc.index,
+                                proc.pid, self.config.daemon.shutdown_timeout_s)
+                    try:
+                        os.kill(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    proc.stop_sent_at = now + 3600
+                continue
+            if now - proc.last_heartbeat > deadline:
+                log.error("worker %d (pid %d) missed its heartbeat for %.0fs; killing and replacing it",
+                          proc.index, proc.pid, now - proc.last_heartbeat)
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.last_heartbeat = now  # one kill per deadline
+
+    def _sample_resources(self) -> None:
+        now = time.monotonic()
+        if now < self._next_sample:
+            return
+        self._next_sample = now + 5.0
+        try:
+            import psutil
+        except ImportError:
+            return
+        limit = self.config.daemon.max_worker_rss_mb
+        for proc in list(self.workers.values()):
+            try:
+                p = psutil.Process(proc.pid)
+                rss_mb = p.memory_info().rss / 1048576
+                cpu = p.cpu_percent(interval=None)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            if self._prom is not None:
+                self._prom.WORKER_RSS.labels(str(proc.index)).set(rss_mb * 1048576)
+                self._prom.WORKER_CPU.labels(str(proc.index)).set(cpu)
+            if limit and rss_mb > limit and not proc.stopping and not self._rolling:
+                log.warning("worker %d (pid %d) uses %.0f MB > max_worker_rss_mb=%d; recycling it",
+                            proc.index, proc.pid, rss_mb, limit)
+                self._rolling = [proc.index]
+                self._roll_waiting = None
+
+    def _step_rolling(self) -> None:
+        """Replace workers one at a time (reload, resize, recycle): stop one, wait until its
+        successor has its assignment, go on."""
+        if self._stopping:
+            return
+        if self._roll_waiting is not None:
+            index = self._roll_waiting
+            succ = next((w for w in self.workers.values() if w.index == index and not w.stopping), None)
+            if succ is None or not succ.ready:
+                return
+            self._roll_waiting = None
+        if not self._rolling:
+            return
+        index = self._rolling.pop(0)
+        old = next((w for w in self.workers.values() if w.index == index and not w.stopping), None)
+        if old is not None:
+            self._stop_worker(old)
+            self.slots.setdefault(index, Slot()).next_start = 0.0
+        self._roll_waiting = index
+
+    # -- reporting ------------------------------------------------------------------------------
+
+    def _all_ready(self) -> bool:
+        running = [w for w in self.workers.values() if not w.stopping]
+        return len(running) >= self.target and all(w.ready for w in running) and not self._rolling \
+            and self._roll_waiting is None
+
+    def _report(self) -> None:
+        now = time.monotonic()
+        if self._stopping:
+            return
+        all_ready = self._all_ready()
+        if all_ready and not self._ready_sent:
+            self._ready_sent = True
+            log.info("all %d worker(s) have their assignment", self.target)
+            sdnotify.notify("READY=1")
+        if now >= self._next_status:
+            self._next_status = now + 5.0
+            running = [w for w in self.workers.values() if not w.stopping]
+            lag = sum(w.lag for w in running)
+            sdnotify.notify(f"STATUS={sum(w.ready for w in running)}/{self.target} workers ready, "
+                            f"{sum(w.assigned for w in running)} partitions, lag {lag}")
+        if self._watchdog is not None and now >= self._next_watchdog:
+            live = all(now - w.last_heartbeat <= self.config.daemon.heartbeat_timeout_s
+                       for w in self.workers.values() if not w.stopping)
+            if live:
+                self._next_watchdog = now + self._watchdog
+                sdnotify.notify("WATCHDOG=1")
+
+    def _serve_metrics(self) -> None:
+        try:
+            conn, _ = self._metrics_sock.accept()  # type: ignore[union-attr]
+        except (BlockingIOError, OSError):
+            return
+        try:
+            conn.settimeout(2.0)
+            request = b""
+            while b"\r\n\r\n" not in request and len(request) < 8192:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                request += chunk
+            line = request.split(b"\r\n", 1)[0].decode("latin-1", "replace").split()
+            if len(line) >= 2 and line[0] == "GET" and line[1].split("?")[0] in ("/metrics", "/"):
+                body, ctype = self._prom.render()  # type: ignore[union-attr]
+                status = "200 OK"
+            else:
+                body, ctype, status = b"not found\n", "text/plain", "404 Not Found"
+            conn.sendall(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                         f"Connection: close\r\n\r\n".encode() + body)
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
+                log.debug("metrics request failed: %s", exc)
+        finally:
+            conn.close()

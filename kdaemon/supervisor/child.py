@@ -1,0 +1,97 @@
+"""What a forked worker process runs.
+
+Runs in the child right after fork: signal handlers are reset, NOTIFY_SOCKET is dropped (only
+the supervisor talks to systemd), and only then are the consumer, its threads and sockets, the
+plugins and the sink created.  The worker reports liveness and readiness over a pipe to the
+supervisor: one JSON line per heartbeat.
+
+Exit codes: 0 clean stop; 3 stopped by an error policy; 4 could not boot (bad plugin,
+credentials, configuration only the plugins could check) — the supervisor does not restart a
+worker that cannot boot; 1 anything else (restarted with backoff).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+
+EXIT_BOOT_FAILURE = 4
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """Writes ``{"ready": bool, "assigned": n, "lag": n, "delivered": n}`` lines, rate-limited."""
+
+    def __init__(self, fd: int, interval_s: float = 0.5) -> None:
+        self.fd = fd
+        self.interval = interval_s
+        self._next = 0.0
+        self._last_ready = None
+        os.set_blocking(fd, False)
+
+    def beat(self, worker) -> None:
+        now = time.monotonic()
+        consumer = worker.consumer
+        ready = worker.ready
+        if now < self._next and ready == self._last_ready:
+            return
+        self._next = now + self.interval
+        self._last_ready = ready
+        m = consumer.metrics()
+        lag = sum(p["records_lag"] or 0 for p in m["partitions"].values())
+        line = json.dumps({"ready": ready, "assigned": len(m["partitions"]), "lag": lag,
+                           "delivered": sum(worker.stats.delivered.values())}) + "\n"
+        try:
+            os.write(self.fd, line.encode())
+        except (BlockingIOError, BrokenPipeError):
+            pass
+
+
+def run_child(config, index: int, workers: int, heartbeat_fd: int) -> int:
+    """Build and run one worker; never returns to the supervisor's code (the caller _exit()s)."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
+                signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    os.environ.pop("NOTIFY_SOCKET", None)
+    os.environ.pop("WATCHDOG_USEC", None)
+    os.environ.pop("WATCHDOG_PID", None)
+    logging.getLogger().handlers.clear()
+    logging.basicConfig(level=getattr(logging, config.daemon.log_level, logging.INFO),
+                        format=f"%(asctime)s %(levelname)s worker-{index} %(name)s: %(message)s",
+                        stream=sys.stderr)
+    heartbeat = Heartbeat(heartbeat_fd)
+    try:
+        from ..worker.main import make_worker
+        from ..worker.metrics import WorkerMetrics
+        metrics = WorkerMetrics()
+
+        def on_tick(worker) -> None:
+            heartbeat.beat(worker)
+            metrics.update(worker)
+
+        worker = make_worker(config, index=index, workers=workers, static_members=True, on_tick=on_tick)
+    except Exception:
+        log.error("worker %d cannot boot:\n%s", index, traceback.format_exc())
+        return EXIT_BOOT_FAILURE
+    signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
+    signal.signal(signal.SIGINT, lambda *_: worker.request_stop())
+    from ..client.errors import AuthenticationError
+    try:
+        code = worker.run()
+    except AuthenticationError as exc:
+        log.error("worker %d cannot authenticate: %s", index, exc)
+        code = EXIT_BOOT_FAILURE
+    except Exception:
+        log.error("worker %d failed:\n%s", index, traceback.format_exc())
+        code = 1
+    try:
+        metrics.update(worker, force=True)
+    except Exception:
+        pass
+    return code

@@ -1,0 +1,1 @@
+"""A worker: one consumer and its pipeline, in one process (forked by the supervisor)."""

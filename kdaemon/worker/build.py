@@ -1,0 +1,128 @@
+"""Turn a validated configuration and the loaded plugins into the objects a worker runs.
+
+Done once per worker (after fork).  Unknown names and factories that refuse their settings are
+reported as configuration problems in the same ``file: section.key: problem`` form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..config import ConfigError, DaemonConfig, FilterConfig
+from ..protocol.header_match import HeaderRule, HeaderRules
+
+
+@dataclass
+class PipelineParts:
+    header_filter: Callable | None
+    key_deserializer: Callable
+    value_deserializer: Callable
+    interceptors: list[tuple[str, Any]]
+    sink: Any
+    dlq: Any | None
+
+
+class FilterChain:
+    """Several header filters; a record is kept only if every one keeps it.
+
+    Consecutive declarative rules were already compiled into one ``HeaderRules``; when that is
+    the whole chain, the chain *is* that object (so the C decoder evaluates it natively).
+    """
+
+    __slots__ = ("filters",)
+
+    def __init__(self, filters: list[Callable]) -> None:
+        self.filters = tuple(filters)
+
+    def __call__(self, headers) -> bool:
+        for f in self.filters:
+            if not f(headers):
+                return False
+        return True
+
+    def __repr__(self) -> str:
+        return f"FilterChain({list(self.filters)!r})"
+
+
+def _rule_group(rules: list[FilterConfig], default_setting: str) -> HeaderRules:
+    compiled = [HeaderRule(r.header, r.op, tuple(r.values), keep=r.action == "keep") for r in rules]
+    if default_setting == "keep":
+        default = True
+    elif default_setting == "drop":
+        default = False
+    else:
+        # "auto": a list of keep rules is an allowlist, a list of drop rules a blocklist; in
+        # general the default is the opposite of the last rule's action.
+        default = not compiled[-1].keep
+    return HeaderRules(compiled, default=default)
+
+
+def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False) -> PipelineParts:
+    problems: list[str] = []
+    path = config.path
+
+    def problem(where: str, text: str) -> None:
+        problems.append(f"{path}: {where}: {text}")
+
+    def make(kind: str, where: str, factories: dict, name: str, settings: dict):
+        factory = factories.get(name)
+        if factory is None:
+            problem(where, f"no {kind} named {name!r} (available: {', '.join(sorted(factories)) or 'none'}; "
+                           "is the plugin providing it listed in `plugins`?)")
+            return None
+        if dry_run and kind == "sink":
+            return None  # building a sink may create files; names are checked above
+        try:
+            return factory(settings)
+        except (ValueError, TypeError, KeyError) as exc:
+            problem(where, f"{kind} {name!r} refused its settings: {exc}")
+            return None
+
+    filter_factories = plugins.header_filters()
+    chain: list[Callable] = []
+    pending_rules: list[FilterConfig] = []
+    for i, f in enumerate(config.filters):
+        if f.plugin is None:
+            pending_rules.append(f)
+            continue
+        if pending_rules:
+            chain.append(_rule_group(pending_rules, config.daemon.filter_default))
+            pending_rules = []
+        built = make("header filter", f"filters[{i}].plugin", filter_factories, f.plugin, f.settings)
+        if built is not None:
+            if not callable(built):
+                problem(f"filters[{i}].plugin", f"filter {f.plugin!r} did not return a callable")
+            else:
+                chain.append(built)
+    if pending_rules:
+        chain.append(_rule_group(pending_rules, config.daemon.filter_default))
+    header_filter = None if not chain else chain[0] if len(chain) == 1 else FilterChain(chain)
+
+    deserializers = plugins.deserializers()
+    key_d = make("deserializer", "deserializer.key", deserializers, config.deserializer.key,
+                 config.deserializer.settings)
+    value_d = make("deserializer", "deserializer.value", deserializers, config.deserializer.value,
+                   config.deserializer.settings)
+
+    interceptor_factories = plugins.interceptors()
+    interceptors = []
+    for i, ic in enumerate(config.interceptors):
+        built = make("interceptor", f"interceptors[{i}].name", interceptor_factories, ic.name, ic.settings)
+        if built is not None:
+            interceptors.append((ic.name, built))
+
+    sink_factories = plugins.sinks()
+    sink = make("sink", "sink.type", sink_factories, config.sink.type, config.sink.settings)
+    dlq = None
+    if config.dlq is not None:
+        dlq = make("sink", "dlq.type", sink_factories, config.dlq.type, config.dlq.settings)
+    if problems:
+        for obj in (sink, dlq):
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:
+                    pass
+        raise ConfigError(problems)
+    return PipelineParts(header_filter, key_d, value_d, interceptors, sink, dlq)

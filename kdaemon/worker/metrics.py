@@ -1,0 +1,114 @@
+"""Prometheus metrics of one worker, in prometheus-client's multiprocess mode.
+
+The supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` before forking and aggregates the files every
+worker writes; this module must therefore be imported only in the worker (after fork).  Gauges
+use live-aggregating modes so a dead worker's series disappear once the supervisor marks it dead.
+
+Updating is cheap and infrequent: ``WorkerMetrics.update`` turns counters the consumer and the
+pipeline keep anyway into Prometheus increments, at most once a second.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RECORDS_FETCHED = Counter("kdaemon_records_fetched_total", "Records returned by the consumer (after the header filter)",
+                          ["topic", "partition"])
+RECORDS_FILTERED = Counter("kdaemon_records_filtered_total", "Records dropped by header filters",
+                           ["topic", "partition"])
+RECORDS_DELIVERED = Counter("kdaemon_records_delivered_total", "Records accepted by the sink",
+                            ["topic", "partition"])
+RECORDS_DLQ = Counter("kdaemon_records_dlq_total", "Records written to the dead-letter queue", ["stage"])
+RECORDS_SKIPPED = Counter("kdaemon_records_skipped_total", "Records skipped by an error policy", ["stage"])
+RECORDS_INTERCEPTED = Counter("kdaemon_records_dropped_by_interceptors_total",
+                              "Records removed by on_consume interceptors")
+BYTES_FETCHED = Counter("kdaemon_fetch_bytes_total", "Record-set bytes received")
+LAG = Gauge("kdaemon_records_lag", "Records between the position and the high watermark (Java records-lag)",
+            ["topic", "partition"], multiprocess_mode="livesum")
+FETCH_LATENCY = Histogram("kdaemon_fetch_latency_seconds", "Fetch request round trips (mean per interval)")
+COMMIT_LATENCY = Histogram("kdaemon_commit_latency_seconds", "Offset commit latency")
+FLUSH_LATENCY = Histogram("kdaemon_sink_flush_seconds", "Sink flush latency")
+SINK_BATCH = Histogram("kdaemon_sink_batch_records", "Records per sink write",
+                       buckets=(1, 10, 50, 100, 250, 500, 1000, 5000, 10000, 50000))
+REBALANCES = Counter("kdaemon_rebalances_total", "Group rebalances this worker took part in")
+PLUGIN_ERRORS = Counter("kdaemon_plugin_errors_total", "Exceptions raised by plugins", ["plugin"])
+SINK_ERRORS = Counter("kdaemon_sink_errors_total", "Failed sink writes or flushes")
+COMMITS = Counter("kdaemon_commits_total", "Successful offset commits")
+ASSIGNED = Gauge("kdaemon_assigned_partitions", "Partitions assigned to live workers", multiprocess_mode="livesum")
+
+
+class WorkerMetrics:
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval = interval_s
+        self._next = 0.0
+        self._seen: dict = {}
+        self._lag_labels: set = set()
+
+    def _delta(self, key, value) -> float:
+        old = self._seen.get(key, 0)
+        self._seen[key] = value
+        return value - old if value >= old else value
+
+    def update(self, worker, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now < self._next:
+            return
+        self._next = now + self.interval
+        stats = worker.stats
+        consumer_metrics = worker.consumer.metrics()
+        for tp, n in stats.fetched.items():
+            d = self._delta(("fetched", tp), n)
+            if d:
+                RECORDS_FETCHED.labels(tp.topic, str(tp.partition)).inc(d)
+        for tp, n in stats.delivered.items():
+            d = self._delta(("delivered", tp), n)
+            if d:
+                RECORDS_DELIVERED.labels(tp.topic, str(tp.partition)).inc(d)
+        lag_labels = set()
+        for tp, p in consumer_metrics["partitions"].items():
+            d = self._delta(("filtered", tp), p["records_filtered"])
+            if d:
+                RECORDS_FILTERED.labels(tp.topic, str(tp.partition)).inc(d)
+            if p["records_lag"] is not None:
+                LAG.labels(tp.topic, str(tp.partition)).set(p["records_lag"])
+                lag_labels.add((tp.topic, str(tp.partition)))
+        for labels in self._lag_labels - lag_labels:  # partitions that moved away
+            LAG.labels(*labels).set(0)
+        self._lag_labels = lag_labels
+        ASSIGNED.set(len(consumer_metrics["partitions"]))
+        for stage, n in stats.dlq.items():
+            d = self._delta(("dlq", stage), n)
+            if d:
+                RECORDS_DLQ.labels(stage).inc(d)
+        for stage, n in stats.skipped.items():
+            d = self._delta(("skipped", stage), n)
+            if d:
+                RECORDS_SKIPPED.labels(stage).inc(d)
+        for plugin, n in stats.plugin_errors.items():
+            d = self._delta(("plugin", plugin), n)
+            if d:
+                PLUGIN_ERRORS.labels(plugin).inc(d)
+        for key, counter, value in (("intercepted", RECORDS_INTERCEPTED, stats.dropped_by_interceptors),
+                                    ("bytes", BYTES_FETCHED, consumer_metrics["bytes_consumed_total"]),
+                                    ("sink_errors", SINK_ERRORS, stats.sink_errors),
+                                    ("commits", COMMITS, stats.commits)):
+            d = self._delta(key, value)
+            if d:
+                counter.inc(d)
+        if stats.commits and self._delta("commit_obs", stats.commits):
+            COMMIT_LATENCY.observe(stats.last_commit_seconds)
+        if stats.flushes and self._delta("flush_obs", stats.flushes):
+            FLUSH_LATENCY.observe(stats.last_flush_seconds)
+        for n in stats.batch_sizes:
+            SINK_BATCH.observe(n)
+        stats.batch_sizes.clear()
+        responses = consumer_metrics["fetch_responses_total"]
+        d = self._delta("fetch_responses", responses)
+        if d:
+            FETCH_LATENCY.observe(consumer_metrics["fetch_latency_avg_ms"] / 1000)
+        rebalances = getattr(getattr(worker.consumer, "_coordinator", None), "rebalances", 0)
+        d = self._delta("rebalances", rebalances)
+        if d:
+            REBALANCES.inc(d)

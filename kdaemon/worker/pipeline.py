@@ -1,0 +1,409 @@
+"""One worker's pipeline: poll → (header filter inside decoding) → deserialize → on_consume
+interceptors → sink → flush → commit → on_commit interceptors.
+
+Delivery rule: a partition's offset is committed only up to positions whose records are all
+durable — flushed by the sink, flushed to the dead-letter queue, or deliberately dropped (by the
+header filter or an interceptor).  The worker remembers the consumer's positions right after
+each batch was accepted by the sink (``_written``) and commits those after ``flush()``
+returned.  Records still in a sink's memory are never committed.
+
+Errors, by stage and policy (``[daemon]``):
+
+* deserialization: ``dlq`` (raw record to the DLQ), ``skip`` (count, log without payload),
+  ``stop`` (flush and commit what came before, then exit non-zero);
+* interceptor: logged and counted per plugin; the chain continues (Java semantics);
+* sink write/flush: ``retry`` (pause every partition, back off, try the same batch again:
+  nothing is lost and memory stays bounded), ``dlq``, ``stop``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..client.types import ConsumerRecord, OffsetAndMetadata, TopicPartition
+from ..config import DaemonConfig
+from ..plugins.types import Record, SinkWriteError
+from .build import PipelineParts
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_STOPPED_ON_ERROR = 3
+
+
+class WorkerStop(Exception):
+    """Raised inside the loop when a ``stop`` policy fires; the run ends with a non-zero code."""
+
+
+@dataclass
+class WorkerStats:
+    fetched: Counter = field(default_factory=Counter)        # per TopicPartition, after filtering
+    delivered: Counter = field(default_factory=Counter)      # accepted by the sink
+    dropped_by_interceptors: int = 0
+    dlq: Counter = field(default_factory=Counter)            # per stage
+    skipped: Counter = field(default_factory=Counter)        # per stage
+    plugin_errors: Counter = field(default_factory=Counter)  # per plugin name
+    sink_errors: int = 0
+    flushes: int = 0
+    commits: int = 0
+    commit_failures: int = 0
+    last_flush_seconds: float = 0.0
+    last_commit_seconds: float = 0.0
+    batch_sizes: list = field(default_factory=list)
+
+
+class Pipeline:
+    """The per-batch processing, independent of where records come from (tests drive it
+    directly; the worker feeds it from a consumer)."""
+
+    def __init__(self, config: DaemonConfig, parts: PipelineParts, stats: WorkerStats | None = None) -> None:
+        self.config = config
+        self.parts = parts
+        self.stats = stats or WorkerStats()
+        self._key = parts.key_deserializer
+        self._value = parts.value_deserializer
+
+    def deserialize(self, raw: Sequence[ConsumerRecord]) -> tuple[list[Record], list[Record]]:
+        """Return (records, dead letters)."""
+        ok: list[Record] = []
+        dead: list[Record] = []
+        key_d, value_d = self._key, self._value
+        policy = self.config.daemon.on_deserialize_error
+        for r in raw:
+            try:
+                key = key_d(r.topic, r.headers, r.key)
+                value = value_d(r.topic, r.headers, r.value)
+            except Exception as exc:
+                where = f"{r.topic}-{r.partition}@{r.offset}"
+                if policy == "stop":
+                    raise WorkerStop(f"deserialization failed at {where}: {type(exc).__name__}: {exc}") from exc
+                if policy == "skip":
+                    self.stats.skipped["deserialize"] += 1
+                    log.warning("skipping %s: deserialization failed: %s", where, type(exc).__name__)
+                    continue
+                dead.append(dead_letter(r, "deserialize", exc))
+                continue
+            ok.append(Record(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, key, value,
+                             r.headers, r.key, r.value))
+        return ok, dead
+
+    def intercept(self, records: list[Record]) -> list[Record]:
+        out = records
+        for name, interceptor in self.parts.interceptors:
+            try:
+                result = interceptor.on_consume(out)
+                if result is None:
+                    raise TypeError("on_consume returned None instead of a list of records")
+                result = list(result)
+            except Exception:
+                self.stats.plugin_errors[name] += 1
+                log.exception("interceptor %r raised in on_consume; continuing with its input", name)
+                continue
+            out = result
+        dropped = len(records) - len(out)
+        if dropped > 0:
+            self.stats.dropped_by_interceptors += dropped
+        return out
+
+    def on_commit(self, offsets) -> None:
+        for name, interceptor in self.parts.interceptors:
+            fn = getattr(interceptor, "on_commit", None)
+            if fn is None:
+                continue
+            try:
+                fn(offsets)
+            except Exception:
+                self.stats.plugin_errors[name] += 1
+                log.exception("interceptor %r raised in on_commit", name)
+
+
+def dead_letter(r, stage: str, exc: BaseException) -> Record:
+    """A DLQ entry: the raw bytes as they came from the broker plus why they failed.
+
+    The error text names the exception type and message; payloads never go to logs."""
+    raw_key = r.raw_key if isinstance(r, Record) else r.key
+    raw_value = r.raw_value if isinstance(r, Record) else r.value
+    text = f"{type(exc).__name__}: {exc}"[:1000]
+    headers = list(r.headers) + [("kdaemon.error", text.encode("utf-8", "replace")),
+                                 ("kdaemon.stage", stage.encode())]
+    return Record(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, raw_key, raw_value,
+                  headers, raw_key, raw_value)
+
+
+class Worker:
+    """Runs the pipeline against a consumer until stopped.
+
+    ``subscribe_or_assign`` is called once with the consumer and the rebalance listener: group
+    mode subscribes, static mode assigns a fixed partition subset.
+    """
+
+    def __init__(self, config: DaemonConfig, parts: PipelineParts, consumer,
+                 subscribe_or_assign: Callable, *, clock: Callable[[], float] = time.monotonic,
+                 on_tick: Callable[["Worker"], None] | None = None) -> None:
+        self.config = config
+        self.parts = parts
+        self.consumer = consumer
+        self.stats = WorkerStats()
+        self.pipeline = Pipeline(config, parts, self.stats)
+        self._subscribe_or_assign = subscribe_or_assign
+        self._clock = clock
+        self._on_tick = on_tick
+        self._stopping = False
+        self._written: dict[TopicPartition, int] = {}     # positions whose records are in the sink
+        self._committed: dict[TopicPartition, int] = {}
+        self._unflushed = 0
+        self._last_flush = clock()
+        self._pending_batch: tuple[list[Record], list[Record], dict] | None = None
+        self._retry_at = 0.0
+        self._backoff = config.daemon.sink_retry_backoff_ms / 1000
+        self._paused_for_sink = False
+        self._assigned_once = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """Has its assignment: a group generation, or a manual assignment."""
+        c = self.consumer
+        if getattr(c, "_coordinator", None) is not None and c._subscriptions.has_subscription:
+            return c.group_stable()
+        return bool(c.assignment()) or self._assigned_once
+
+    def request_stop(self) -> None:
+        self._stopping = True
+        try:
+            self.consumer.wakeup()
+        except Exception:
+            pass
+
+    def run(self) -> int:
+        from ..client.errors import WakeupError
+        self._subscribe_or_assign(self.consumer, self)
+        self._assigned_once = True
+        code = EXIT_OK
+        try:
+            while not self._stopping:
+                try:
+                    self.step()
+                except WakeupError:
+                    continue
+        except WorkerStop as exc:
+            log.error("worker stopping: %s", exc)
+            code = EXIT_STOPPED_ON_ERROR
+        finally:
+            self.shutdown()
+        return code
+
+    def shutdown(self) -> None:
+        """Flush and commit what is durable, then close the sink and the consumer (which runs
+        on_partitions_revoked and leaves the group)."""
+        try:
+            if self._pending_batch is None:
+                self.flush_and_commit()
+        except Exception:
+            log.exception("final flush/commit failed; uncommitted records will be delivered again")
+        for obj in (self.parts.sink, self.parts.dlq):
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:
+                    log.exception("closing %r failed", obj)
+        try:
+            self.consumer.close()
+        except Exception:
+            log.exception("closing the consumer failed")
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        if self._pending_batch is not None:
+            self._retry_pending()
+            self.consumer.poll(min(100, self.config.daemon.poll_timeout_ms))  # keeps the group alive
+            if self._on_tick:
+                self._on_tick(self)
+            return
+        polled = self.consumer.poll(self.config.daemon.poll_timeout_ms)
+        positions = self.consumer.positions()
+        raw: list[ConsumerRecord] = []
+        for tp, records in polled.items():
+            raw.extend(records)
+            self.stats.fetched[tp] += len(records)
+        if raw:
+            try:
+                records, dead = self.pipeline.deserialize(raw)
+            except WorkerStop:
+                self.flush_and_commit()
+                raise
+            records = self.pipeline.intercept(records)
+            self._deliver(records, dead, positions)
+        else:
+            self._written.update(positions)  # only filtered records (or none): already "delivered"
+        if self._flush_due():
+            self.flush_and_commit()
+        if self._on_tick:
+            self._on_tick(self)
+
+    def _deliver(self, records: list[Record], dead: list[Record], positions: dict) -> None:
+        try:
+            self._write(records, dead)
+        except WorkerStop:
+            raise
+        except Exception as exc:
+            self._on_sink_error(records, dead, positions, exc)
+            return
+        self._accepted(records, positions)
+
+    def _write(self, records: list[Record], dead: list[Record]) -> None:
+        if records:
+            self.parts.sink.write(records)
+        if dead:
+            self._write_dlq(dead)
+
+    def _write_dlq(self, dead: list[Record]) -> None:
+        dlq = self.parts.dlq
+        if dlq is None:
+            raise WorkerStop(f"{len(dead)} record(s) failed and no [dlq] is configured")
+        try:
+            dlq.write(dead)
+        except Exception as exc:
+            # The DLQ is the last resort: if it fails we must not commit past these records.
+            raise WorkerStop(f"writing {len(dead)} record(s) to the DLQ failed: {exc}") from exc
+        for r in dead:
+            stage = next((v.decode() for k, v in reversed(r.headers) if k == "kdaemon.stage" and v), "?")
+            self.stats.dlq[stage] += 1
+
+    def _accepted(self, records: list[Record], positions: dict) -> None:
+        for r in records:
+            self.stats.delivered[TopicPartition(r.topic, r.partition)] += 1
+        self.stats.batch_sizes.append(len(records))
+        if len(self.stats.batch_sizes) > 1000:
+            del self.stats.batch_sizes[:500]
+        self._written.update(positions)
+        self._unflushed += len(records)
+        if self._unflushed >= self.config.daemon.max_buffered_records:
+            self.flush_and_commit()
+
+    def _on_sink_error(self, records, dead, positions, exc: BaseException) -> None:
+        self.stats.sink_errors += 1
+        policy = self.config.daemon.on_sink_error
+        if policy == "stop":
+            raise WorkerStop(f"sink write failed: {type(exc).__name__}: {exc}") from exc
+        if policy == "dlq":
+            failed_idx = set(range(len(records)))
+            if isinstance(exc, SinkWriteError) and exc.failed_indexes is not None:
+                failed_idx = set(exc.failed_indexes)  # the sink accepted the rest
+            failed = [r for i, r in enumerate(records) if i in failed_idx]
+            log.warning("sink write failed (%s); %d record(s) to the DLQ", type(exc).__name__, len(failed))
+            self._write_dlq([dead_letter(r, "sink", exc) for r in failed] + dead)
+            self._accepted([r for i, r in enumerate(records) if i not in failed_idx], positions)
+            return
+        # retry: hold the batch, stop fetching, and try again with backoff.
+        log.warning("sink write failed (%s: %s); pausing consumption and retrying in %.1fs",
+                    type(exc).__name__, exc, self._backoff)
+        self._pending_batch = (records, dead, positions)
+        self._retry_at = self._clock() + self._backoff
+        self._pause_all()
+
+    def _retry_pending(self) -> None:
+        if self._clock() < self._retry_at:
+            return
+        records, dead, positions = self._pending_batch  # type: ignore[misc]
+        try:
+            self._write(records, dead)
+            self.parts.sink.flush()
+        except WorkerStop:
+            raise
+        except Exception as exc:
+            self.stats.sink_errors += 1
+            self._backoff = min(self._backoff * 2, self.config.daemon.sink_retry_backoff_max_ms / 1000)
+            self._retry_at = self._clock() + self._backoff
+            log.warning("sink still failing (%s: %s); next retry in %.1fs", type(exc).__name__, exc, self._backoff)
+            return
+        log.info("sink recovered; resuming consumption")
+        self._pending_batch = None
+        self._backoff = self.config.daemon.sink_retry_backoff_ms / 1000
+        self._accepted(records, positions)
+        self._resume_all()
+        self.flush_and_commit()
+
+    def _pause_all(self) -> None:
+        parts = list(self.consumer.assignment())
+        if parts:
+            self.consumer.pause(*parts)
+        self._paused_for_sink = True
+
+    def _resume_all(self) -> None:
+        if self._paused_for_sink:
+            parts = list(self.consumer.assignment())
+            if parts:
+                self.consumer.resume(*parts)
+            self._paused_for_sink = False
+
+    # -- flushing and committing ----------------------------------------------------------------
+
+    def _flush_due(self) -> bool:
+        d = self.config.daemon
+        if self._unflushed >= d.flush_max_records:
+            return True
+        return (self._clock() - self._last_flush) * 1000 >= d.flush_interval_ms
+
+    def flush_and_commit(self, only: set[TopicPartition] | None = None) -> None:
+        """Make everything written durable, then commit the positions recorded with it."""
+        started = time.monotonic()
+        if self.parts.dlq is not None:
+            self.parts.dlq.flush()
+        self.parts.sink.flush()
+        self.stats.flushes += 1
+        self.stats.last_flush_seconds = time.monotonic() - started
+        self._unflushed = 0
+        self._last_flush = self._clock()
+        assigned = self.consumer.assignment()
+        offsets = {tp: OffsetAndMetadata(pos) for tp, pos in self._written.items()
+                   if tp in assigned and self._committed.get(tp) != pos and (only is None or tp in only)}
+        if not offsets:
+            return
+        started = time.monotonic()
+        try:
+            self.consumer.commit(offsets)
+        except Exception as exc:
+            # Not fatal: the records are durable; the worst case is delivering them again.
+            self.stats.commit_failures += 1
+            log.warning("commit failed (%s: %s); the next flush commits again", type(exc).__name__, exc)
+            return
+        self.stats.commits += 1
+        self.stats.last_commit_seconds = time.monotonic() - started
+        for tp, om in offsets.items():
+            self._committed[tp] = om.offset
+        self.pipeline.on_commit(offsets)
+
+    # -- rebalance listener (the consumer calls these inside poll) -------------------------------
+
+    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        if self._pending_batch is not None:
+            # The held batch may contain revoked partitions; they were never committed, so the
+            # next owner delivers them.  Keep only the rest.
+            records, dead, positions = self._pending_batch
+            self._pending_batch = ([r for r in records if r.topic_partition not in partitions],
+                                   [r for r in dead if r.topic_partition not in partitions],
+                                   {tp: p for tp, p in positions.items() if tp not in partitions})
+        else:
+            try:
+                self.flush_and_commit(only=set(partitions))
+            except Exception:
+                log.exception("flush/commit on revocation failed; the next owner may re-deliver")
+        for tp in partitions:
+            self._written.pop(tp, None)
+            self._committed.pop(tp, None)
+
+    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        if self._paused_for_sink and partitions:
+            self.consumer.pause(*partitions)
+
+    def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            self._written.pop(tp, None)
+            self._committed.pop(tp, None)
