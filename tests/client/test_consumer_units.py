@@ -222,8 +222,9 @@ SALT = base64.b64encode(b"0123456789abcdef").decode()
     (b"\xff\xfe\x00garbage", "malformed SCRAM server-first message"),
     (b"r=othernonce,s=" + SALT.encode() + b",i=4096", "does not extend the client nonce"),
     (b"r=cnonce,s=" + SALT.encode() + b",i=4096", "does not extend the client nonce"),
-    (b"r=cnonceSRV,s=" + SALT.encode() + b",i=1024", "iteration count 1024 is below 4096"),
-    (b"r=cnonceSRV,s=" + SALT.encode() + b",i=-1", "iteration count -1 is below 4096"),
+    (b"r=cnonceSRV,s=" + SALT.encode() + b",i=1024", "iteration count 1024 is outside 4096..16384"),
+    (b"r=cnonceSRV,s=" + SALT.encode() + b",i=-1", "iteration count -1 is outside 4096..16384"),
+    (b"r=cnonceSRV,s=" + SALT.encode() + b",i=100000000", "iteration count 100000000 is outside 4096..16384"),
     (b"e=unknown-user", "server rejected the SCRAM exchange: unknown-user"),
 ])
 def test_malformed_server_first_is_a_sasl_error_without_credentials(server_first, match):
