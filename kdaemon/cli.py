@@ -212,5 +212,20 @@ def tail(topic: str, config_path: str, partition: tuple[int, ...], start: str, c
         consumer.close()
 
 
+@main.command()
+@click.option("--records", default=50_000, show_default=True, help="Sample records to write.")
+@click.option("--partitions", default=4, show_default=True)
+@click.option("--state-dir", default="var/demo", show_default=True, type=click.Path(file_okay=False))
+@click.option("--sink", type=click.Choice(["jsonl", "spark"]), default="jsonl", show_default=True)
+@click.option("--follow", is_flag=True, help="Keep the daemon running after the sample is delivered.")
+@click.option("--template", type=click.Path(dir_okay=False), default=None,
+              help="Configuration to start from (default: etc/kdaemon.toml).")
+def demo(records: int, partitions: int, state_dir: str, sink: str, follow: bool, template: str | None) -> None:
+    """Start the embedded broker, write a sample topic, run the daemon on it, show the output."""
+    from .demo import run_demo
+    _setup_logging("WARNING")
+    sys.exit(run_demo(records, partitions, state_dir, sink, follow, template))
+
+
 if __name__ == "__main__":
     main()

@@ -161,8 +161,10 @@ class Consumer:
                     if self._subscriptions.has_subscription:
                         joined = coordinator.ensure_active_group(deadline, self._drive, self._invoke_listener)
                         self._raise_listener_error()
-                        if not joined:
+                        if not joined and not self._subscriptions.assigned():
                             return {}
+                        # Not joined yet but still owning partitions (a cooperative rebalance,
+                        # or the coordinator is being looked up): keep fetching them.
                     coordinator.fetch_committed_offsets(deadline, self._drive)
                     coordinator.maybe_auto_commit()
                 self._update_assignment_metadata()
@@ -171,10 +173,14 @@ class Consumer:
                     self._fetcher.send_fetches()
                     remaining = deadline - time.monotonic()
                     wait = max(0.0, remaining)
+                    until = self._fetcher.has_completed
                     if not self._subscriptions.fetchable() or self._fetcher.waiting_for_nodes:
-                        # Metadata, resets and connections progress only between these waits.
+                        # Metadata, resets and connections move on between these waits: wake as
+                        # soon as a response arrives or a connection is ready, not after a sleep.
                         wait = min(wait, self.config.retry_backoff_ms / 1000)
-                    self._network.poll(wait, until=self._fetcher.has_completed)
+                        network, seen = self._network, self._network.progress
+                        until = lambda: self._fetcher.has_completed() or network.progress != seen  # noqa: E731
+                    self._network.poll(wait, until=until)
                     self._check_wakeup()
                     records = self._fetcher.fetched_records()
                 if records:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ..protocol.apis import FETCH
 from ..protocol.errors import BrokerError, CorruptRecordError, Errors
 from ..protocol.primitives import ZERO_UUID
-from ..protocol.records import ConsumerRecord, RecordSetReader
+from ..protocol.records import ConsumerRecord, RecordSetReader, record_set_end_offset
 from .config import ConsumerConfig
 from .errors import OffsetOutOfRangeError, RecordTooLargeError
 from .fetch_session import FetchRequestData, FetchSessionHandler, PartitionFetch
@@ -65,7 +65,7 @@ class CompletedFetch:
     """One partition's answer from one Fetch response, drained lazily, batch by batch."""
 
     __slots__ = ("tp", "fetch_offset", "data", "reader", "_buffered", "_batch_next", "initialized",
-                 "consumed", "error_code", "size", "_pending_error")
+                 "consumed", "error_code", "size", "_pending_error", "_end")
 
     def __init__(self, tp: TopicPartition, fetch_offset: int, data: dict, size: int) -> None:
         self.tp = tp
@@ -79,6 +79,16 @@ class CompletedFetch:
         self.error_code = data["error_code"]
         self.size = size
         self._pending_error: CorruptRecordError | None = None
+        self._end: int | None | bool = False  # False: not computed yet
+
+    def end_offset(self) -> int | None:
+        """Where the position will be after this answer is drained, if it can be known now."""
+        if self.error_code or self.size == 0 or self._pending_error is not None:
+            return None
+        if self._end is False:
+            end = record_set_end_offset(self.data["records"])
+            self._end = end if end is not None and end > self.fetch_offset else None
+        return self._end
 
     def take(self, max_records: int) -> tuple[list[ConsumerRecord], int]:
         """Up to ``max_records`` records and the position after them.
@@ -144,11 +154,25 @@ class Fetcher:
 
     # -- sending --------------------------------------------------------------------------------
 
-    def _buffered_partitions(self) -> set[TopicPartition]:
-        out = {cf.tp for cf in self.completed}
+    def _buffered_partitions(self) -> dict[TopicPartition, int | None]:
+        """Partitions with undrained data → the offset a fetch-ahead may start from (None: no
+        fetch-ahead for it: an error, an empty answer, or already one answer queued behind)."""
+        out: dict[TopicPartition, int | None] = {}
+        pending = list(self.completed)
         if self._next_in_line is not None and not self._next_in_line.consumed:
-            out.add(self._next_in_line.tp)
+            pending.insert(0, self._next_in_line)
+        for cf in pending:
+            if cf.tp in out:
+                out[cf.tp] = None  # at most one answer fetched ahead per partition
+                continue
+            out[cf.tp] = cf.end_offset()
         return out
+
+    def _buffered_bytes(self) -> int:
+        total = sum(cf.size for cf in self.completed)
+        if self._next_in_line is not None and not self._next_in_line.consumed:
+            total += self._next_in_line.size
+        return total
 
     def _fetch_node(self, tp: TopicPartition, st, now: float) -> int | None:
         replica = st.preferred_read_replica
@@ -167,12 +191,21 @@ class Fetcher:
         """
         now = time.monotonic()
         buffered = self._buffered_partitions()
+        # Fetch-ahead (what librdkafka's prefetching does, where the Java consumer idles): a
+        # partition whose buffered answer is still being drained is asked for the data after
+        # it, from that answer's last complete batch, so a node is never left with only
+        # caught-up partitions to long-poll on while others have more.  One answer ahead per
+        # partition at most, and not past fetch_max_bytes buffered in all.
+        ahead_allowed = self._buffered_bytes() < self.config.fetch_max_bytes
         per_node: dict[int, dict[TopicPartition, PartitionFetch]] = {}
         self.waiting_for_nodes = False
         for tp in self.subscriptions.fetchable():
-            if tp in buffered:
-                continue
             st = self.subscriptions.state(tp)
+            fetch_offset = st.position
+            if tp in buffered:
+                fetch_offset = buffered[tp] if ahead_allowed else None
+                if fetch_offset is None:
+                    continue
             node = self._fetch_node(tp, st, now)
             if node is None:
                 self.metadata.request_update()
@@ -181,7 +214,7 @@ class Fetcher:
             if node in self._pending_nodes:
                 continue
             per_node.setdefault(node, {})[tp] = PartitionFetch(
-                self.metadata.topic_id(tp.topic), st.position, -1,
+                self.metadata.topic_id(tp.topic), fetch_offset, -1,
                 self._partition_max_bytes.get(tp, self.config.max_partition_fetch_bytes),
                 self.metadata.leader_epoch(tp),
                 st.position_epoch if st.position_epoch is not None else -1)

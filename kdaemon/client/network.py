@@ -59,6 +59,9 @@ class NetworkClient:
             self._nodes[node_id] = parse_address(server)
             self.bootstrap_ids.append(node_id)
         self._closed = False
+        # Bumped whenever something happened that may let a waiting caller make progress: a
+        # response arrived or a connection became ready.  Callers wait on it instead of sleeping.
+        self.progress = 0
 
     # -- nodes ----------------------------------------------------------------------------------
 
@@ -248,13 +251,18 @@ class NetworkClient:
                 if self._conns.get(conn.node_id) is not conn or conn.sock is None:
                     continue
                 now = time.monotonic()
+                was_ready = conn.ready
                 if mask & selectors.EVENT_WRITE:
                     conn.on_writable(now)
                 if mask & selectors.EVENT_READ and conn.sock is not None:
                     completed += conn.on_readable(now)
                 if conn.sock is not None and conn.wants_write:
                     conn.on_writable(now)
+                if conn.ready and not was_ready:
+                    self.progress += 1
                 self._sync(conn)
+            if completed:
+                self.progress += 1
             for fut, value in completed:
                 fut.success(value)
             for conn in self._conns.values():

@@ -84,6 +84,7 @@ def kdaemon_configure(config: Any) -> None:
 
     :param config: the ``kdaemon.config.DaemonConfig`` (read-only).  Use it for settings that
         several of a plugin's objects share.
+    :return: ignored.
     """
 
 

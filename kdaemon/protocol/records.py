@@ -564,6 +564,32 @@ def _offset_at(buf, pos: int, base_offset: int) -> int:
     return base_offset + decode_varint(buf, pos)[0]
 
 
+def record_set_end_offset(data) -> int | None:
+    """The offset after the last *complete* batch of a record set, from batch headers alone.
+
+    That is where the position will be once the set is drained (whatever filters drop), so a
+    fetcher can ask for the next data before decoding this one.  None if no batch is complete.
+    Legacy sets report their last message's offset + 1 (a compressed wrapper carries the
+    offset of its last inner message).
+    """
+    if data is None:
+        return None
+    pos, end, last = 0, len(data), None
+    while end - pos >= _LOG_OVERHEAD:
+        base_offset, length = _OFFSET_LENGTH.unpack_from(data, pos)
+        batch_end = pos + _LOG_OVERHEAD + length
+        if length < 5 or batch_end > end:
+            break
+        if data[pos + 16] == 2:
+            if length < _MIN_V2_LENGTH:
+                break
+            last = base_offset + _I32.unpack_from(data, pos + 23)[0] + 1
+        else:
+            last = base_offset + 1
+        pos = batch_end
+    return last
+
+
 def decode_record_set(data, *, topic: str, partition: int, fetch_offset: int, **options) -> tuple[list[ConsumerRecord], RecordSetReader]:
     """Decode a whole record set; return the records and the reader (for next_offset and counts)."""
     reader = RecordSetReader(data, topic=topic, partition=partition, fetch_offset=fetch_offset, **options)

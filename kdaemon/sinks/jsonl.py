@@ -18,6 +18,8 @@ Invariants (each one has bitten someone):
   published with ``link`` + ``unlink``, which never replaces an existing file.
 * After a failed write or flush, bytes that were not yet durable are cut off and the file is
   closed; the next write starts a new file, so a retried batch never lands after a torn line.
+  If those bytes include records an earlier ``write()`` accepted, the sink stays broken: a
+  later successful flush would let offsets be committed past records that were never stored.
 * A file removed while open still accepts writes (the inode lives on): ``flush()`` checks the
   link count so such a loss is an error, not a silent success.
 """
@@ -74,6 +76,7 @@ class JsonlSink:
         self._opened_at = 0.0
         self._dir_dirty = False     # a directory entry was created and not yet fsync'ed
         self.closed = False
+        self._broken = ""           # why the sink refuses further use (see _fail)
         self.recovered: list[str] = []
         self.published: list[str] = []   # most recent files only; see _remember
         os.makedirs(self.directory, exist_ok=True)
@@ -114,11 +117,11 @@ class JsonlSink:
     def write(self, records: Sequence[Record]) -> None:
         """Append the batch (one write call).  Records JSON cannot hold are reported with a
         ``SinkWriteError`` naming their indexes; the others are written."""
-        if self.closed:
-            raise ValueError("write to a closed jsonl sink")
+        self._check_usable("write to")
         text, failed = encode_batch(records)
         if text:
             data = text.encode("ascii")  # the encoder escapes everything non-ASCII
+            had_pending = self._size > self._durable
             try:
                 if self._file is not None and self._due():
                     self._sync()
@@ -127,7 +130,7 @@ class JsonlSink:
                     self._open_new()
                 self._file.write(data)
             except OSError as exc:
-                raise self._fail("write", exc) from exc
+                raise self._fail("write", exc, had_pending) from exc
             self._size += len(data)
         if failed:
             raise SinkWriteError(f"{len(failed)} record(s) have a key or value JSON cannot hold",
@@ -135,27 +138,38 @@ class JsonlSink:
 
     def flush(self) -> None:
         """Make everything written durable; publish the file if it is full or old enough."""
+        self._check_usable("flush")
         if self._file is None:
             return
+        had_pending = self._size > self._durable
         try:
             self._sync()
             if self._due():
                 self._publish_current()
         except OSError as exc:
-            raise self._fail("flush", exc) from exc
+            raise self._fail("flush", exc, had_pending) from exc
 
     def close(self) -> None:
-        """Flush and publish the current file.  Idempotent."""
+        """Flush and publish the current file.  Idempotent; raises if records were lost."""
         if self.closed:
             return
         self.closed = True
+        if self._broken:
+            raise JsonlWriteError(self._broken)
         if self._file is None:
             return
+        had_pending = self._size > self._durable
         try:
             self._sync()
             self._publish_current()
         except OSError as exc:
-            raise self._fail("close", exc) from exc
+            raise self._fail("close", exc, had_pending) from exc
+
+    def _check_usable(self, action: str) -> None:
+        if self._broken:
+            raise JsonlWriteError(self._broken)
+        if self.closed:
+            raise ValueError(f"{action} a closed jsonl sink")
 
     # -- files ------------------------------------------------------------------------------------
 
@@ -248,16 +262,30 @@ class JsonlSink:
         if len(self.published) > 16:  # for tests and logs, not an ever-growing history
             del self.published[:-16]
 
-    def _fail(self, action: str, exc: OSError) -> JsonlWriteError:
-        """Drop the current file's non-durable tail, let go of it, and describe what happened."""
+    def _fail(self, action: str, exc: OSError, lost_accepted: bool) -> JsonlWriteError:
+        """Drop the current file's non-durable tail, let go of it, and describe what happened.
+
+        ``lost_accepted``: records from earlier ``write()`` calls that returned normally were
+        not yet durable and are gone.  The caller cannot know to write them again, so the sink
+        stays broken (every later call raises) rather than let a later flush succeed and
+        offsets be committed past them; a new sink (a restarted worker) consumes them again.
+        """
         path = self._open_path
         self._abandon()
         if not os.path.isdir(self.directory):
             cause = f"directory {self.directory} does not exist (was it removed?)"
         else:
             cause = f"{exc.strerror or exc} ({exc.filename or path})"
-        return JsonlWriteError(f"jsonl sink: {action} failed: {cause}; records written since the "
-                               "last successful flush were not stored, earlier files are intact")
+        if lost_accepted:
+            self._broken = (f"jsonl sink: {action} failed: {cause}; records accepted since the last "
+                            "successful flush were lost, so this sink refuses further use: restart "
+                            "the worker to consume them again from the committed offsets")
+            return JsonlWriteError(self._broken)
+        if action == "write":
+            return JsonlWriteError(f"jsonl sink: write failed: {cause}; this batch was not stored "
+                                   "(earlier records are intact); write it again")
+        return JsonlWriteError(f"jsonl sink: {action} failed: {cause}; no unflushed records were "
+                               "lost (a file left as .jsonl.open is published on the next start-up)")
 
     def _abandon(self) -> None:
         f, path, durable = self._file, self._open_path, self._durable

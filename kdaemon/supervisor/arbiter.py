@@ -212,11 +212,13 @@ class Arbiter:
             proc.assigned = msg.get("assigned", 0)
             proc.lag = msg.get("lag", 0)
             proc.delivered = msg.get("delivered", 0)
+            if "partitions" in msg:
+                generation = msg.get("generation")
+                log.info("worker %d (pid %d) has its assignment: generation %s, [%s]", proc.index, proc.pid,
+                         "-" if generation is None else generation, ", ".join(msg["partitions"]))
             if msg.get("ready") and not proc.ready:
                 proc.ready = True
                 self.slots[proc.index].crashes_before_ready = 0
-                log.info("worker %d (pid %d) has its assignment (%d partitions)", proc.index, proc.pid,
-                         proc.assigned)
 
     # -- signals --------------------------------------------------------------------------------
 

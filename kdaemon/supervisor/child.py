@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    """Writes ``{"ready": bool, "assigned": n, "lag": n, "delivered": n}`` lines, rate-limited."""
+    """Writes ``{"ready": bool, "assigned": n, "lag": n, "delivered": n}`` lines, rate-limited;
+    the line where ``ready`` turns true also carries ``generation`` and ``partitions``."""
 
     def __init__(self, fd: int, interval_s: float = 0.5) -> None:
         self.fd = fd
@@ -42,11 +43,19 @@ class Heartbeat:
         if now < self._next and ready == self._last_ready:
             return
         self._next = now + self.interval
+        newly_ready = ready and not self._last_ready
         self._last_ready = ready
         m = consumer.metrics()
         lag = sum(p["records_lag"] or 0 for p in m["partitions"].values())
-        line = json.dumps({"ready": ready, "assigned": len(m["partitions"]), "lag": lag,
-                           "delivered": sum(worker.stats.delivered.values())}) + "\n"
+        msg = {"ready": ready, "assigned": len(m["partitions"]), "lag": lag,
+               "delivered": sum(worker.stats.delivered.values())}
+        if newly_ready:
+            # Once per (re)assignment, so the supervisor's log says who holds what since when:
+            # that is how an operator (and a test) sees whether a restart moved partitions.
+            generation = consumer.group_generation()
+            msg["generation"] = generation[0] if generation else None
+            msg["partitions"] = sorted(f"{tp.topic}-{tp.partition}" for tp in consumer.assignment())
+        line = json.dumps(msg) + "\n"
         try:
             os.write(self.fd, line.encode())
         except (BlockingIOError, BrokenPipeError):

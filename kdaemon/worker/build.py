@@ -21,6 +21,9 @@ class PipelineParts:
     interceptors: list[tuple[str, Any]]
     sink: Any
     dlq: Any | None
+    # Rebuild a sink after a failed flush (its unflushed records are gone; the worker rewinds).
+    make_sink: Callable[[], Any] | None = None
+    make_dlq: Callable[[], Any] | None = None
 
 
 class FilterChain:
@@ -125,4 +128,9 @@ def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False
                 except Exception:
                     pass
         raise ConfigError(problems)
-    return PipelineParts(header_filter, key_d, value_d, interceptors, sink, dlq)
+    sink_factory = sink_factories.get(config.sink.type)
+    dlq_factory = sink_factories.get(config.dlq.type) if config.dlq is not None else None
+    return PipelineParts(
+        header_filter, key_d, value_d, interceptors, sink, dlq,
+        make_sink=(lambda: sink_factory(config.sink.settings)) if sink_factory else None,
+        make_dlq=(lambda: dlq_factory(config.dlq.settings)) if dlq_factory else None)

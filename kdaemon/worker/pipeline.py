@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from ..client.types import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from ..config import DaemonConfig
 from ..plugins.types import Record, SinkWriteError
+from ..sinks.encoding import dead_letter
 from .build import PipelineParts
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,8 @@ class Pipeline:
                     self.stats.skipped["deserialize"] += 1
                     log.warning("skipping %s: deserialization failed: %s", where, type(exc).__name__)
                     continue
-                dead.append(dead_letter(r, "deserialize", exc))
+                dead.append(dead_letter(Record(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type,
+                                               r.key, r.value, r.headers, r.key, r.value), "deserialize", exc))
                 continue
             ok.append(Record(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, key, value,
                              r.headers, r.key, r.value))
@@ -121,19 +123,6 @@ class Pipeline:
                 log.exception("interceptor %r raised in on_commit", name)
 
 
-def dead_letter(r, stage: str, exc: BaseException) -> Record:
-    """A DLQ entry: the raw bytes as they came from the broker plus why they failed.
-
-    The error text names the exception type and message; payloads never go to logs."""
-    raw_key = r.raw_key if isinstance(r, Record) else r.key
-    raw_value = r.raw_value if isinstance(r, Record) else r.value
-    text = f"{type(exc).__name__}: {exc}"[:1000]
-    headers = list(r.headers) + [("kdaemon.error", text.encode("utf-8", "replace")),
-                                 ("kdaemon.stage", stage.encode())]
-    return Record(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, raw_key, raw_value,
-                  headers, raw_key, raw_value)
-
-
 class Worker:
     """Runs the pipeline against a consumer until stopped.
 
@@ -162,6 +151,8 @@ class Worker:
         self._backoff = config.daemon.sink_retry_backoff_ms / 1000
         self._paused_for_sink = False
         self._assigned_once = False
+        self._rewind_at: float | None = None
+        self._origin: dict[TopicPartition, int] = {}  # first position seen, for rewinds
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -199,39 +190,54 @@ class Worker:
         return code
 
     def shutdown(self) -> None:
-        """Flush and commit what is durable, then close the sink and the consumer (which runs
-        on_partitions_revoked and leaves the group)."""
+        """Flush and commit what is durable, close the consumer (which runs
+        on_partitions_revoked and leaves the group), then close the sinks.
+
+        The sinks close last: the revocation listener flushes them, and a closed sink refuses."""
         try:
             if self._pending_batch is None:
                 self.flush_and_commit()
         except Exception:
             log.exception("final flush/commit failed; uncommitted records will be delivered again")
+        try:
+            self.consumer.close()
+        except Exception:
+            log.exception("closing the consumer failed")
         for obj in (self.parts.sink, self.parts.dlq):
             if obj is not None:
                 try:
                     obj.close()
                 except Exception:
                     log.exception("closing %r failed", obj)
-        try:
-            self.consumer.close()
-        except Exception:
-            log.exception("closing the consumer failed")
 
     # -- the loop -------------------------------------------------------------------------------
 
     def step(self) -> None:
+        if self._rewind_at is not None:
+            self._try_rewind()
+            if self._rewind_at is not None:
+                self.consumer.poll(min(100, self.config.daemon.poll_timeout_ms))  # keeps the group alive
+                if self._on_tick:
+                    self._on_tick(self)
+                return
         if self._pending_batch is not None:
             self._retry_pending()
             self.consumer.poll(min(100, self.config.daemon.poll_timeout_ms))  # keeps the group alive
             if self._on_tick:
                 self._on_tick(self)
             return
+        before = self.consumer.positions()
         polled = self.consumer.poll(self.config.daemon.poll_timeout_ms)
         positions = self.consumer.positions()
         raw: list[ConsumerRecord] = []
+        origin = self._origin
         for tp, records in polled.items():
             raw.extend(records)
             self.stats.fetched[tp] += len(records)
+            if tp not in origin:
+                origin[tp] = before.get(tp, records[0].offset)
+        for tp, pos in before.items():
+            origin.setdefault(tp, pos)
         if raw:
             try:
                 records, dead = self.pipeline.deserialize(raw)
@@ -301,6 +307,16 @@ class Worker:
             self._write_dlq([dead_letter(r, "sink", exc) for r in failed] + dead)
             self._accepted([r for i, r in enumerate(records) if i not in failed_idx], positions)
             return
+        if isinstance(exc, SinkWriteError) and exc.failed_indexes is not None:
+            # The sink took the others; retrying these records cannot help (they are bad, not
+            # the sink): dead-letter them if there is a DLQ, else stop.
+            failed_idx = set(exc.failed_indexes)
+            failed = [r for i, r in enumerate(records) if i in failed_idx]
+            if self.parts.dlq is None:
+                raise WorkerStop(f"the sink rejected {len(failed)} record(s) and no [dlq] is configured: {exc}")
+            self._write_dlq([dead_letter(r, "sink", exc) for r in failed] + dead)
+            self._accepted([r for i, r in enumerate(records) if i not in failed_idx], positions)
+            return
         # retry: hold the batch, stop fetching, and try again with backoff.
         log.warning("sink write failed (%s: %s); pausing consumption and retrying in %.1fs",
                     type(exc).__name__, exc, self._backoff)
@@ -330,6 +346,59 @@ class Worker:
         self._resume_all()
         self.flush_and_commit()
 
+    def _on_flush_failure(self, exc: BaseException) -> None:
+        """A flush failed: what was written since the last flush may not be durable.
+
+        Nothing of it was committed.  Rebuild the sink and rewind every partition to its last
+        committed position, so those records are consumed and written again once the sink is
+        back (duplicates in the sink are possible, losses are not).
+        """
+        self.stats.sink_errors += 1
+        if self.config.daemon.on_sink_error == "stop" or self.parts.make_sink is None:
+            raise WorkerStop(f"sink flush failed: {type(exc).__name__}: {exc}") from exc
+        log.warning("sink flush failed (%s: %s); rewinding to the last commit and retrying in %.1fs",
+                    type(exc).__name__, exc, self._backoff)
+        for obj in (self.parts.sink, self.parts.dlq):
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:
+                    pass
+        self._rewind_at = self._clock() + self._backoff
+        self._backoff = min(self._backoff * 2, self.config.daemon.sink_retry_backoff_max_ms / 1000)
+        self._pause_all()
+
+    def _try_rewind(self) -> None:
+        if self._clock() < self._rewind_at:
+            return
+        try:
+            sink = self.parts.make_sink()  # type: ignore[misc]
+            dlq = self.parts.make_dlq() if self.parts.make_dlq is not None else None
+        except Exception as exc:
+            self._rewind_at = self._clock() + self._backoff
+            self._backoff = min(self._backoff * 2, self.config.daemon.sink_retry_backoff_max_ms / 1000)
+            log.warning("sink still unavailable (%s: %s); next try in %.1fs", type(exc).__name__, exc, self._backoff)
+            return
+        self.parts.sink, self.parts.dlq = sink, dlq
+        assigned = list(self.consumer.assignment())
+        unknown = [tp for tp in assigned if tp not in self._committed]
+        committed = dict(self._committed)
+        if unknown:
+            for tp, om in self.consumer.committed(unknown).items():
+                if om is not None:
+                    committed[tp] = om.offset
+        for tp in assigned:
+            # Never committed: back to where this worker started reading it.
+            target = committed.get(tp, self._origin.get(tp))
+            if target is not None:
+                self.consumer.seek(tp, target)
+        self._written = {tp: off for tp, off in committed.items() if tp in assigned}
+        self._unflushed = 0
+        self._rewind_at = None
+        self._backoff = self.config.daemon.sink_retry_backoff_ms / 1000
+        log.info("sink rebuilt; consuming again from the last committed offsets")
+        self._resume_all()
+
     def _pause_all(self) -> None:
         parts = list(self.consumer.assignment())
         if parts:
@@ -354,9 +423,13 @@ class Worker:
     def flush_and_commit(self, only: set[TopicPartition] | None = None) -> None:
         """Make everything written durable, then commit the positions recorded with it."""
         started = time.monotonic()
-        if self.parts.dlq is not None:
-            self.parts.dlq.flush()
-        self.parts.sink.flush()
+        try:
+            if self.parts.dlq is not None:
+                self.parts.dlq.flush()
+            self.parts.sink.flush()
+        except Exception as exc:
+            self._on_flush_failure(exc)
+            return
         self.stats.flushes += 1
         self.stats.last_flush_seconds = time.monotonic() - started
         self._unflushed = 0
@@ -398,6 +471,7 @@ class Worker:
         for tp in partitions:
             self._written.pop(tp, None)
             self._committed.pop(tp, None)
+            self._origin.pop(tp, None)
 
     def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
         if self._paused_for_sink and partitions:
@@ -407,3 +481,4 @@ class Worker:
         for tp in partitions:
             self._written.pop(tp, None)
             self._committed.pop(tp, None)
+            self._origin.pop(tp, None)

@@ -145,6 +145,10 @@ class GroupCoordinator:
             self.network.pin_node(conn_id, entry["host"], entry["port"])
             self._coordinator = conn_id
             self._coordinator_broker = entry["node_id"]
+            # A new session clock, as Java's resetSessionTimeout: otherwise a coordinator found
+            # again after an outage longer than the session is dropped before the first
+            # heartbeat can tell us whether we are still a member.
+            self._last_heartbeat_ok = time.monotonic()
             log.info("group %s: coordinator is broker %s (%s:%s)", self.group_id, entry["node_id"],
                      entry["host"], entry["port"])
 
@@ -158,11 +162,13 @@ class GroupCoordinator:
     def ensure_coordinator(self, deadline: float, drive) -> bool:
         while not self.coordinator_known:
             self._raise_fatal()
+            # The look-up starts even past the deadline, so a caller that does not wait (a
+            # cooperative member fetching during a rebalance) still gets it going.
+            with self._lock:
+                fut = self._lookup_coordinator()
             now = time.monotonic()
             if now >= deadline:
                 return False
-            with self._lock:
-                fut = self._lookup_coordinator()
             if fut is None:
                 self.metadata.maybe_update(self.network)
                 drive(min(0.1, deadline - now), lambda: False)
@@ -221,6 +227,11 @@ class GroupCoordinator:
                 with self._lock:
                     self._lookup_coordinator()
             return True
+        if self.cooperative and self.subscriptions.assigned():
+            # KIP-429: a member keeps fetching the partitions it owns while the group
+            # rebalances, so do not wait for the join here (Java's poll joins with a zero
+            # timer); poll comes back for its progress.
+            deadline = min(deadline, time.monotonic())
         while True:
             self._raise_fatal()
             if not self.ensure_coordinator(deadline, drive):
@@ -742,7 +753,10 @@ class GroupCoordinator:
 
     def _send_commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> Future:
         result = Future()
-        if self.subscriptions.has_subscription and self.generation < 0 and self.member.state != MemberState.STABLE:
+        # Only a STABLE member commits (Java's generationIfStable): a commit sent with the old
+        # generation while a join is under way could answer ILLEGAL_GENERATION after the new
+        # generation arrived and reset it.
+        if self.subscriptions.has_subscription and self.member.state != MemberState.STABLE:
             if self.member.state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
                 return result.failure(RebalanceInProgressError(
                     f"group {self.group_id}: cannot commit while rebalancing; poll() and retry"))
