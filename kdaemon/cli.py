@@ -83,11 +83,24 @@ def run(config_path: str, workers: int | None, in_process: bool) -> None:
 
 
 def _run_in_process(config: DaemonConfig) -> int:
+    import subprocess
     from .worker.main import make_worker
-    worker = make_worker(config)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: worker.request_stop())
-    return worker.run()
+    uploader = None
+    if config.sink.type == "spark":
+        # One worker, so this process owns the uploader the supervisor would otherwise own.
+        uploader = subprocess.Popen([sys.executable, "-m", "kdaemon.sinks.spark.uploader", "-c", config.path])
+    try:
+        worker = make_worker(config)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: worker.request_stop())
+        return worker.run()
+    finally:
+        if uploader is not None:
+            uploader.terminate()
+            try:
+                uploader.wait(60)
+            except subprocess.TimeoutExpired:
+                uploader.kill()
 
 
 @main.command("check-config")

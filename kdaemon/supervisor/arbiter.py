@@ -104,6 +104,8 @@ class Arbiter:
         self._watchdog = sdnotify.watchdog_interval_s()
         self._next_watchdog = 0.0
         self._prom = None
+        self._uploader_pid: int | None = None
+        self._uploader_slot = Slot()
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -153,6 +155,10 @@ class Arbiter:
                 self._dispatch_signals()
                 self._reap()
                 if self._stopping and not self.workers:
+                    # The uploader goes last: stopping workers flush their final batches to it.
+                    if self._uploader_pid is not None:
+                        self._stop_uploader()
+                        continue
                     break
                 self._check_liveness()
                 self._sample_resources()
@@ -162,6 +168,11 @@ class Arbiter:
             log.exception("supervisor failure; stopping workers")
             self._exit_code = 1
             self._terminate_all(graceful=False)
+            if self._uploader_pid is not None:
+                try:
+                    os.kill(self._uploader_pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         finally:
             if self._metrics_sock is not None:
                 self._metrics_sock.close()
@@ -286,7 +297,40 @@ class Arbiter:
     def _live_indexes(self) -> set[int]:
         return {w.index for w in self.workers.values()}
 
+    # -- the Spark uploader (one per daemon, only with the spark sink) --------------------------
+
+    def _needs_uploader(self) -> bool:
+        return self.config.sink.type == "spark"
+
+    def _manage_uploader(self) -> None:
+        if self._stopping or not self._needs_uploader() or self._uploader_pid is not None:
+            return
+        if time.monotonic() < self._uploader_slot.next_start:
+            return
+        import subprocess
+        proc = subprocess.Popen([sys.executable, "-m", "kdaemon.sinks.spark.uploader", "-c", self.config_path],
+                                env={k: v for k, v in os.environ.items()
+                                     if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")})
+        self._uploader_pid = proc.pid
+        self._uploader_started = time.monotonic()
+        log.info("started the Spark uploader (pid %d)", proc.pid)
+
+    def _on_uploader_exit(self, code: int) -> None:
+        self._uploader_pid = None
+        if self._stopping:
+            log.info("Spark uploader stopped with code %d", code)
+            return
+        slot = self._uploader_slot
+        if time.monotonic() - self._uploader_started > _STABLE_AFTER_S:
+            slot.failures = 0
+        backoff = min(_RESTART_BACKOFF_MAX, 1.0 * (2 ** slot.failures))
+        slot.failures += 1
+        slot.next_start = time.monotonic() + backoff
+        log.error("Spark uploader exited with code %d; restarting it in %.1fs (workers pause their "
+                  "uploads meanwhile)", code, backoff)
+
     def _manage_workers(self) -> None:
+        self._manage_uploader()
         if self._stopping:
             return
         now = time.monotonic()
@@ -334,6 +378,25 @@ class Arbiter:
         self.workers[pid] = WorkerProc(index, pid, r, now, now, generation=self._config_generation)
         log.info("started worker %d (pid %d)", index, pid)
 
+    def _stop_uploader(self) -> None:
+        pid = self._uploader_pid
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + self.config.daemon.shutdown_timeout_s
+            while time.monotonic() < deadline:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    self._on_uploader_exit(os.waitstatus_to_exitcode(status))
+                    return
+                time.sleep(0.1)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        self._uploader_pid = None
+
     def _stop_worker(self, proc: WorkerProc) -> None:
         proc.stopping = True
         proc.stop_sent_at = time.monotonic()
@@ -361,6 +424,9 @@ class Arbiter:
                 return
             if pid == 0:
                 return
+            if pid == self._uploader_pid:
+                self._on_uploader_exit(os.waitstatus_to_exitcode(status))
+                continue
             proc = self.workers.pop(pid, None)
             if proc is None:
                 continue

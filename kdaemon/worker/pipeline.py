@@ -416,6 +416,12 @@ class Worker:
 
     def _flush_due(self) -> bool:
         d = self.config.daemon
+        wants = getattr(self.parts.sink, "wants_flush", None)
+        if wants is not None:
+            # Batch-oriented sinks (Spark) size their own batches; the interval still bounds how
+            # long filtered-only progress waits to be committed.
+            return wants() or (not self._unflushed and
+                               (self._clock() - self._last_flush) * 1000 >= d.flush_interval_ms)
         if self._unflushed >= d.flush_max_records:
             return True
         return (self._clock() - self._last_flush) * 1000 >= d.flush_interval_ms
@@ -435,7 +441,9 @@ class Worker:
         self._unflushed = 0
         self._last_flush = self._clock()
         assigned = self.consumer.assignment()
-        offsets = {tp: OffsetAndMetadata(pos) for tp, pos in self._written.items()
+        metadata = getattr(self.parts.sink, "commit_metadata", None)
+        offsets = {tp: OffsetAndMetadata(pos, metadata(tp.topic, tp.partition) if metadata else "")
+                   for tp, pos in self._written.items()
                    if tp in assigned and self._committed.get(tp) != pos and (only is None or tp in only)}
         if not offsets:
             return
