@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,7 +194,16 @@ def _kafka_section(section: Any, env, problem) -> dict:
         ConsumerConfig.from_options(**out)
     except (TypeError, ValueError) as exc:
         for part in str(exc).replace("invalid consumer configuration: ", "").split("; "):
-            problem("kafka", part)
+            # The consumer's messages start with the option's name ("session_timeout_ms must
+            # be positive", "auto_offset_reset='x' is not one of ..."): report them as
+            # kafka.<option> like every other problem.
+            name = re.match(r"[a-z_]+", part)
+            if name and name.group(0) in _CONSUMER_FIELDS:
+                problem(f"kafka.{name.group(0)}", part[name.end():].lstrip("= "))
+            elif part.startswith("bootstrap server"):
+                problem("kafka.bootstrap_servers", part)
+            else:
+                problem("kafka", part)
     return out
 
 
@@ -261,7 +271,9 @@ def _daemon_section(section: Any, problem) -> DaemonSection:
     for key in ("poll_timeout_ms", "flush_interval_ms", "flush_max_records", "max_buffered_records"):
         if getattr(d, key) <= 0:
             problem(f"daemon.{key}", "must be positive")
-    if d.topic_pattern is not None:
+    if d.topic_pattern is not None and not isinstance(d.topic_pattern, str):
+        problem("daemon.topic_pattern", "must be a string (a regular expression)")
+    elif d.topic_pattern is not None:
         import re
         try:
             re.compile(d.topic_pattern)

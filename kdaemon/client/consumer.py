@@ -174,6 +174,9 @@ class Consumer:
                     remaining = deadline - time.monotonic()
                     wait = max(0.0, remaining)
                     until = self._fetcher.has_completed
+                    if coordinator is not None and self._subscriptions.has_subscription:
+                        # A rebalance noticed by the heartbeat thread ends the wait.
+                        until = lambda: self._fetcher.has_completed() or coordinator.need_rejoin  # noqa: E731
                     if not self._subscriptions.fetchable() or self._fetcher.waiting_for_nodes:
                         # Metadata, resets and connections move on between these waits: wake as
                         # soon as a response arrives or a connection is ready, not after a sleep.

@@ -305,6 +305,15 @@ class NetworkClient:
         except (BlockingIOError, OSError):
             pass
 
+    def interrupt(self) -> None:
+        """Thread-safe: end the current select early without a WakeupError (the caller's
+        ``until`` condition decides what happens next)."""
+        self.progress += 1
+        try:
+            self._wake_w.send(b"i")
+        except (BlockingIOError, OSError):
+            pass
+
     def clear_wakeup(self) -> bool:
         """Return whether a wakeup was pending, and clear it."""
         woken, self._woken = self._woken, False

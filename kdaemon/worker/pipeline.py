@@ -317,7 +317,14 @@ class Worker:
             self._write_dlq([dead_letter(r, "sink", exc) for r in failed] + dead)
             self._accepted([r for i, r in enumerate(records) if i not in failed_idx], positions)
             return
-        # retry: hold the batch, stop fetching, and try again with backoff.
+        # retry: first make durable (and commit) what earlier writes accepted.  A failed write
+        # may have taken those records along (the jsonl sink then refuses any further use):
+        # then this flush fails too, and only a rebuilt sink and a rewind to the last commit
+        # help; the rewind consumes this batch again.  Retrying on such a sink would never end.
+        self.flush_and_commit()
+        if self._rewind_at is not None:
+            return
+        # Then hold the batch, stop fetching, and try again with backoff.
         log.warning("sink write failed (%s: %s); pausing consumption and retrying in %.1fs",
                     type(exc).__name__, exc, self._backoff)
         self._pending_batch = (records, dead, positions)
@@ -330,10 +337,19 @@ class Worker:
         records, dead, positions = self._pending_batch  # type: ignore[misc]
         try:
             self._write(records, dead)
-            self.parts.sink.flush()
         except WorkerStop:
             raise
         except Exception as exc:
+            if isinstance(exc, SinkWriteError) and exc.failed_indexes is not None:
+                # The sink is back and took the batch except records it refuses: retrying
+                # cannot help those (and would write the others again); dead-letter them.
+                log.info("sink recovered; resuming consumption")
+                self._pending_batch = None
+                self._backoff = self.config.daemon.sink_retry_backoff_ms / 1000
+                self._resume_all()
+                self._on_sink_error(records, dead, positions, exc)
+                self.flush_and_commit()
+                return
             self.stats.sink_errors += 1
             self._backoff = min(self._backoff * 2, self.config.daemon.sink_retry_backoff_max_ms / 1000)
             self._retry_at = self._clock() + self._backoff
@@ -344,6 +360,8 @@ class Worker:
         self._backoff = self.config.daemon.sink_retry_backoff_ms / 1000
         self._accepted(records, positions)
         self._resume_all()
+        # A failed flush here rewinds to the last commit like any other (retrying the write
+        # on a sink whose flush failed would duplicate the batch, or never succeed).
         self.flush_and_commit()
 
     def _on_flush_failure(self, exc: BaseException) -> None:

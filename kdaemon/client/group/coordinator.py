@@ -90,6 +90,10 @@ class GroupCoordinator:
         self._leader_topics: dict[str, int] = {}
         self._assignment_snapshot: dict[str, int] = {}
         self._last_heartbeat_sent = 0.0
+        self._join_sent_at = 0.0
+        # A heartbeat interval above a third of the session timeout leaves no room for one late
+        # heartbeat; Java documents the third, we enforce it.
+        self._heartbeat_interval = min(config.heartbeat_interval_ms, config.session_timeout_ms // 3) / 1000
         self._last_heartbeat_ok = time.monotonic()
         self._heartbeat_in_flight = False
         self.last_poll = time.monotonic()
@@ -123,8 +127,9 @@ class GroupCoordinator:
         if self._find_future is not None:
             return self._find_future
         node = self.network.least_loaded_node()
-        if node is None or not self.network.ready(node):
+        if node is None:
             return None
+        # No waiting for the connection: the network client holds the request until it is up.
         body = {"key": self.group_id, "key_type": 0, "coordinator_keys": [self.group_id]}
         fut = self.network.send(node, FIND_COORDINATOR, body)
         self._find_future = fut
@@ -319,6 +324,7 @@ class GroupCoordinator:
         }
         min_version = 5 if self.instance_id is not None else None
         with self._lock:
+            self._join_sent_at = time.monotonic()
             self.member.apply(MemberEvent.JOIN_SENT)
             fut = self._send(JOIN_GROUP, body, min_version=min_version,
                              timeout_ms=body["rebalance_timeout_ms"] + 5000)
@@ -436,7 +442,9 @@ class GroupCoordinator:
                         return
                     self.member.apply(MemberEvent.SYNCED)
                     self._last_heartbeat_ok = time.monotonic()
-                    self._last_heartbeat_sent = time.monotonic()
+                    # Some brokers (Tansu) time the session from the JoinGroup, not from the
+                    # SyncGroup: count the first heartbeat interval from the join.
+                    self._last_heartbeat_sent = self._join_sent_at
                     result.success({TopicPartition(a["topic"], p) for a in assignment["assigned_partitions"]
                                     for p in a["partitions"]})
                     return
@@ -495,6 +503,7 @@ class GroupCoordinator:
         owned = set(self.subscriptions.assigned())
         if owned:
             self._pending_lost = (self._pending_lost or set()) | owned
+        self.network.interrupt()
 
     def _deliver_lost(self, invoke_listener) -> None:
         with self._lock:
@@ -510,6 +519,8 @@ class GroupCoordinator:
             if not self.need_rejoin:
                 log.info("group %s: rejoin requested: %s", self.group_id, reason)
             self.need_rejoin = True
+        # A poll() blocked on a long fetch should rejoin now, not when the fetch returns.
+        self.network.interrupt()
 
     # -- heartbeats -----------------------------------------------------------------------------
 
@@ -522,7 +533,7 @@ class GroupCoordinator:
             t.start()
 
     def _heartbeat_loop(self) -> None:
-        interval = self.config.heartbeat_interval_ms / 1000
+        interval = self._heartbeat_interval
         while not self._stop.is_set():
             try:
                 self._heartbeat_tick()
@@ -549,7 +560,7 @@ class GroupCoordinator:
             if now - self._last_heartbeat_ok > self.config.session_timeout_ms / 1000:
                 self.mark_coordinator_unknown("session timeout expired without a heartbeat answer")
                 return
-            if self._heartbeat_in_flight or now - self._last_heartbeat_sent < self.config.heartbeat_interval_ms / 1000:
+            if self._heartbeat_in_flight or now - self._last_heartbeat_sent < self._heartbeat_interval:
                 return
             self._heartbeat_in_flight = True
             self._last_heartbeat_sent = now

