@@ -5,12 +5,13 @@ from __future__ import annotations
 from ..plugins import hookimpl
 
 
-_STATE = {"state_dir": "./var/kdaemon"}
+_STATE = {"state_dir": "./var/kdaemon", "heartbeat_timeout_s": None}
 
 
 @hookimpl
 def kdaemon_configure(config):
     _STATE["state_dir"] = config.daemon.state_dir
+    _STATE["heartbeat_timeout_s"] = config.daemon.heartbeat_timeout_s
 
 
 def _spark(settings: dict):
@@ -18,12 +19,30 @@ def _spark(settings: dict):
         from .spark.staging import SparkSink
     except ImportError as exc:
         raise ValueError(f"the spark sink needs the spark extra (pip install 'kdaemon[spark]'): {exc}") from None
-    return SparkSink(settings, _STATE["state_dir"])
+    return SparkSink(settings, _STATE["state_dir"], heartbeat_timeout_s=_STATE["heartbeat_timeout_s"])
+
+
+def _with_validate(factory, validate):
+    """A factory with a side-effect-free ``validate(settings)`` for ``kdaemon check-config``."""
+    def make(settings: dict):
+        return factory(settings)
+    make.validate = validate
+    return make
+
+
+def _validate_spark(settings: dict) -> None:
+    from .spark.staging import SETTINGS
+    unknown = set(settings) - SETTINGS
+    if unknown:
+        raise ValueError(f"unknown spark sink settings: {', '.join(sorted(unknown))}")
+    if not settings.get("path") and not settings.get("table"):
+        raise ValueError("the spark sink needs `path` (Parquet output) or `table` (catalog table)")
 
 
 @hookimpl
 def kdaemon_sinks():
     from .jsonl import JsonlSink
     from .simple import NullSink, StdoutSink
-    return {"jsonl": JsonlSink.from_settings, "stdout": StdoutSink.from_settings,
-            "null": NullSink.from_settings, "spark": _spark}
+    return {"jsonl": _with_validate(JsonlSink.from_settings, JsonlSink.validate_settings),
+            "stdout": StdoutSink.from_settings, "null": NullSink.from_settings,
+            "spark": _with_validate(_spark, _validate_spark)}

@@ -84,9 +84,7 @@ class JsonlSink:
             self.recovered = self.recover_orphans()
 
     @classmethod
-    def from_settings(cls, settings: dict, **kwargs) -> JsonlSink:
-        """Settings: ``path`` (directory, required; created if missing), ``prefix``
-        ("records"), ``max_bytes`` (128 MiB), ``max_age_s`` (3600), ``fsync`` (true)."""
+    def _parse_settings(cls, settings: dict):
         check_settings("jsonl", settings, _SETTINGS)
         path = settings.get("path")
         if not isinstance(path, str) or not path:
@@ -106,6 +104,18 @@ class JsonlSink:
             raise ValueError(f"fsync must be true or false, not {fsync!r}")
         if os.path.exists(path) and not os.path.isdir(path):
             raise ValueError(f"path {path!r} exists and is not a directory")
+        return path, prefix, max_bytes, max_age_s, fsync
+
+    @classmethod
+    def validate_settings(cls, settings: dict) -> None:
+        """The checks of ``from_settings`` without creating anything (for check-config)."""
+        cls._parse_settings(settings)
+
+    @classmethod
+    def from_settings(cls, settings: dict, **kwargs) -> JsonlSink:
+        """Settings: ``path`` (directory, required; created if missing), ``prefix``
+        ("records"), ``max_bytes`` (128 MiB), ``max_age_s`` (3600), ``fsync`` (true)."""
+        path, prefix, max_bytes, max_age_s, fsync = cls._parse_settings(settings)
         try:
             return cls(path, prefix=prefix, max_bytes=max_bytes, max_age_s=float(max_age_s),
                        fsync=fsync, **kwargs)

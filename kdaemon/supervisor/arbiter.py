@@ -106,6 +106,7 @@ class Arbiter:
         self._prom = None
         self._uploader_pid: int | None = None
         self._uploader_slot = Slot()
+        self._uploader_reloading = False
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -251,6 +252,11 @@ class Arbiter:
         self._terminate_all(graceful=True)
 
     def handle_hup(self) -> None:
+        if self._stopping:
+            # Too late: a roll would start workers we are stopping, and systemd must not see
+            # RELOADING=1 after STOPPING=1.
+            log.info("ignoring SIGHUP: stopping")
+            return
         try:
             new = load(self.config_path)
             problems = validate_in_subprocess(self.config_path)
@@ -264,11 +270,12 @@ class Arbiter:
             return
         sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={sdnotify.monotonic_usec()}")
         log.info("reloading %s: rolling %d worker(s) one at a time", self.config_path, len(self.workers))
-        self.config = new
+        old, self.config = self.config, new
         self._config_generation += 1
         self._rolling = sorted({w.index for w in self.workers.values() if not w.stopping})
         self._roll_waiting = None
         self._ready_sent = False
+        self._reload_uploader(changed=old.sink != new.sink or old.daemon.state_dir != new.daemon.state_dir)
 
     def handle_ttin(self) -> None:
         self.target += 1
@@ -315,10 +322,27 @@ class Arbiter:
         self._uploader_started = time.monotonic()
         log.info("started the Spark uploader (pid %d)", proc.pid)
 
+    def _reload_uploader(self, changed: bool) -> None:
+        """The uploader reads the configuration when it starts: if its settings changed,
+        restart it now; if it is waiting out a crash backoff (after a bad setting, say), start
+        it now."""
+        self._uploader_slot = Slot()
+        if self._uploader_pid is not None and changed:
+            self._uploader_reloading = True
+            log.info("restarting the Spark uploader (pid %d) for the new configuration", self._uploader_pid)
+            try:
+                os.kill(self._uploader_pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
     def _on_uploader_exit(self, code: int) -> None:
         self._uploader_pid = None
         if self._stopping:
             log.info("Spark uploader stopped with code %d", code)
+            return
+        if self._uploader_reloading:
+            self._uploader_reloading = False
+            log.info("Spark uploader stopped with code %d for the reload; starting it again", code)
             return
         slot = self._uploader_slot
         if time.monotonic() - self._uploader_started > _STABLE_AFTER_S:

@@ -75,7 +75,14 @@ def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False
                            "is the plugin providing it listed in `plugins`?)")
             return None
         if dry_run and kind == "sink":
-            return None  # building a sink may create files; names are checked above
+            # Building a sink may create files: check its settings only, if it can say.
+            validate = getattr(factory, "validate", None)
+            if validate is not None:
+                try:
+                    validate(settings)
+                except (ValueError, TypeError, KeyError) as exc:
+                    problem(where, f"{kind} {name!r} refused its settings: {exc}")
+            return None
         try:
             return factory(settings)
         except (ValueError, TypeError, KeyError) as exc:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import logging
 import time
+from itertools import groupby
+from operator import attrgetter
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from ..sinks.encoding import dead_letter
 from .build import PipelineParts
 
 log = logging.getLogger(__name__)
+_topic_partition = attrgetter("topic", "partition")
 
 EXIT_OK = 0
 EXIT_STOPPED_ON_ERROR = 3
@@ -283,8 +286,9 @@ class Worker:
             self.stats.dlq[stage] += 1
 
     def _accepted(self, records: list[Record], positions: dict) -> None:
-        for r in records:
-            self.stats.delivered[TopicPartition(r.topic, r.partition)] += 1
+        delivered = self.stats.delivered
+        for (topic, partition), run in groupby(records, key=_topic_partition):
+            delivered[TopicPartition(topic, partition)] += sum(1 for _ in run)
         self.stats.batch_sizes.append(len(records))
         if len(self.stats.batch_sizes) > 1000:
             del self.stats.batch_sizes[:500]
@@ -413,7 +417,8 @@ class Worker:
         self._written = {tp: off for tp, off in committed.items() if tp in assigned}
         self._unflushed = 0
         self._rewind_at = None
-        self._backoff = self.config.daemon.sink_retry_backoff_ms / 1000
+        # The backoff is reset by the next flush that succeeds, not here: a sink that can be
+        # rebuilt but still cannot flush (the Spark uploader down) must see growing pauses.
         log.info("sink rebuilt; consuming again from the last committed offsets")
         self._resume_all()
 
@@ -456,6 +461,8 @@ class Worker:
             return
         self.stats.flushes += 1
         self.stats.last_flush_seconds = time.monotonic() - started
+        if self._unflushed:
+            self._backoff = self.config.daemon.sink_retry_backoff_ms / 1000
         self._unflushed = 0
         self._last_flush = self._clock()
         assigned = self.consumer.assignment()

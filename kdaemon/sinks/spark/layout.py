@@ -3,24 +3,42 @@
 Output (``path`` mode)::
 
     <path>/topic=<t>/date=<yyyy-mm-dd>/part-p<partition>-<first>-<last>-<n>.parquet
-    <path>/_kdaemon/manifests/<topic>/<partition>/<first>-<last>.json
-    <path>/_kdaemon/tmp/<job>/                 (Spark's own output of a job, moved from here)
+    <path>/_kdaemon/manifests/<topic>/<partition>/<first>-<last>.json   (an upload's commit point)
+    <path>/_kdaemon/pending/<topic>/<partition>/<first>-<last>.json     (an upload under way)
+    <path>/_kdaemon/locks/<topic>/<partition>.lock                      (one uploader at a time)
+    <path>/_kdaemon/tmp/<uploader>-<job>/                   (Spark's own output of a job, moved from here)
     <path>/_kdaemon/dlq/topic=<t>/part-p<partition>-<first>-<last>-<n>.parquet
+
+Spark ignores ``_kdaemon`` when reading ``<path>`` (names starting with ``_`` are hidden).
 
 Invariants:
 
 1. A batch's files are named after its identity (partition, first, last offset).  Uploading the
    same batch again replaces them, never adds.
-2. A batch is *uploaded* iff its manifest exists.  The manifest is written (fsynced, renamed)
-   after every file of the batch is in place; files of a batch without a manifest are leftovers
-   of an interrupted upload and are deleted before that partition's next upload.
+2. A batch is *uploaded* iff its manifest exists.  Before the first file of a batch is moved into
+   place, a *pending* record listing every file it will create is written (fsynced, renamed);
+   then the files are moved, then the manifest is written, then the pending record is removed.
+   A pending record without a manifest is what an interrupted upload left: its files are deleted
+   before that partition's next upload.  (Finding leftovers this way costs nothing per job,
+   unlike listing the whole output, and works whatever ``partition_by`` is.)
 3. Rows whose offset lies inside the range of an existing manifest are dropped before writing,
    so a worker that re-reads records after a crash (its commit was lost, the upload was not)
-   adds nothing twice, whatever its new batch boundaries.
+   adds nothing twice, whatever its new batch boundaries.  This needs every kept offset of a
+   manifest's range to be in the output: a batch holds every record its worker read between
+   its first and last offset (the worker reads a partition contiguously, and a seek forward only
+   goes to a committed offset, i.e. past records already uploaded).
+4. Everything from reading a partition's manifests to writing its new manifests happens under
+   that partition's lock (``flock``), so two uploaders (two daemons sharing the output, or an
+   uploader whose predecessor's job is still finishing) never both decide that the same offsets
+   are new, and one never removes files the other is moving in.  ``flock`` is reliable on a local
+   filesystem; on a network filesystem it is only as good as that filesystem's locking.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -56,28 +74,90 @@ def topic_dir(root: str, topic: str) -> str:
     return os.path.join(root, f"topic={topic}")
 
 
+def kdaemon_dir(root: str) -> str:
+    return os.path.join(root, "_kdaemon")
+
+
 def manifest_dir(root: str, topic: str, partition: int) -> str:
     return os.path.join(root, "_kdaemon", "manifests", topic, str(partition))
 
 
+def _range_name(batch: BatchId) -> str:
+    return f"{batch.first:019d}-{batch.last:019d}.json"
+
+
 def manifest_path(root: str, topic: str, batch: BatchId) -> str:
-    return os.path.join(manifest_dir(root, topic, batch.partition), f"{batch.first:019d}-{batch.last:019d}.json")
+    return os.path.join(manifest_dir(root, topic, batch.partition), _range_name(batch))
+
+
+def pending_dir(root: str, topic: str, partition: int) -> str:
+    return os.path.join(root, "_kdaemon", "pending", topic, str(partition))
+
+
+def pending_path(root: str, topic: str, batch: BatchId) -> str:
+    return os.path.join(pending_dir(root, topic, batch.partition), _range_name(batch))
+
+
+def dlq_root(root: str) -> str:
+    return os.path.join(root, "_kdaemon", "dlq")
+
+
+def _parse_range(name: str) -> tuple[int, int] | None:
+    if not name.endswith(".json"):
+        return None
+    first, _, last = name[:-5].partition("-")
+    if first.isdigit() and last.isdigit():
+        return int(first), int(last)
+    return None
 
 
 def uploaded_ranges(root: str, topic: str, partition: int) -> list[tuple[int, int]]:
     """Offset ranges (inclusive) of every uploaded batch of a partition, sorted."""
-    d = manifest_dir(root, topic, partition)
+    try:
+        names = os.listdir(manifest_dir(root, topic, partition))
+    except FileNotFoundError:
+        return []
+    return sorted(r for r in map(_parse_range, names) if r is not None)
+
+
+def pending_uploads(root: str, topic: str, partition: int) -> list[tuple[BatchId, list[str]]]:
+    """Uploads of a partition that were started and not finished: (batch, files relative to
+    ``root``).  A pending record that cannot be read is reported with no files."""
+    d = pending_dir(root, topic, partition)
     try:
         names = os.listdir(d)
     except FileNotFoundError:
         return []
     out = []
-    for name in names:
-        if name.endswith(".json"):
-            first, _, last = name[:-5].partition("-")
-            if first.isdigit() and last.isdigit():
-                out.append((int(first), int(last)))
-    return sorted(out)
+    for name in sorted(names):
+        r = _parse_range(name)
+        if r is None:
+            continue
+        try:
+            with open(os.path.join(d, name), "rb") as fh:
+                files = list(json.load(fh)["files"])
+        except (OSError, ValueError, KeyError, TypeError):
+            files = []  # written durably, so only a foreign file gets here; nothing to delete
+        out.append((BatchId(partition, *r), files))
+    return out
+
+
+@contextlib.contextmanager
+def partition_locks(root: str, topic_partitions):
+    """Hold the upload lock of every (topic, partition) given, taken in sorted order (so two
+    uploaders wanting overlapping sets cannot deadlock).  Released when the process dies."""
+    fds = []
+    try:
+        for topic, partition in sorted(set(topic_partitions)):
+            d = os.path.join(root, "_kdaemon", "locks", topic)
+            os.makedirs(d, exist_ok=True)
+            fd = os.open(os.path.join(d, f"{partition}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            fds.append(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)  # closing drops the flock
 
 
 def fsync_dir(path: str) -> None:
@@ -99,3 +179,11 @@ def write_durably(path: str, data: bytes) -> None:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     fsync_dir(d)
+
+
+def remove_durably(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    fsync_dir(os.path.dirname(path))

@@ -36,6 +36,52 @@ STAGED_SCHEMA = pa.schema([
 
 SETTINGS = {"type", "master", "conf", "path", "table", "max_records", "max_bytes", "max_age_s",
             "value_format", "value_schema", "partition_by", "socket", "upload_timeout_s", "state_dir"}
+VALUE_FORMATS = ("binary", "string", "json")
+# Staged files live for one flush on local disk: cheap to write beats small.
+STAGING_COMPRESSION = "lz4"
+PARTITION_COLUMNS = ("topic", "partition", "date", "timestamp_type")
+
+
+def validate_settings(settings: dict) -> None:
+    """Raise ValueError naming every problem with the ``[sink]`` settings of the spark sink.
+
+    Workers and the uploader both call this, so a bad setting stops the daemon at boot instead
+    of failing every upload."""
+    problems = []
+    unknown = set(settings) - SETTINGS
+    if unknown:
+        problems.append(f"unknown spark sink settings: {', '.join(sorted(unknown))} "
+                        f"(known: {', '.join(sorted(SETTINGS - {'type'}))})")
+    if not settings.get("path") and not settings.get("table"):
+        problems.append("the spark sink needs `path` (Parquet output) or `table` (catalog table)")
+    if settings.get("path") and settings.get("table"):
+        problems.append("give the spark sink either `path` or `table`, not both")
+    for name in ("max_records", "max_bytes", "max_age_s", "upload_timeout_s"):
+        if name in settings:
+            try:
+                ok = float(settings[name]) > 0
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                problems.append(f"{name} must be a positive number, not {settings[name]!r}")
+    value_format = settings.get("value_format", "json" if settings.get("value_schema") else "binary")
+    if value_format not in VALUE_FORMATS:
+        problems.append(f"value_format must be one of {', '.join(VALUE_FORMATS)}, not {value_format!r}")
+    elif value_format == "json" and not settings.get("value_schema"):
+        problems.append("value_format = \"json\" needs value_schema (a Spark DDL string such as "
+                        "\"id BIGINT, type STRING\")")
+    elif settings.get("value_schema") and value_format != "json":
+        problems.append(f"value_schema is only used with value_format = \"json\", not {value_format!r}")
+    if settings.get("value_schema") is not None and not isinstance(settings["value_schema"], str):
+        problems.append("value_schema must be a Spark DDL string")
+    partition_by = settings.get("partition_by", ["topic", "date"])
+    if not isinstance(partition_by, (list, tuple)) or not all(c in PARTITION_COLUMNS for c in partition_by):
+        problems.append(f"partition_by must be a list of columns among {', '.join(PARTITION_COLUMNS)}, "
+                        f"not {partition_by!r}")
+    if settings.get("conf") is not None and not isinstance(settings["conf"], dict):
+        problems.append("conf must be a table of Spark settings")
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 class SparkUploadError(Exception):
@@ -64,6 +110,10 @@ class _Buffer:
     values: list = field(default_factory=list)
     headers: list = field(default_factory=list)
     size: int = 0
+    last_offset: int = -1
+    # An offset at or below one already buffered: the partition was read again from an earlier
+    # position (it was lost and came back) while this buffer still held records of it.
+    reread: bool = False
 
 
 def socket_path(state_dir: str) -> str:
@@ -133,23 +183,22 @@ class UploaderClient:
 
 
 class SparkSink:
-    def __init__(self, settings: dict, state_dir: str) -> None:
-        unknown = set(settings) - SETTINGS
-        if unknown:
-            raise ValueError(f"unknown spark sink settings: {', '.join(sorted(unknown))}")
-        if not settings.get("path") and not settings.get("table"):
-            raise ValueError("the spark sink needs `path` (Parquet output) or `table` (catalog table)")
+    def __init__(self, settings: dict, state_dir: str, *, heartbeat_timeout_s: float | None = None) -> None:
+        validate_settings(settings)
         self.max_records = int(settings.get("max_records", 100_000))
         self.max_bytes = int(settings.get("max_bytes", 64 * 1024 * 1024))
         self.max_age_s = float(settings.get("max_age_s", 10.0))
-        if self.max_records <= 0 or self.max_bytes <= 0 or self.max_age_s <= 0:
-            raise ValueError("max_records, max_bytes and max_age_s must be positive")
         state_dir = settings.get("state_dir", state_dir)
         self.staging = os.path.join(os.path.abspath(state_dir), "spark-staging", str(os.getpid()))
         _discard_dead_staging(os.path.dirname(self.staging))
         os.makedirs(self.staging, exist_ok=True)
-        self.client = UploaderClient(settings.get("socket") or socket_path(state_dir),
-                                     float(settings.get("upload_timeout_s", 300)))
+        timeout = float(settings.get("upload_timeout_s", 300))
+        if heartbeat_timeout_s:
+            # A worker waiting for its upload sends no heartbeat to the supervisor, which kills
+            # it after heartbeat_timeout_s.  Give up (and retry: a finished upload is then
+            # found by its manifest) well before that.
+            timeout = min(timeout, max(1.0, 0.8 * heartbeat_timeout_s))
+        self.client = UploaderClient(settings.get("socket") or socket_path(state_dir), timeout)
         self._buffers: dict[tuple[str, int], _Buffer] = {}
         self._last_batch: dict[tuple[str, int], str] = {}
         self._seq = 0
@@ -170,6 +219,9 @@ class SparkSink:
                 b = buffers[key] = _Buffer(r.topic, r.partition, now)
             k = r.raw_key if isinstance(r, Record) and r.raw_key is not None else _as_bytes(r.key)
             v = r.raw_value if isinstance(r, Record) and r.raw_value is not None else _as_bytes(r.value)
+            if r.offset <= b.last_offset:
+                b.reread = True
+            b.last_offset = r.offset
             b.offsets.append(r.offset)
             b.timestamps.append(r.timestamp)
             b.timestamp_types.append(r.timestamp_type)
@@ -197,21 +249,12 @@ class SparkSink:
                 batch = BatchId(partition, min(b.offsets), max(b.offsets))
                 self._seq += 1
                 path = os.path.join(self.staging, f"{self._seq:08d}-{batch.name}.parquet")
-                table = pa.table({
-                    "topic": pa.array([topic] * len(b.offsets), pa.string()),
-                    "partition": pa.array([partition] * len(b.offsets), pa.int32()),
-                    "offset": pa.array(b.offsets, pa.int64()),
-                    "timestamp": pa.array(b.timestamps, pa.int64()),
-                    "timestamp_type": pa.array(b.timestamp_types, pa.int8()),
-                    "key": pa.array(b.keys, pa.binary()),
-                    "value": pa.array(b.values, pa.binary()),
-                    "headers": pa.array(b.headers, STAGED_SCHEMA.field("headers").type),
-                }, schema=STAGED_SCHEMA)
-                pq.write_table(table, path + ".tmp", compression="zstd")
+                table = _staged_table(topic, partition, b)
+                pq.write_table(table, path + ".tmp", compression=STAGING_COMPRESSION)
                 os.replace(path + ".tmp", path)
                 files.append(path)
                 requests.append({"file": path, "topic": topic, "partition": partition,
-                                 "first": batch.first, "last": batch.last, "rows": len(b.offsets)})
+                                 "first": batch.first, "last": batch.last, "rows": table.num_rows})
             self.client.upload(requests)
         finally:
             for path in files:
@@ -224,14 +267,33 @@ class SparkSink:
         self._buffers.clear()
 
     def commit_metadata(self, topic: str, partition: int) -> str:
-        """The identity of the last batch uploaded for a partition, stored with its commit."""
-        name = self._last_batch.get((topic, partition))
-        return f"spark:{name}" if name else ""
+        """Stored with every commit: ``spark:`` and the last batch this sink uploaded for the
+        partition (``spark:`` alone if it uploaded none: only filtered records since)."""
+        return f"spark:{self._last_batch.get((topic, partition), '')}"
 
     def close(self) -> None:
         self._buffers.clear()
         self.client.close()
         shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def _staged_table(topic: str, partition: int, b: _Buffer) -> pa.Table:
+    n = len(b.offsets)
+    table = pa.table({
+        "topic": pa.array([topic] * n, pa.string()),
+        "partition": pa.array([partition] * n, pa.int32()),
+        "offset": pa.array(b.offsets, pa.int64()),
+        "timestamp": pa.array(b.timestamps, pa.int64()),
+        "timestamp_type": pa.array(b.timestamp_types, pa.int8()),
+        "key": pa.array(b.keys, pa.binary()),
+        "value": pa.array(b.values, pa.binary()),
+        "headers": pa.array(b.headers, STAGED_SCHEMA.field("headers").type),
+    }, schema=STAGED_SCHEMA)
+    if b.reread:
+        # Keep one row per offset (the records are the same: same partition, same offset).
+        last_index = {offset: i for i, offset in enumerate(b.offsets)}
+        table = table.take(pa.array(sorted(last_index.values()), pa.int64()))
+    return table
 
 
 def _discard_dead_staging(root: str) -> None:

@@ -6,12 +6,23 @@ socket and send one request per staged batch; the uploader gathers what arrives 
 window into one Spark job, and answers each request once its batch is in the output (files moved
 into place, manifest written) — or with the error.
 
+The socket is bound before the SparkSession starts (which takes seconds), so a worker's first
+upload waits for the session instead of failing; if the session cannot start (a bad master
+URL, say), the uploader logs why and exits, its listeners see the connection close, and the
+supervisor starts it again with backoff (re-reading the configuration file).
+
+Exactly-once holds in ``path`` mode when the uploader and Spark's executors see the same
+filesystem at ``path`` (local mode, or a shared mount): the uploader moves Spark's output into
+place itself.  ``table`` mode appends through the catalog, which cannot replace a batch's files:
+it is at-least-once (a crash between Spark's append and the manifest duplicates that batch).
+
 See ``layout.py`` for the output layout and the exactly-once rules.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -23,7 +34,8 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,85 +43,167 @@ import pyarrow.parquet as pq
 
 from . import layout
 from .layout import BatchId
-from .staging import SETTINGS, socket_path
+from .staging import socket_path, validate_settings
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
 COALESCE_S = 0.2
 MAX_REQUESTS_PER_JOB = 256
+EXIT_CANNOT_START = 1
+EXIT_BAD_SETTINGS = 2
+_CORRUPT = "_kdaemon_corrupt"   # from_json puts a value that does not parse here
+_MASTER_CONNECT_TIMEOUT_S = 3.0
 
 
-@dataclass
+class SparkStartError(Exception):
+    """The SparkSession cannot be created with these settings; the message says why."""
+
+
+@dataclass(eq=False)
 class Request:
-    conn: socket.socket
+    conn: socket.socket | None
     id: int
     file: str
     topic: str
     batch: BatchId
     rows: int
+    error: str | None = None
+    received: float = field(default_factory=time.monotonic)
+
+
+def check_master_reachable(master: str) -> None:
+    """Fail fast, with a clear message, on a standalone or Connect master nobody listens at.
+
+    Spark itself retries a dead ``spark://`` master for about a minute, then fails with a long
+    Java stack trace that does not name the setting to fix."""
+    if master.startswith("spark://"):
+        hostports = [hp for hp in master[len("spark://"):].split(",") if hp]
+        default_port = 7077
+    elif master.startswith("sc://"):
+        hostports = [urlparse(master).netloc.split("@")[-1]]
+        default_port = 15002
+    else:
+        return  # local[...], yarn, k8s://...: nothing to probe cheaply
+    errors = []
+    for hp in hostports:
+        host, _, port = hp.strip("/").rpartition(":") if ":" in hp else (hp, "", "")
+        host = host or hp
+        try:
+            with socket.create_connection((host.strip("[]"), int(port or default_port)),
+                                          timeout=_MASTER_CONNECT_TIMEOUT_S):
+                return
+        except (OSError, ValueError) as exc:
+            errors.append(f"{hp}: {getattr(exc, 'strerror', None) or exc}")
+    raise SparkStartError(f"the Spark master {master} is not reachable ({'; '.join(errors)}); "
+                          "fix [sink] master and reload (SIGHUP)")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("at ", "An error occurred while calling")):
+            return line[:500]
+    return type(exc).__name__
 
 
 class SparkWriter:
     """Everything that talks to Spark: session, transformation, the write of one job."""
 
     def __init__(self, settings: dict) -> None:
+        validate_settings(settings)
         self.settings = settings
         self.path = settings.get("path")
         self.table = settings.get("table")
-        self.value_format = settings.get("value_format", "binary")
         self.value_schema = settings.get("value_schema")
-        if self.value_schema:
-            self.value_format = "json"
-        if self.value_format not in ("binary", "string", "json"):
-            raise ValueError(f"value_format must be binary, string or json, not {self.value_format!r}")
+        self.value_format = settings.get("value_format", "json" if self.value_schema else "binary")
         self.partition_by = list(settings.get("partition_by", ["topic", "date"]))
+        self.master = settings.get("master", "local[*]")
         self.spark = None
+        self._value_struct = None  # value_schema plus the corrupt-record column
 
     def start(self) -> None:
+        check_master_reachable(self.master)
         from pyspark.sql import SparkSession
-        master = self.settings.get("master", "local[*]")
         builder = SparkSession.builder.appName("kdaemon-uploader")
-        builder = builder.remote(master) if master.startswith("sc://") else builder.master(master)
-        conf = {"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC",
-                "spark.sql.mapKeyDedupPolicy": "LAST_WIN", "spark.sql.execution.arrow.pyspark.enabled": "true",
+        remote = self.master.startswith("sc://")
+        builder = builder.remote(self.master) if remote else builder.master(self.master)
+        conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                "spark.sql.session.timeZone": "UTC", "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
                 "spark.sql.sources.partitionOverwriteMode": "dynamic",
                 "spark.sql.shuffle.partitions": "2"}
+        if self.master.startswith("local"):
+            # Nothing outside this host talks to a local-mode driver: keep it on loopback
+            # (Spark would otherwise pick the address the host name resolves to).
+            conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         conf.update({str(k): str(v) for k, v in (self.settings.get("conf") or {}).items()})
         for k, v in conf.items():
             builder = builder.config(k, v)
-        self.spark = builder.getOrCreate()
-        self.spark.sparkContext.setLogLevel("WARN") if hasattr(self.spark, "sparkContext") else None
-        log.info("Spark session ready (master %s, Spark %s)", master, self.spark.version)
+        try:
+            self.spark = builder.getOrCreate()
+        except Exception as exc:
+            raise SparkStartError(f"cannot start a SparkSession on master {self.master}: {_first_line(exc)}") from None
+        if not remote:
+            self.spark.sparkContext.setLogLevel("WARN")
+        if self.value_schema:
+            self._value_struct = self._parse_value_schema(self.value_schema)
+        log.info("Spark session ready (master %s, Spark %s)", self.master, self.spark.version)
+        if self.table:
+            log.warning("table mode (%s) is at-least-once: a crash between Spark's append and the "
+                        "manifest uploads that batch twice; use path mode for exactly-once", self.table)
+
+    def _parse_value_schema(self, ddl: str):
+        from pyspark.sql.types import DataType, StringType, StructField, StructType
+        try:
+            parsed = DataType.fromDDL(ddl)
+        except Exception as exc:
+            raise SparkStartError(f"value_schema {ddl!r} is not a Spark DDL schema: {_first_line(exc)}") from None
+        if not isinstance(parsed, StructType):
+            raise SparkStartError(f"value_schema {ddl!r} must describe a struct (\"a INT, b STRING\"), "
+                                  f"not {parsed.simpleString()}")
+        if _CORRUPT in parsed.fieldNames():
+            raise SparkStartError(f"value_schema must not have a field named {_CORRUPT}")
+        return StructType(parsed.fields + [StructField(_CORRUPT, StringType())])
 
     def write(self, table: pa.Table, tmp_dir: str) -> tuple[str, str | None]:
         """Write one job's rows (with a ``_batch`` column) under ``tmp_dir``; return the data dir
         and the dead-letter dir (rows whose value did not parse), or None."""
         from pyspark.sql import functions as F
         df = self.spark.createDataFrame(table)
-        ts = F.when(F.col("timestamp") >= 0, (F.col("timestamp") / 1000).cast("timestamp"))
-        df = df.withColumn("timestamp", ts)
+        # timestamp_millis is exact; a division into a double is not (…123 ms → …122.999).
+        df = df.withColumn("timestamp", F.when(F.col("timestamp") >= 0, F.timestamp_millis("timestamp")))
         df = df.withColumn("date", F.coalesce(F.to_date("timestamp"), F.lit("1970-01-01").cast("date")).cast("string"))
         df = df.withColumn("headers", F.map_from_entries("headers"))
         dlq_dir = None
+        cached = None
         if self.value_format == "string":
             df = df.withColumn("value", F.col("value").cast("string"))
         elif self.value_format == "json":
-            parsed = F.from_json(F.col("value").cast("string"), self.value_schema, {"mode": "PERMISSIVE"})
-            df = df.withColumn("_parsed", parsed)
-            bad = df.where(F.col("value").isNotNull() & F.col("_parsed").isNull())
-            df = df.where(F.col("value").isNull() | F.col("_parsed").isNotNull())
-            df = df.withColumn("value", F.col("_parsed")).drop("_parsed")
+            # PERMISSIVE from_json gives a struct of nulls, not null, for a value that does not
+            # parse; the corrupt-record column is what tells a bad value from an empty one.
+            parsed = F.from_json(F.col("value").cast("string"), self._value_struct,
+                                 {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
+            cached = df = df.withColumn("_parsed", parsed).persist()
+            is_bad = F.col("value").isNotNull() & (F.col("_parsed").isNull() | F.col(f"_parsed.{_CORRUPT}").isNotNull())
+            bad = df.where(is_bad).drop("_parsed")
             dlq_dir = os.path.join(tmp_dir, "dlq")
-            (bad.drop("_parsed").withColumn("error", F.lit(f"value does not parse as {self.value_schema}"))
+            (bad.withColumn("error", F.lit(f"value does not parse as {self.value_schema}"))
              .write.mode("overwrite").partitionBy("topic", "_batch").parquet(dlq_dir))
-        columns = ["topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers", "date", "_batch"]
-        df = df.select(*columns)
-        data_dir = os.path.join(tmp_dir, "data")
-        if self.table:
-            df.drop("_batch").write.mode("append").partitionBy(*self.partition_by).saveAsTable(self.table)
+            df = df.where(~is_bad).withColumn("value", F.col("_parsed").dropFields(_CORRUPT)).drop("_parsed")
+        try:
+            columns = ["topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
+                       "date", "_batch"]
+            df = df.select(*columns)
+            data_dir = os.path.join(tmp_dir, "data")
+            if self.table:
+                df.drop("_batch").write.mode("append").partitionBy(*self.partition_by).saveAsTable(self.table)
+                return data_dir, dlq_dir
+            df.write.mode("overwrite").partitionBy(*self.partition_by, "_batch").parquet(data_dir)
             return data_dir, dlq_dir
-        df.write.mode("overwrite").partitionBy(*self.partition_by, "_batch").parquet(data_dir)
-        return data_dir, dlq_dir
+        finally:
+            if cached is not None:
+                cached.unpersist()
 
     def stop(self) -> None:
         if self.spark is not None:
@@ -121,13 +215,15 @@ class SparkWriter:
 
 class Uploader:
     def __init__(self, settings: dict, state_dir: str) -> None:
-        unknown = set(settings) - SETTINGS
-        if unknown:
-            raise ValueError(f"unknown spark sink settings: {', '.join(sorted(unknown))}")
         self.settings = settings
         self.writer = SparkWriter(settings)
         self.root = settings.get("path") or os.path.join(os.path.abspath(state_dir), "spark-table-state")
         self.socket_path = settings.get("socket") or socket_path(state_dir)
+        # This uploader's Spark output goes to _kdaemon/tmp/<owner>-<job>: one uploader per
+        # state dir, so at start it may remove whatever an earlier one of its own left there
+        # (never another daemon's job under way).
+        self.tmp_owner = hashlib.sha1(os.path.abspath(self.socket_path).encode()).hexdigest()[:12]
+        self.identity = f"{socket.gethostname()}:{self.tmp_owner}"   # in manifests: who uploaded
         self._stop = False
         self._sel = selectors.DefaultSelector()
         self._buffers: dict[socket.socket, bytes] = {}
@@ -137,7 +233,8 @@ class Uploader:
     # -- serving --------------------------------------------------------------------------------
 
     def serve(self) -> int:
-        self.writer.start()
+        signal.signal(signal.SIGTERM, lambda *_: self._request_stop())
+        signal.signal(signal.SIGINT, lambda *_: self._request_stop())
         os.makedirs(os.path.dirname(self.socket_path), exist_ok=True)
         try:
             os.unlink(self.socket_path)
@@ -145,13 +242,17 @@ class Uploader:
             pass
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(self.socket_path)
-        server.listen(64)
+        server.listen(64)   # workers may connect and send while the session starts
         server.setblocking(False)
-        self._sel.register(server, selectors.EVENT_READ, None)
-        signal.signal(signal.SIGTERM, lambda *_: self._request_stop())
-        signal.signal(signal.SIGINT, lambda *_: self._request_stop())
-        log.info("uploader listening on %s, writing to %s", self.socket_path, self.settings.get("path") or self.settings.get("table"))
         try:
+            try:
+                self.writer.start()
+            except SparkStartError as exc:
+                log.error("the uploader cannot start: %s", exc)
+                return EXIT_CANNOT_START
+            self._remove_own_tmp()
+            self._sel.register(server, selectors.EVENT_READ, None)
+            log.info("uploader listening on %s, writing to %s", self.socket_path, self.settings.get("path") or self.settings.get("table"))
             while not self._stop:
                 self._pump(server, 0.5)
                 if self._queue:
@@ -162,6 +263,8 @@ class Uploader:
                     self._run_job(batch)
         finally:
             server.close()
+            for conn in list(self._buffers):
+                conn.close()
             try:
                 os.unlink(self.socket_path)
             except FileNotFoundError:
@@ -171,6 +274,16 @@ class Uploader:
 
     def _request_stop(self) -> None:
         self._stop = True
+
+    def _remove_own_tmp(self) -> None:
+        d = os.path.join(layout.kdaemon_dir(self.root), "tmp")
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name.startswith(self.tmp_owner + "-"):
+                shutil.rmtree(os.path.join(d, name), ignore_errors=True)
 
     def _pump(self, server: socket.socket, timeout: float) -> None:
         for key, _ in self._sel.select(timeout):
@@ -196,14 +309,21 @@ class Uploader:
             buf = self._buffers[conn] + data
             *lines, self._buffers[conn] = buf.split(b"\n")
             for line in lines:
+                msg = None
                 try:
                     msg = json.loads(line)
-                    self._queue.append(Request(conn, msg["id"], msg["file"], msg["topic"],
-                                               BatchId(msg["partition"], msg["first"], msg["last"]), msg["rows"]))
-                except (ValueError, KeyError) as exc:
-                    log.error("bad request from a worker: %s", exc)
+                    req = Request(conn, int(msg["id"]), str(msg["file"]), str(msg["topic"]),
+                                  BatchId(int(msg["partition"]), int(msg["first"]), int(msg["last"])),
+                                  int(msg["rows"]))
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.error("bad request from a worker (%s: %s): %.200r", type(exc).__name__, exc, line)
+                    if isinstance(msg, dict) and "id" in msg:
+                        self._send(conn, {"id": msg["id"], "ok": False, "error": f"bad request: {exc}"})
+                    continue
+                self._queue.append(req)
 
     def _drop(self, conn: socket.socket) -> None:
+        """A worker went away: what it still had queued is nobody's to confirm."""
         try:
             self._sel.unregister(conn)
         except (KeyError, ValueError):
@@ -212,53 +332,70 @@ class Uploader:
         conn.close()
         self._queue = [r for r in self._queue if r.conn is not conn]
 
+    def _send(self, conn: socket.socket, msg: dict) -> None:
+        try:
+            conn.setblocking(True)
+            conn.sendall(json.dumps(msg).encode() + b"\n")
+            conn.setblocking(False)
+        except OSError:
+            self._drop(conn)
+
     def _reply(self, req: Request, ok: bool, error: str | None = None) -> None:
+        if req.conn is None or req.conn.fileno() < 0:
+            return
         msg = {"id": req.id, "ok": ok}
         if error:
             msg["error"] = error
-        try:
-            req.conn.setblocking(True)
-            req.conn.sendall(json.dumps(msg).encode() + b"\n")
-            req.conn.setblocking(False)
-        except OSError:
-            self._drop(req.conn)
+        self._send(req.conn, msg)
 
     # -- one job --------------------------------------------------------------------------------
 
     def _run_job(self, requests: list[Request]) -> None:
         started = time.monotonic()
         try:
-            done = self.upload(requests)
+            written, oldest_ms = self.upload(requests)
         except Exception as exc:
-            log.error("Spark upload of %d batch(es) failed: %s: %s", len(requests), type(exc).__name__, exc)
+            log.error("Spark upload of %d batch(es) failed: %s: %s", len(requests), type(exc).__name__,
+                      _first_line(exc))
             for req in requests:
-                self._reply(req, False, f"{type(exc).__name__}: {exc}"[:2000])
+                self._reply(req, False, f"{type(exc).__name__}: {_first_line(exc)}"[:2000])
             return
         self.jobs += 1
-        rows = sum(r.rows for r in requests)
-        log.info("uploaded %d batch(es), %d rows (%d new) in %.2fs", len(requests), rows, done,
-                 time.monotonic() - started)
+        failed = [r for r in requests if r.error is not None]
+        ok = len(requests) - len(failed)
+        rows = sum(r.rows for r in requests if r.error is None)
+        lag = f", oldest record {time.time() - oldest_ms / 1000:.1f}s old" if oldest_ms is not None else ""
+        log.info("uploaded %d batch(es), %d rows (%d new) in %.2fs%s", ok, rows, written,
+                 time.monotonic() - started, lag)
         for req in requests:
-            self._reply(req, True)
+            if req.error is not None:
+                log.error("batch %s of %s not uploaded: %s", req.batch.name, req.topic, req.error)
+            self._reply(req, req.error is None, req.error)
 
-    def upload(self, requests: list[Request]) -> int:
+    def upload(self, requests: list[Request]) -> tuple[int, int | None]:
         """Upload the batches; return the number of rows written (after dropping rows already
-        in the output).  Raises on any failure: then nothing of these batches is confirmed."""
+        in the output) and the oldest record timestamp (ms) among them.  A batch that cannot be
+        read gets its ``error`` set; any other failure raises, and then no batch of the job is
+        confirmed (a batch whose manifest was written is found again by the next upload)."""
         root = self.root
-        tables = []
-        by_partition: dict[tuple[str, int], list[Request]] = defaultdict(list)
-        for req in requests:
-            by_partition[(req.topic, req.batch.partition)].append(req)
-        fresh: list[Request] = []
-        for (topic, partition), reqs in by_partition.items():
-            ranges = layout.uploaded_ranges(root, topic, partition)
-            if self.writer.table is None:
-                self._delete_orphans(topic, partition, {BatchId(partition, f, l) for f, l in ranges})
-            for req in reqs:
-                if (req.batch.first, req.batch.last) in ranges:
+        partitions = {(r.topic, r.batch.partition) for r in requests}
+        with layout.partition_locks(root, partitions):
+            ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
+            for topic, partition in sorted(partitions):
+                self._finish_interrupted(topic, partition)
+                ranges[(topic, partition)] = layout.uploaded_ranges(root, topic, partition)
+            tables: list[pa.Table] = []
+            fresh: list[tuple[Request, pa.Table]] = []
+            for req in sorted(requests, key=lambda r: (r.topic, r.batch)):
+                known = ranges[(req.topic, req.batch.partition)]
+                if (req.batch.first, req.batch.last) in known:
                     continue  # uploaded before (its confirmation was lost): nothing to do
-                table = pq.read_table(req.file)
-                overlapping = [(f, l) for f, l in ranges if req.batch.overlaps(f, l)]
+                try:
+                    table = pq.read_table(req.file)
+                except (OSError, pa.ArrowException) as exc:
+                    req.error = f"cannot read the staged batch {req.file}: {exc}"
+                    continue
+                overlapping = [(f, l) for f, l in known if req.batch.overlaps(f, l)]
                 if overlapping:
                     offsets = table.column("offset")
                     keep = None
@@ -266,83 +403,126 @@ class Uploader:
                         inside = pc.and_(pc.greater_equal(offsets, first), pc.less_equal(offsets, last))
                         keep = inside if keep is None else pc.or_(keep, inside)
                     table = table.filter(pc.invert(keep))
+                # Later requests of this job overlapping this one drop what it brings.
+                known.append((req.batch.first, req.batch.last))
                 table = table.append_column("_batch", pa.array([req.batch.name] * table.num_rows, pa.string()))
                 tables.append(table)
-                fresh.append(req)
-        rows = sum(t.num_rows for t in tables)
-        if rows:
-            tmp = os.path.join(root, "_kdaemon", "tmp", uuid.uuid4().hex)
-            data_dir, dlq_dir = self.writer.write(pa.concat_tables(tables), tmp)
-            if self.writer.table is None:
-                self._move_into_place(data_dir, root)
+                fresh.append((req, table))
+            rows = sum(t.num_rows for t in tables)
+            stats = {}
+            for req, table in fresh:
+                if table.num_rows:
+                    tmin, tmax = pc.min_max(table.column("timestamp")).values()
+                    stats[req.batch] = {"min_timestamp_ms": tmin.as_py(), "max_timestamp_ms": tmax.as_py()}
+            known_ts = [s["min_timestamp_ms"] for s in stats.values() if s["min_timestamp_ms"] >= 0]
+            oldest = min(known_ts) if known_ts else None
+            if rows:
+                self._write_rows(pa.concat_tables(tables), fresh)
+            for req, table in fresh:
+                manifest = {"topic": req.topic, "partition": req.batch.partition, "first": req.batch.first,
+                            "last": req.batch.last, "rows": req.rows, "new_rows": table.num_rows,
+                            "uploaded_at": time.time(), "uploader": self.identity, **stats.get(req.batch, {})}
+                layout.write_durably(layout.manifest_path(root, req.topic, req.batch), json.dumps(manifest).encode())
+            for req, table in fresh:
+                if table.num_rows and self.writer.table is None:
+                    layout.remove_durably(layout.pending_path(root, req.topic, req.batch))
+        return rows, oldest
+
+    def _write_rows(self, table: pa.Table, fresh: list[tuple[Request, pa.Table]]) -> None:
+        """One Spark job for the rows of every fresh batch; in path mode its files are then
+        moved into place under their batch names, announced first by pending records."""
+        root = self.root
+        tmp = os.path.join(layout.kdaemon_dir(root), "tmp", f"{self.tmp_owner}-{uuid.uuid4().hex}")
+        try:
+            data_dir, dlq_dir = self.writer.write(table, tmp)
+            if self.writer.table is not None:
+                return
+            moves: dict[str, list[tuple[str, str]]] = defaultdict(list)
+            _plan_moves(data_dir, root, moves)
             if dlq_dir is not None:
-                self._move_into_place(dlq_dir, os.path.join(root, "_kdaemon", "dlq"))
+                _plan_moves(dlq_dir, layout.dlq_root(root), moves)
+            for req, t in fresh:
+                if t.num_rows and not moves.get(req.batch.name):
+                    raise RuntimeError(
+                        f"Spark wrote no file for batch {req.batch.name} under {tmp}: in path mode the "
+                        "output path must be on a filesystem the uploader sees (local mode or a shared mount)")
+            for req, t in fresh:
+                if t.num_rows:
+                    files = [os.path.relpath(target, root) for _, target in moves[req.batch.name]]
+                    layout.write_durably(layout.pending_path(root, req.topic, req.batch),
+                                         json.dumps({"files": files}).encode())
+            dirs = set()
+            for pairs in moves.values():
+                for src, target in pairs:
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    with open(src, "rb") as fh:
+                        os.fsync(fh.fileno())
+                    os.replace(src, target)
+                    dirs.add(os.path.dirname(target))
+            for d in dirs:
+                layout.fsync_dir(d)
+        finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        for req in fresh:
-            manifest = {"topic": req.topic, "partition": req.batch.partition, "first": req.batch.first,
-                        "last": req.batch.last, "rows": req.rows, "uploaded_at": time.time()}
-            layout.write_durably(layout.manifest_path(root, req.topic, req.batch),
-                                 json.dumps(manifest).encode())
-        return rows
 
-    def _move_into_place(self, src: str, dest_root: str) -> None:
-        """Move Spark's ``.../<partition dirs>/_batch=<id>/part-*.parquet`` to
-        ``dest_root/<partition dirs>/part-<id>-<n>.parquet``: names from the batch identity."""
-        for dirpath, _, filenames in os.walk(src):
-            parts = [f for f in sorted(filenames) if f.endswith(".parquet")]
-            if not parts:
-                continue
-            rel = os.path.relpath(dirpath, src)
-            segments = rel.split(os.sep)
-            batch_seg = [s for s in segments if s.startswith("_batch=")]
-            if not batch_seg:
-                continue
-            batch_name = batch_seg[0][len("_batch="):]
-            target_dir = os.path.join(dest_root, *[s for s in segments if not s.startswith("_batch=")])
-            os.makedirs(target_dir, exist_ok=True)
-            for n, name in enumerate(parts):
-                target = os.path.join(target_dir, f"part-{batch_name}-{n:03d}.parquet")
-                with open(os.path.join(dirpath, name), "rb") as fh:
-                    os.fsync(fh.fileno())
-                os.replace(os.path.join(dirpath, name), target)
-            layout.fsync_dir(target_dir)
+    def _finish_interrupted(self, topic: str, partition: int) -> None:
+        """Remove the files of this partition's uploads that started and never got a manifest."""
+        for batch, files in layout.pending_uploads(self.root, topic, partition):
+            if not os.path.exists(layout.manifest_path(self.root, topic, batch)):
+                removed = 0
+                for rel in files:
+                    try:
+                        os.unlink(os.path.join(self.root, rel))
+                        removed += 1
+                    except FileNotFoundError:
+                        pass
+                log.warning("removed %d file(s) of batch %s of %s: an upload that did not finish",
+                            removed, batch.name, topic)
+            layout.remove_durably(layout.pending_path(self.root, topic, batch))
 
-    def _delete_orphans(self, topic: str, partition: int, uploaded: set[BatchId]) -> None:
-        """Files of this partition whose batch has no manifest: an upload that did not finish."""
-        for base in (layout.topic_dir(self.root, topic),
-                     layout.topic_dir(os.path.join(self.root, "_kdaemon", "dlq"), topic)):
-            if not os.path.isdir(base):
-                continue
-            for dirpath, _, filenames in os.walk(base):
-                for name in filenames:
-                    parsed = layout.parse_part_file(name)
-                    if parsed is None or parsed[0].partition != partition:
-                        continue
-                    if parsed[0] not in uploaded:
-                        log.warning("removing %s: left by an upload that did not finish", name)
-                        os.unlink(os.path.join(dirpath, name))
+
+def _plan_moves(src: str, dest_root: str, moves: dict[str, list[tuple[str, str]]]) -> None:
+    """Spark's ``src/<partition dirs>/_batch=<id>/part-*.parquet`` go to
+    ``dest_root/<partition dirs>/part-<id>-<n>.parquet``: names from the batch identity."""
+    for dirpath, _, filenames in os.walk(src):
+        parts = [f for f in sorted(filenames) if f.endswith(".parquet")]
+        if not parts:
+            continue
+        segments = os.path.relpath(dirpath, src).split(os.sep)
+        batch_seg = [s for s in segments if s.startswith("_batch=")]
+        if not batch_seg:
+            continue
+        batch_name = batch_seg[0][len("_batch="):]
+        target_dir = os.path.join(dest_root, *[s for s in segments if not s.startswith("_batch=")])
+        for n, name in enumerate(parts):
+            moves[batch_name].append((os.path.join(dirpath, name),
+                                      os.path.join(target_dir, f"part-{batch_name}-{n:03d}.parquet")))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="kdaemon's Spark uploader (started by the supervisor)")
     parser.add_argument("-c", "--config", required=True)
     args = parser.parse_args(argv)
-    from ...config import load
-    config = load(args.config)
-    logging.basicConfig(level=getattr(logging, config.daemon.log_level, logging.INFO),
-                        format="%(asctime)s %(levelname)s uploader %(name)s: %(message)s", stream=sys.stderr)
+    from ...config import ConfigError, load
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s uploader %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        config = load(args.config)
+    except ConfigError as exc:
+        log.error("bad configuration:\n%s", exc)
+        return EXIT_BAD_SETTINGS
+    logging.getLogger().setLevel(getattr(logging, config.daemon.log_level, logging.INFO))
     if config.sink.type != "spark":
         log.error("the configured sink is %r, not spark", config.sink.type)
-        return 2
+        return EXIT_BAD_SETTINGS
     try:
         uploader = Uploader(config.sink.settings, config.daemon.state_dir)
     except ValueError as exc:
         log.error("bad spark sink settings: %s", exc)
-        return 2
+        return EXIT_BAD_SETTINGS
     try:
         return uploader.serve()
     except Exception as exc:
-        log.error("the uploader failed: %s: %s", type(exc).__name__, exc)
+        log.exception("the uploader failed: %s: %s", type(exc).__name__, _first_line(exc))
         return 1
 
 
