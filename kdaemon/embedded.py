@@ -11,6 +11,7 @@ partition was fully read.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import stat
@@ -20,6 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HOST = "127.0.0.1"
+# Environment variables Tansu reads as defaults for its options: a developer's shell must not
+# change the broker we start.
+_TANSU_ENV = ("CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE",
+              "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class EmbeddedBrokerError(RuntimeError):
@@ -47,45 +53,61 @@ def free_port(host: str = HOST) -> int:
         return s.getsockname()[1]
 
 
-def _answers_api_versions(host: str, port: int) -> bool:
+def api_versions_body(host: str, port: int, timeout: float = 1.0) -> dict | None:
+    """The broker's ApiVersions (v0) answer, or None if it does not answer."""
     from .protocol.apis import API_VERSIONS
     from .protocol.connection import KafkaConnection
     conn = KafkaConnection(client_id="kdaemon-embedded")
     try:
-        with socket.create_connection((host, port), timeout=1.0) as s:
+        with socket.create_connection((host, port), timeout=timeout) as s:
             s.sendall(conn.send(API_VERSIONS, 0, {}))
             while True:
                 data = s.recv(65536)
                 if not data:
-                    return False
+                    return None
                 done = conn.receive_data(data)
                 if done:
-                    return done[0].body["error_code"] == 0
+                    return done[0].body
     except OSError:
-        return False
+        return None
 
 
 @dataclass
 class EmbeddedBroker:
     host: str
     port: int
-    process: subprocess.Popen
     log_path: Path
-    extra_args: list = field(default_factory=list)
+    process: subprocess.Popen | None = field(default=None, repr=False)
+    api_versions: dict = field(default_factory=dict, repr=False)
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def stop(self, timeout: float = 5.0) -> None:
-        if self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
+    @property
+    def offered(self) -> dict[int, tuple[int, int]]:
+        """{api_key: (min, max)} from the ApiVersions answer that proved the broker ready."""
+        from .protocol.versions import broker_ranges
+        return broker_ranges(self.api_versions)
+
+    def log_tail(self, lines: int = 40) -> str:
         try:
-            self.process.wait(timeout)
+            text = self.log_path.read_text(errors="replace")
+        except OSError as exc:
+            return f"(no log: {exc})"
+        return "\n".join(_ANSI.sub("", text).splitlines()[-lines:])
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Terminate the broker by its pid; kill it if it has not exited after ``timeout``."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout)
+            proc.kill()
+            proc.wait(timeout)
 
     def __enter__(self) -> "EmbeddedBroker":
         return self
@@ -94,35 +116,56 @@ class EmbeddedBroker:
         self.stop()
 
 
-def start_broker(log_dir: str | os.PathLike, *, port: int | None = None, timeout: float = 20.0,
-                 attempts: int = 3, extra_args: list[str] | None = None,
+def start_broker(log_dir: str | os.PathLike, *, port: int | None = None, timeout: float = 30.0,
+                 attempts: int = 3, extra_args: list[str] | tuple = (),
                  advertised_port: int | None = None) -> EmbeddedBroker:
-    """Start Tansu on ``port`` (default: a free one) and wait until it answers ApiVersions."""
+    """Start Tansu and return it once it answers ApiVersions.
+
+    ``port``: where to listen (default: a free one, chosen before Tansu binds it; if another
+    process takes it in between, Tansu exits at once and we try again on a new port).
+    ``advertised_port``: the port metadata tells clients, when a proxy fronts the broker.
+    ``extra_args`` go to ``tansu broker`` as given (``--authentication``, say).
+    """
     binary = tansu_binary()
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    last_error = ""
+    env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
+    env["NO_COLOR"] = "1"
+    last: EmbeddedBroker | None = None
     for _ in range(attempts):
         p = port or free_port()
-        adv = advertised_port or p
-        log_path = log_dir / f"tansu-{p}.log"
-        cmd = [str(binary), "broker", "--listener-url", f"tcp://{HOST}:{p}",
-               "--advertised-listener-url", f"tcp://{HOST}:{adv}", "--storage-engine", "memory://tansu/",
-               *(extra_args or [])]
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                break
-            if _answers_api_versions(HOST, p):
-                return EmbeddedBroker(HOST, p, proc, log_path, list(extra_args or []))
-            time.sleep(0.05)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        tail = log_path.read_text(errors="replace")[-2000:]
-        last_error = f"Tansu on port {p} did not start (exit {proc.returncode}); log tail:\n{tail}"
-        if port is not None:
+        broker = EmbeddedBroker(HOST, p, log_dir / f"tansu-{p}.log")
+        url = f"tcp://{HOST}:{p}"
+        advertised = url if advertised_port is None else f"tcp://{HOST}:{advertised_port}"
+        with open(broker.log_path, "wb") as log:
+            broker.process = subprocess.Popen(
+                [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", advertised,
+                 "--storage-engine", "memory://tansu/", *extra_args],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            if _wait_ready(broker, timeout):
+                return broker
+        except BaseException:
+            broker.stop()
+            raise
+        last = broker
+        if port is not None or "AddrInUse" not in broker.log_tail():
             break
-    raise EmbeddedBrokerError(last_error)
+    assert last is not None
+    raise EmbeddedBrokerError(f"Tansu did not start on port {last.port}; last lines of {last.log_path}:\n"
+                              f"{last.log_tail()}")
+
+
+def _wait_ready(broker: EmbeddedBroker, timeout: float) -> bool:
+    """True once the broker answers ApiVersions; False if it exited or timed out (then stopped)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if broker.process.poll() is not None:
+            return False
+        body = api_versions_body(broker.host, broker.port, timeout=2.0)
+        if body is not None and body["error_code"] == 0:
+            broker.api_versions = body
+            return True
+        time.sleep(0.05)
+    broker.stop()
+    return False
