@@ -84,6 +84,7 @@ class Arbiter:
     def __init__(self, config_path: str, config: DaemonConfig, *, workers_override: int | None = None) -> None:
         self.config_path = config_path
         self.config = config
+        self._workers_override = workers_override
         self.target = workers_override if workers_override is not None else (config.daemon.workers or os.cpu_count() or 1)
         self.workers: dict[int, WorkerProc] = {}   # pid -> proc
         self.slots: dict[int, Slot] = {}
@@ -276,6 +277,13 @@ class Arbiter:
         self._roll_waiting = None
         self._ready_sent = False
         self._reload_uploader(changed=old.sink != new.sink or old.daemon.state_dir != new.daemon.state_dir)
+        if self._workers_override is None and old.daemon.workers != new.daemon.workers:
+            self.target = new.daemon.workers or os.cpu_count() or 1
+            log.info("worker count from the new configuration: %d", self.target)
+            for w in self.workers.values():
+                if w.index >= self.target and not w.stopping:
+                    self._stop_worker(w)
+            self._rolling = [i for i in self._rolling if i < self.target]
 
     def handle_ttin(self) -> None:
         self.target += 1
