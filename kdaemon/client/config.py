@@ -37,6 +37,9 @@ class ConsumerConfig:
     auto_offset_reset: str = "latest"
     header_filter: HeaderFilter | None = None
     max_uncompressed_batch_bytes: int = DEFAULT_MAX_UNCOMPRESSED
+    # Fetch-ahead stops while this many fetched bytes are still undrained (librdkafka's
+    # queued.max.messages.kbytes): it bounds a worker's memory, not a single response.
+    fetch_buffer_bytes: int = 16 * 1024 * 1024
     unknown_topic: str = "wait"  # "wait" for it to appear, or "error" once metadata says it is missing
 
     # groups and commits (used from the group issue on)
@@ -111,7 +114,7 @@ class ConsumerConfig:
         positive = ("fetch_max_bytes", "max_partition_fetch_bytes", "max_poll_records",
                     "request_timeout_ms", "max_in_flight_requests_per_connection", "max_frame_bytes",
                     "session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms",
-                    "auto_commit_interval_ms", "max_uncompressed_batch_bytes")
+                    "auto_commit_interval_ms", "max_uncompressed_batch_bytes", "fetch_buffer_bytes")
         for name in positive:
             v = getattr(self, name)
             if isinstance(v, int) and v <= 0:

@@ -195,8 +195,8 @@ class Fetcher:
         # partition whose buffered answer is still being drained is asked for the data after
         # it, from that answer's last complete batch, so a node is never left with only
         # caught-up partitions to long-poll on while others have more.  One answer ahead per
-        # partition at most, and not past fetch_max_bytes buffered in all.
-        ahead_allowed = self._buffered_bytes() < self.config.fetch_max_bytes
+        # partition at most, and not past fetch_buffer_bytes buffered in all.
+        ahead_allowed = self._buffered_bytes() < self.config.fetch_buffer_bytes
         per_node: dict[int, dict[TopicPartition, PartitionFetch]] = {}
         self.waiting_for_nodes = False
         for tp in self.subscriptions.fetchable():

@@ -76,13 +76,32 @@ def _gunzip(data, max_size: int) -> bytes:
 
 
 def _unlz4(data, max_size: int) -> bytes:
-    d = lz4.frame.LZ4FrameDecompressor()
-    out = d.decompress(bytes(data), max_length=max_size + 1)
-    if len(out) > max_size:
+    data = bytes(data)
+    declared = lz4.frame.get_frame_info(data).get("content_size") or 0
+    if declared > max_size:
         raise _too_big(max_size)
+    if declared:
+        # The frame says how big it is: the one-shot call allocates exactly that (and is
+        # several times faster than the streaming object).  It raises on a truncated frame.
+        out = lz4.frame.decompress(data)
+        if len(out) != declared:
+            raise CorruptRecordError(f"lz4 frame declares {declared} bytes but holds {len(out)}")
+        return out
+    # No declared size: bounded steps (a max_length of max_size would allocate all of it).
+    d = lz4.frame.LZ4FrameDecompressor()
+    parts, total, chunk = [], 0, 1 << 20
+    part = d.decompress(data, max_length=chunk)
+    while True:
+        total += len(part)
+        if total > max_size:
+            raise _too_big(max_size)
+        parts.append(part)
+        if d.eof or d.needs_input:
+            break
+        part = d.decompress(b"", max_length=chunk)
     if not d.eof:
         raise CorruptRecordError("lz4 frame is truncated")
-    return out
+    return b"".join(parts)
 
 
 def _unzstd(data, max_size: int) -> bytes:
