@@ -31,12 +31,11 @@ def _with_validate(factory, validate):
 
 
 def _validate_spark(settings: dict) -> None:
-    from .spark.staging import SETTINGS
-    unknown = set(settings) - SETTINGS
-    if unknown:
-        raise ValueError(f"unknown spark sink settings: {', '.join(sorted(unknown))}")
-    if not settings.get("path") and not settings.get("table"):
-        raise ValueError("the spark sink needs `path` (Parquet output) or `table` (catalog table)")
+    try:
+        from .spark.staging import validate_settings
+    except ImportError as exc:
+        raise ValueError(f"the spark sink needs the spark extra (pip install 'kdaemon[spark]'): {exc}") from None
+    validate_settings(settings)   # the same checks the workers and the uploader make
 
 
 @hookimpl

@@ -451,6 +451,11 @@ class Worker:
 
     def flush_and_commit(self, only: set[TopicPartition] | None = None) -> None:
         """Make everything written durable, then commit the positions recorded with it."""
+        if self._rewind_at is not None:
+            # A flush failed and the rewind has not happened yet: the sink was closed with
+            # records in it and ``_written`` still counts them.  Nothing is durable beyond the
+            # last commit; committing now (on a revocation or at shutdown) would lose them.
+            return
         started = time.monotonic()
         try:
             if self.parts.dlq is not None:

@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import time
+import uuid
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -202,6 +203,7 @@ class SparkSink:
         self._buffers: dict[tuple[str, int], _Buffer] = {}
         self._last_batch: dict[tuple[str, int], str] = {}
         self._seq = 0
+        self._closed = False
 
     @classmethod
     def from_settings(cls, settings: dict, state_dir: str = "./var/kdaemon") -> "SparkSink":
@@ -209,7 +211,14 @@ class SparkSink:
 
     # -- the Sink interface ---------------------------------------------------------------------
 
+    def _refuse_if_closed(self, action: str) -> None:
+        # A closed sink lost its buffers: a flush that "succeeded" on it would let the worker
+        # commit positions of records that never reached the uploader.
+        if self._closed:
+            raise SparkUploadError(f"cannot {action} a closed spark sink (its buffered records were dropped)")
+
     def write(self, records) -> None:
+        self._refuse_if_closed("write to")
         now = time.monotonic()
         buffers = self._buffers
         for r in records:
@@ -241,6 +250,7 @@ class SparkSink:
         return total_records >= self.max_records or total_bytes >= self.max_bytes
 
     def flush(self) -> None:
+        self._refuse_if_closed("flush")
         if not self._buffers:
             return
         requests, files = [], []
@@ -248,7 +258,9 @@ class SparkSink:
             for (topic, partition), b in sorted(self._buffers.items()):
                 batch = BatchId(partition, min(b.offsets), max(b.offsets))
                 self._seq += 1
-                path = os.path.join(self.staging, f"{self._seq:08d}-{batch.name}.parquet")
+                # Never the same name twice (Spark may cache a path's size), and the batch name
+                # last: the uploader's Spark reads it from there.
+                path = os.path.join(self.staging, f"{self._seq:08d}-{uuid.uuid4().hex[:12]}-{batch.name}.parquet")
                 table = _staged_table(topic, partition, b)
                 pq.write_table(table, path + ".tmp", compression=STAGING_COMPRESSION)
                 os.replace(path + ".tmp", path)
@@ -272,6 +284,7 @@ class SparkSink:
         return f"spark:{self._last_batch.get((topic, partition), '')}"
 
     def close(self) -> None:
+        self._closed = True
         self._buffers.clear()
         self.client.close()
         shutil.rmtree(self.staging, ignore_errors=True)
