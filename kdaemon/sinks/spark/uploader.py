@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 from . import layout
 from .layout import BatchId
-from .staging import STAGED_SCHEMA, socket_path, validate_settings
+from .staging import socket_path, validate_settings
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
@@ -288,7 +288,13 @@ class Uploader:
         except FileNotFoundError:
             pass
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(self.socket_path)
+        try:
+            server.bind(self.socket_path)
+        except OSError as exc:
+            server.close()
+            log.error("the uploader cannot listen on %s: %s (a Unix socket path has at most 107 bytes; "
+                      "set [sink] socket to a shorter path)", self.socket_path, exc.strerror or exc)
+            return EXIT_CANNOT_START
         server.listen(64)   # workers may connect and send while the session starts
         server.setblocking(False)
         try:
@@ -298,14 +304,16 @@ class Uploader:
                 log.error("the uploader cannot start: %s", exc)
                 return EXIT_CANNOT_START
             self._remove_own_tmp()
-            self._warm_up()
             self._sel.register(server, selectors.EVENT_READ, None)
             log.info("uploader listening on %s, writing to %s", self.socket_path, self.settings.get("path") or self.settings.get("table"))
             while not self._stop:
                 self._pump(server, 0.5)
                 if self._queue:
+                    # Gather what else arrives shortly into the same job (a job's fixed cost is
+                    # about half a second), but do not wait once every worker has asked.
                     deadline = time.monotonic() + COALESCE_S
-                    while time.monotonic() < deadline and len(self._queue) < MAX_REQUESTS_PER_JOB:
+                    while time.monotonic() < deadline and len(self._queue) < MAX_REQUESTS_PER_JOB \
+                            and not self._everyone_waiting():
                         self._pump(server, max(0.0, deadline - time.monotonic()))
                     batch, self._queue = self._queue[:MAX_REQUESTS_PER_JOB], self._queue[MAX_REQUESTS_PER_JOB:]
                     self._run_job(batch)
@@ -323,28 +331,9 @@ class Uploader:
     def _request_stop(self) -> None:
         self._stop = True
 
-    def _warm_up(self) -> None:
-        """One row through the whole write path into scratch space: loads the classes a first
-        job would otherwise load while workers wait (a cold first job takes 3-4 times longer).
-        Path mode only: in table mode it would append a row to the table."""
-        if self.writer.table is not None:
-            return
-        started = time.monotonic()
-        tmp = os.path.join(layout.kdaemon_dir(self.root), "tmp", f"{self.tmp_owner}-warmup")
-        row = {"topic": ["_warmup"], "partition": [0], "offset": [0], "timestamp": [0], "timestamp_type": [0],
-               "key": [b""], "value": [b"{}"], "headers": [[{"key": "k", "value": b""}]]}
-        batch = BatchId(0, 0, 0)
-        staged = os.path.join(tmp, "staged", f"warmup-{batch.name}.parquet")
-        try:
-            os.makedirs(os.path.dirname(staged))
-            pq.write_table(pa.Table.from_pydict(row, schema=STAGED_SCHEMA), staged)
-            self.writer.write([(staged, batch.name, [])], os.path.join(tmp, "out"))
-            log.info("Spark write path warmed up in %.1fs", time.monotonic() - started)
-        except Exception as exc:
-            log.warning("warming up the Spark write path failed (%s: %s); the first upload will tell more",
-                        type(exc).__name__, _first_line(exc))
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    def _everyone_waiting(self) -> bool:
+        waiting = {r.conn for r in self._queue}
+        return all(conn in waiting for conn in self._buffers)
 
     def _remove_own_tmp(self) -> None:
         d = os.path.join(layout.kdaemon_dir(self.root), "tmp")

@@ -1,0 +1,437 @@
+"""Helpers for the Spark sink tests: produce with delivery reports, run ``kdaemon run`` with the
+spark sink, wait for commits, read the output back with Spark.
+
+Everything runs on 127.0.0.1: the session's Tansu broker, the daemons, Spark in local mode.
+Every wait is bounded and fails with the daemon's log tail.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.support.produce import create_topic
+
+HOST = "127.0.0.1"
+UPLOADER_MODULE = "kdaemon.sinks.spark.uploader"
+TYPES = ("order.created", "order.shipped", "page.view", "heartbeat")
+KEPT_TYPES = ("order.created", "order.shipped")
+# The header rule of every test: keep orders, drop the rest (and records without a type).
+FILTERS = [{"header": "type", "op": "in", "values": list(KEPT_TYPES), "action": "keep"}]
+DAY_MS = 86_400_000
+
+
+def requires_spark() -> None:
+    """Call at the top of a test module: skip the module without PySpark, pyarrow or Java."""
+    pytest.importorskip("pyspark", reason="the Spark sink tests need PySpark (pip install -e '.[spark]')")
+    pytest.importorskip("pyarrow", reason="the Spark sink tests need pyarrow (pip install -e '.[spark]')")
+    if shutil.which("java") is None:
+        pytest.skip("the Spark sink tests need a Java runtime (java on PATH)", allow_module_level=True)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str,
+             on_timeout: Callable[[], str] | None = None, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            extra = f"\n{on_timeout()}" if on_timeout is not None else ""
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}{extra}")
+        time.sleep(interval)
+
+
+# -- records -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sent:
+    """One produced record as the output must show it (headers in produce order)."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple
+    timestamp: int
+
+    @property
+    def kept(self) -> bool:
+        types = [v for k, v in self.headers if k == "type"]
+        # The rule group looks at the first matching header; our records have at most one.
+        return bool(types) and types[0] is not None and types[0].decode() in KEPT_TYPES
+
+
+def make_record(i: int, rng: random.Random, now_ms: int, value: bytes | None = None) -> Sent:
+    """A record with headers (sometimes none, a null header value, a repeated key), a key
+    (sometimes null), a JSON value (sometimes null) and a timestamp on one of three days."""
+    headers: list = []
+    if i % 23 != 0:
+        headers.append(("type", rng.choice(TYPES).encode()))
+    headers.append(("trace", f"{rng.getrandbits(64):016x}".encode()))
+    if i % 7 == 0:
+        headers += [("dup", b"first"), ("dup", b"second")]
+    if i % 11 == 0:
+        headers.append(("nullable", None))
+    key = None if i % 97 == 0 else f"k{i % 5000}".encode()
+    if value is None and i % 101 != 0:
+        value = json.dumps({"id": i, "type": "x", "amount": round(rng.uniform(1, 500), 2)}).encode()
+    ts = now_ms - (i % 3) * DAY_MS   # three dates, so the output has three date partitions
+    return Sent(key, value, tuple(headers), ts)
+
+
+class Produced:
+    """What was produced to a topic, by (partition, offset), from delivery reports."""
+
+    def __init__(self, topic: str, partitions: int) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.records: dict[tuple[int, int], Sent] = {}
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+
+    def ends(self) -> dict[int, int]:
+        """Next offset per partition after the last delivered record (not the high watermark:
+        Tansu's is not reliable)."""
+        with self._lock:
+            out = {p: 0 for p in range(self.partitions)}
+            for p, o in self.records:
+                out[p] = max(out[p], o + 1)
+            return out
+
+    def expected(self) -> dict[tuple[str, int, int], Sent]:
+        with self._lock:
+            return {(self.topic, p, o): r for (p, o), r in self.records.items() if r.kept}
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+def produce(bootstrap: str, produced: Produced, records: Iterable[Sent], *,
+            rate: float | None = None, stop: threading.Event | None = None) -> None:
+    """Produce ``records`` round-robin over the partitions; ``rate`` records/s if given."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
+                         "queue.buffering.max.messages": 200_000})
+
+    def on_delivery(sent: Sent):
+        def cb(err, msg):
+            if err is not None:
+                produced.errors.append(str(err))
+            else:
+                with produced._lock:
+                    produced.records[(msg.partition(), msg.offset())] = sent
+        return cb
+
+    started = time.monotonic()
+    for n, r in enumerate(records):
+        if stop is not None and stop.is_set():
+            break
+        if rate is not None and n % 500 == 0:
+            ahead = n / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+        while True:
+            try:
+                producer.produce(produced.topic, key=r.key, value=r.value, headers=list(r.headers),
+                                 timestamp=r.timestamp, partition=n % produced.partitions,
+                                 on_delivery=on_delivery(r))
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if n % 1000 == 0:
+            producer.poll(0)
+    left = producer.flush(60)
+    assert not left and not produced.errors, f"produce failed: {left} left, errors {produced.errors[:3]}"
+
+
+def new_topic(bootstrap: str, partitions: int = 4, prefix: str = "spark") -> str:
+    topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    create_topic(bootstrap, topic, partitions)
+    return topic
+
+
+# -- committed offsets ---------------------------------------------------------------------------
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, tuple[int, str | None]]:
+    """{partition: (committed offset or -1, metadata)} read with confluent-kafka.
+
+    Against librdkafka's mock cluster, confluent-kafka 2.16 sometimes returns the metadata with
+    stray bytes after it (and then may fail to decode it): compare metadata by prefix, retry
+    the decoding failure."""
+    for attempt in range(5):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+        try:
+            found = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+            return {tp.partition: (tp.offset if tp.offset >= 0 else -1, tp.metadata) for tp in found}
+        except UnicodeDecodeError:
+            if attempt == 4:
+                raise
+        finally:
+            c.close()
+
+
+def caught_up(bootstrap: str, group: str, produced: Produced) -> bool:
+    ends = produced.ends()
+    got = committed(bootstrap, group, produced.topic, produced.partitions)
+    return all(got[p][0] >= end for p, end in ends.items())
+
+
+# -- the daemon ----------------------------------------------------------------------------------
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {v!r} as TOML")
+
+
+def to_toml(config: dict) -> str:
+    lines = [f"{k} = {_toml_value(v)}" for k, v in config.items()
+             if not isinstance(v, (dict, list)) or (isinstance(v, list) and not any(isinstance(x, dict) for x in v))]
+    for key, value in config.items():
+        if isinstance(value, dict):
+            lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in value.items()]
+        elif isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+            for entry in value:
+                lines += ["", f"[[{key}]]"] + [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
+    return "\n".join(lines) + "\n"
+
+
+def spark_config(root: Path, bootstrap: str, topic: str, group: str, out: Path, *, daemon_id: str = "kd",
+                 workers: int = 2, sink: dict | None = None, **daemon) -> dict:
+    d = {"topics": [topic], "workers": workers, "daemon_id": daemon_id, "state_dir": str(root / "state"),
+         "metrics_addr": f"{HOST}:{free_port()}", "flush_interval_ms": 500, "poll_timeout_ms": 200,
+         "shutdown_timeout_s": 60.0, "heartbeat_timeout_s": 60.0, "sink_retry_backoff_ms": 200,
+         "sink_retry_backoff_max_ms": 2000, "on_deserialize_error": "skip"}
+    d.update(daemon)
+    return {
+        "plugins": [],
+        "kafka": {"bootstrap_servers": bootstrap, "group_id": group, "auto_offset_reset": "earliest",
+                  "session_timeout_ms": 6000, "heartbeat_interval_ms": 500, "fetch_max_wait_ms": 100,
+                  "retry_backoff_ms": 50, "request_timeout_ms": 10_000, "max_poll_records": 5000},
+        "daemon": d,
+        "filters": FILTERS,
+        "deserializer": {"key": "bytes", "value": "bytes"},
+        "sink": {"type": "spark", "master": "local[2]", "path": str(out), "max_records": 20000,
+                 "max_age_s": 2, **(sink or {})},
+    }
+
+
+class SparkDaemon:
+    """``kdaemon run`` in its own session, its log in ``root/kdaemon.log``."""
+
+    def __init__(self, root: Path, config: dict) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.config = config
+        self.config_path = root / "kdaemon.toml"
+        self.log_path = root / "kdaemon.log"
+        self.state_dir = Path(config["daemon"]["state_dir"])
+        self.proc: subprocess.Popen | None = None
+        self.write_config(config)
+
+    def write_config(self, config: dict) -> None:
+        self.config = config
+        tmp = self.config_path.with_suffix(".tmp")
+        tmp.write_text(to_toml(config))
+        os.replace(tmp, self.config_path)
+
+    def start(self) -> "SparkDaemon":
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PROMETHEUS_MULTIPROC_DIR")}
+        env["PYTHONUNBUFFERED"] = "1"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "kdaemon.cli", "run", "-c", str(self.config_path)],
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         env=env, cwd=self.root, start_new_session=True)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+    def stop(self, timeout: float = 90) -> int:
+        """SIGTERM, then wait for the exit code."""
+        self.signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"kdaemon did not exit within {timeout} s after SIGTERM\n{self.log_tail()}") from None
+
+    def kill_all(self) -> None:
+        """Teardown: SIGKILL the supervisor's whole session (workers, uploader, its JVM)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def __enter__(self) -> "SparkDaemon":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.kill_all()
+
+    # -- processes --------------------------------------------------------------------------------
+
+    def _children(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.pid).children()
+        except psutil.NoSuchProcess:
+            return []
+
+    def uploader(self) -> psutil.Process | None:
+        for p in self._children():
+            try:
+                if UPLOADER_MODULE in " ".join(p.cmdline()):
+                    return p
+            except psutil.NoSuchProcess:
+                continue
+        return None
+
+    def workers(self) -> list[psutil.Process]:
+        """Forked workers: children running the same command line as the supervisor."""
+        try:
+            own = psutil.Process(self.pid).cmdline()
+        except psutil.NoSuchProcess:
+            return []
+        out = []
+        for p in self._children():
+            try:
+                if p.cmdline() == own and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.NoSuchProcess:
+                continue
+        return out
+
+    # -- log ----------------------------------------------------------------------------------------
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 80) -> str:
+        text = [l for l in self.log().splitlines() if not l.lstrip().startswith("at ")]
+        return f"--- {self.log_path} (tail, without Java stack frames) ---\n" + "\n".join(text[-lines:])
+
+    def count(self, needle: str) -> int:
+        return self.log().count(needle)
+
+    def wait_log(self, needle: str, timeout: float, count: int = 1) -> None:
+        wait_for(lambda: self.count(needle) >= count or not self.alive() and "exited", timeout,
+                 f"{needle!r} ×{count} in the log", self.log_tail)
+        assert self.count(needle) >= count, f"kdaemon exited before logging {needle!r}\n{self.log_tail()}"
+
+    def wait_caught_up(self, bootstrap: str, produced: Produced, timeout: float) -> None:
+        group = self.config["kafka"]["group_id"]
+
+        def done():
+            assert self.alive(), f"kdaemon exited with {self.proc.returncode}\n{self.log_tail()}"
+            return caught_up(bootstrap, group, produced)
+
+        wait_for(done, timeout, f"committed offsets to reach {produced.ends()}",
+                 lambda: f"committed: {committed(bootstrap, group, produced.topic, produced.partitions)}\n"
+                         f"{self.log_tail()}", interval=1.0)
+
+
+def dir_size(path: Path) -> int:
+    total = 0
+    for dirpath, _, names in os.walk(path):
+        for n in names:
+            try:
+                total += os.stat(os.path.join(dirpath, n)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+class SizeSampler(threading.Thread):
+    """Samples a directory's size every ``interval`` seconds; ``peak`` is the largest seen."""
+
+    def __init__(self, path: Path, interval: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.interval = interval
+        self.peak = 0
+        self.samples = 0
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, dir_size(self.path))
+            self.samples += 1
+            self._done.wait(self.interval)
+
+    def stop(self) -> int:
+        self._done.set()
+        self.join(5)
+        return self.peak
+
+
+# -- reading the output back ---------------------------------------------------------------------
+
+def read_output(spark, path: Path) -> list[dict]:
+    """Every row of the Spark output as dicts (through Arrow: quick for 100k rows)."""
+    return spark.read.parquet(str(path)).toArrow().to_pylist()
+
+
+def row_key(row: dict) -> tuple[str, int, int]:
+    return row["topic"], row["partition"], row["offset"]
+
+
+def assert_exact(rows: list[dict], expected: dict) -> None:
+    """No duplicate and no missing (topic, partition, offset); nothing unexpected."""
+    keys = [row_key(r) for r in rows]
+    seen: set = set()
+    dups = [k for k in keys if k in seen or seen.add(k)]
+    assert not dups, f"{len(dups)} duplicate row(s) in the output, e.g. {sorted(dups)[:5]}"
+    missing = set(expected) - seen
+    extra = seen - set(expected)
+    assert not missing, f"{len(missing)} record(s) missing from the output, e.g. {sorted(missing)[:5]}"
+    assert not extra, f"{len(extra)} unexpected record(s) in the output, e.g. {sorted(extra)[:5]}"
+
+
+def ts_of(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)

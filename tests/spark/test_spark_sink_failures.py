@@ -1,0 +1,64 @@
+"""A Spark the uploader cannot use: the daemon says why, commits nothing, does not run ahead, and
+delivers exactly once after the configuration is fixed and reloaded (SIGHUP)."""
+
+from __future__ import annotations
+
+import random
+import re
+import signal
+import time
+
+import pytest
+
+from tests.spark.support import (Produced, SizeSampler, SparkDaemon, assert_exact, committed, make_record,
+                                 new_topic, produce, read_output, requires_spark, spark_config)
+
+requires_spark()
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
+
+BAD_MASTER = "spark://127.0.0.1:1"
+STAGING_LIMIT = 16 * 1024 * 1024   # one staged batch of 5,000 records per worker is well under 1 MB
+
+
+def test_bad_master_commits_nothing_then_reload_delivers_exactly_once(broker, spark, tmp_path):
+    topic = new_topic(broker.bootstrap, 4)
+    produced = Produced(topic, 4)
+    now_ms = int(time.time() * 1000)
+    rng = random.Random(5)
+    produce(broker.bootstrap, produced, [make_record(i, rng, now_ms) for i in range(30_000)])
+    out = tmp_path / "out"
+    group = f"g-{topic}"
+    config = spark_config(tmp_path / "d", broker.bootstrap, topic, group, out,
+                          sink={"master": BAD_MASTER, "max_records": 5000, "max_age_s": 1})
+    daemon = SparkDaemon(tmp_path / "d", config)
+    staging = SizeSampler(daemon.state_dir / "spark-staging")
+    with daemon:
+        staging.start()
+        daemon.wait_log(f"the Spark master {BAD_MASTER} is not reachable", timeout=60)
+        # Workers read, fail to upload, rewind, and wait longer each time (backoff up to 2 s
+        # here): nothing is committed, nothing piles up.
+        daemon.wait_log("rewinding to the last commit and retrying in 2.0s", timeout=60)
+        observed_until = time.monotonic() + 8
+        while time.monotonic() < observed_until:
+            assert all(off == -1 for off, _ in committed(broker.bootstrap, group, topic, 4).values()), \
+                "something was committed although nothing can be uploaded"
+            time.sleep(1)
+        assert daemon.count("the uploader cannot start") >= 2   # restarted with backoff, same error
+        assert "kdaemon.spark.uploader: uploaded" not in daemon.log()
+
+        config["sink"]["master"] = "local[2]"
+        daemon.write_config(config)
+        daemon.signal(signal.SIGHUP)
+        daemon.wait_log("uploader listening on", timeout=90)
+        daemon.wait_caught_up(broker.bootstrap, produced, timeout=120)
+        assert daemon.stop() == 0, daemon.log_tail()
+    peak = staging.stop()
+
+    log = daemon.log()
+    error_line = next(l for l in log.splitlines() if "the uploader cannot start" in l)
+    assert "fix [sink] master and reload (SIGHUP)" in error_line
+    backoffs = [float(x) for x in re.findall(r"rewinding to the last commit and retrying in ([\d.]+)s", log)]
+    assert max(backoffs) == 2.0 and backoffs.count(0.2) < len(backoffs) / 2, backoffs[:20]
+    assert peak < STAGING_LIMIT, f"staging grew to {peak} bytes"
+    assert_exact(read_output(spark, out), produced.expected())

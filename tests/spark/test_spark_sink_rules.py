@@ -1,0 +1,298 @@
+"""The exactly-once rules of the Spark sink, without Spark: the uploader's bookkeeping (manifests,
+pending records, overlap drops) with a stand-in for the Spark write, and the worker side's
+refusals.  Fast and deterministic: the end-to-end and chaos tests hit these paths only by chance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+pa = pytest.importorskip("pyarrow", reason="the spark sink needs pyarrow (pip install -e '.[spark]')")
+import pyarrow.parquet as pq  # noqa: E402
+
+from kdaemon.client.types import OffsetAndMetadata, TopicPartition  # noqa: E402
+from kdaemon.config import parse  # noqa: E402
+from kdaemon.plugins.types import Record  # noqa: E402
+from kdaemon.sinks.spark import layout, uploader as uploader_mod  # noqa: E402
+from kdaemon.sinks.spark.layout import BatchId  # noqa: E402
+from kdaemon.sinks.spark.staging import SparkSink, SparkUploadError, validate_settings  # noqa: E402
+from kdaemon.sinks.spark.uploader import Request, Uploader  # noqa: E402
+from kdaemon.worker.build import PipelineParts  # noqa: E402
+from kdaemon.worker.pipeline import Worker  # noqa: E402
+
+TOPIC = "events"
+
+
+def _records(partition: int, offsets) -> list[Record]:
+    return [Record(TOPIC, partition, o, 1_700_000_000_000 + o, 0, b"k", f"v{o}".encode(), [("h", b"x")],
+                   b"k", f"v{o}".encode()) for o in offsets]
+
+
+class FakeWriter:
+    """Writes what Spark's ``partitionBy(topic, date, _batch)`` would, with pyarrow: one file
+    per (topic, _batch) under ``tmp/data/topic=<t>/date=1970-01-01/_batch=<b>/``."""
+
+    table = None
+
+    def __init__(self) -> None:
+        self.jobs = 0
+
+    def write(self, batches, tmp_dir):
+        self.jobs += 1
+        tables = []
+        for path, name, drop in batches:
+            t = pq.read_table(path)
+            for first, last in drop:
+                offsets = t.column("offset")
+                t = t.filter(pa.compute.invert(pa.compute.and_(pa.compute.greater_equal(offsets, first),
+                                                               pa.compute.less_equal(offsets, last))))
+            tables.append(t.append_column("_batch", pa.array([name] * t.num_rows, pa.string())))
+        table = pa.concat_tables(tables)
+        data = os.path.join(tmp_dir, "data")
+        for name in sorted(set(table.column("_batch").to_pylist())):
+            part = table.filter(pa.compute.equal(table.column("_batch"), name)).drop_columns(["_batch", "topic"])
+            d = os.path.join(data, f"topic={TOPIC}", "date=1970-01-01", f"_batch={name}")
+            os.makedirs(d)
+            for n, chunk in enumerate((part.slice(0, part.num_rows // 2), part.slice(part.num_rows // 2))):
+                pq.write_table(chunk, os.path.join(d, f"part-{n:05d}-x.parquet"))
+        return data, None
+
+
+@pytest.fixture
+def up(tmp_path):
+    u = Uploader({"type": "spark", "path": str(tmp_path / "out")}, str(tmp_path / "state"))
+    u.writer = FakeWriter()
+    return u
+
+
+def _stage(tmp_path: Path, partition: int, offsets) -> Request:
+    from kdaemon.sinks.spark.staging import _Buffer, _staged_table
+    b = _Buffer(TOPIC, partition, 0.0)
+    for r in _records(partition, offsets):
+        b.offsets.append(r.offset)
+        b.timestamps.append(r.timestamp)
+        b.timestamp_types.append(0)
+        b.keys.append(r.raw_key)
+        b.values.append(r.raw_value)
+        b.headers.append([{"key": k, "value": v} for k, v in r.headers])
+    batch = BatchId(partition, min(offsets), max(offsets))
+    path = tmp_path / f"{len(os.listdir(tmp_path)):04d}-{batch.name}.parquet"
+    pq.write_table(_staged_table(TOPIC, partition, b), path)
+    return Request(None, 1, str(path), TOPIC, batch, len(offsets))
+
+
+def _output_offsets(root: Path) -> list[tuple[int, int]]:
+    out = []
+    for d, _, names in os.walk(root / f"topic={TOPIC}"):
+        for n in names:
+            batch, _ = layout.parse_part_file(n)
+            for o in pq.read_table(os.path.join(d, n)).column("offset").to_pylist():
+                out.append((batch.partition, o))
+    return sorted(out)
+
+
+def test_overlapping_batches_add_only_new_rows(up, tmp_path):
+    up.upload([_stage(tmp_path, 0, range(0, 100))])
+    # A worker that lost its commit reads again from 50 with other batch boundaries.
+    up.upload([_stage(tmp_path, 0, range(50, 150))])
+    # The same batch again (a lost confirmation): nothing to do, no Spark job.
+    jobs = up.writer.jobs
+    up.upload([_stage(tmp_path, 0, range(50, 150))])
+    assert up.writer.jobs == jobs
+    assert _output_offsets(Path(up.root)) == [(0, o) for o in range(150)]
+    assert layout.uploaded_ranges(up.root, TOPIC, 0) == [(0, 99), (50, 149)]
+
+
+def test_overlapping_requests_in_one_job(up, tmp_path):
+    up.upload([_stage(tmp_path, 1, range(100, 200)), _stage(tmp_path, 1, range(0, 150)),
+               _stage(tmp_path, 2, range(0, 10))])
+    assert _output_offsets(Path(up.root)) == [(1, o) for o in range(200)] + [(2, o) for o in range(10)]
+
+
+def test_an_upload_interrupted_while_moving_files_is_undone(up, tmp_path, monkeypatch):
+    real_replace = os.replace
+    moved = []
+
+    def crash_after_one_move(src, dst):
+        if "/topic=" in str(dst) and moved:
+            raise KeyboardInterrupt("killed")   # not an Exception: nothing of the job may be confirmed
+        real_replace(src, dst)
+        if "/topic=" in str(dst):
+            moved.append(dst)
+
+    monkeypatch.setattr(uploader_mod.os, "replace", crash_after_one_move)
+    with pytest.raises(KeyboardInterrupt):
+        up.upload([_stage(tmp_path, 0, range(0, 100))])
+    monkeypatch.setattr(uploader_mod.os, "replace", real_replace)
+    assert len(moved) == 1 and os.path.exists(moved[0])          # half a batch in the output,
+    assert not layout.uploaded_ranges(up.root, TOPIC, 0)         # without a manifest,
+    assert layout.pending_uploads(up.root, TOPIC, 0)             # announced by its pending record
+    # The worker was never confirmed: it rewinds and sends the records again, in other batches.
+    up.upload([_stage(tmp_path, 0, range(0, 60))])
+    up.upload([_stage(tmp_path, 0, range(60, 100))])
+    assert not os.path.exists(moved[0])
+    assert _output_offsets(Path(up.root)) == [(0, o) for o in range(100)]
+    assert not layout.pending_uploads(up.root, TOPIC, 0)
+
+
+def test_a_missing_staged_file_fails_only_its_own_request(up, tmp_path):
+    good = _stage(tmp_path, 0, range(0, 10))
+    gone = _stage(tmp_path, 1, range(0, 10))
+    os.unlink(gone.file)
+    up.upload([good, gone])
+    assert good.error is None
+    assert "cannot read the staged batch" in gone.error
+    assert _output_offsets(Path(up.root)) == [(0, o) for o in range(10)]
+    assert layout.uploaded_ranges(up.root, TOPIC, 1) == []
+
+
+def test_manifest_names_the_uploader_and_the_record_times(up, tmp_path):
+    up.upload([_stage(tmp_path, 3, range(5, 8))])
+    manifest = json.loads(Path(layout.manifest_path(up.root, TOPIC, BatchId(3, 5, 7))).read_text())
+    assert manifest["new_rows"] == 3 and manifest["uploader"] == up.identity
+    assert manifest["min_timestamp_ms"] == 1_700_000_000_005 and manifest["max_timestamp_ms"] == 1_700_000_000_007
+    up.upload([_stage(tmp_path, 3, range(6, 10))])   # 6 and 7 are in the output already
+    manifest = json.loads(Path(layout.manifest_path(up.root, TOPIC, BatchId(3, 6, 9))).read_text())
+    assert manifest["rows"] == 4 and manifest["new_rows"] == 2
+
+
+# -- the worker side ---------------------------------------------------------------------------------
+
+def _sink(tmp_path, **settings) -> SparkSink:
+    return SparkSink({"type": "spark", "path": str(tmp_path / "out"), "socket": str(tmp_path / "nobody.sock"),
+                      **settings}, str(tmp_path / "state"))
+
+
+def test_the_sink_refuses_work_after_close(tmp_path):
+    sink = _sink(tmp_path)
+    sink.write(_records(0, range(3)))
+    sink.close()
+    with pytest.raises(SparkUploadError, match="closed"):
+        sink.flush()
+    with pytest.raises(SparkUploadError, match="closed"):
+        sink.write(_records(0, range(3, 4)))
+
+
+def test_records_read_again_into_one_buffer_are_staged_once(tmp_path):
+    from kdaemon.sinks.spark.staging import _staged_table
+    sink = _sink(tmp_path)
+    sink.write(_records(0, range(0, 10)))
+    sink.write(_records(0, range(5, 12)))   # the partition was lost and came back from offset 5
+    table = _staged_table(TOPIC, 0, sink._buffers[(TOPIC, 0)])
+    assert table.column("offset").to_pylist() == list(range(12))
+
+
+def test_headers_from_interceptors_are_normalized(tmp_path):
+    from kdaemon.sinks.spark.staging import _staged_table
+    sink = _sink(tmp_path)
+    r = Record(TOPIC, 0, 0, 0, 0, "key", {"v": 1}, [["a", "text"], ("b", None)], None, None)
+    sink.write([r])
+    row = _staged_table(TOPIC, 0, sink._buffers[(TOPIC, 0)]).to_pylist()[0]
+    assert row["headers"] == [{"key": "a", "value": b"text"}, {"key": "b", "value": None}]
+    assert row["key"] == b"key" and row["value"] == b'{"v":1}'
+
+
+def test_commit_metadata_always_says_spark(tmp_path):
+    sink = _sink(tmp_path)
+    assert sink.commit_metadata(TOPIC, 0) == "spark:"
+    sink._last_batch[(TOPIC, 0)] = BatchId(0, 1, 2).name
+    assert sink.commit_metadata(TOPIC, 0) == f"spark:{BatchId(0, 1, 2).name}"
+
+
+@pytest.mark.parametrize("settings, problem", [
+    ({}, "needs `path`"),
+    ({"path": "x", "table": "t"}, "not both"),
+    ({"path": "x", "value_format": "json"}, "needs value_schema"),
+    ({"path": "x", "value_format": "xml"}, "value_format must be one of"),
+    ({"path": "x", "value_schema": "a INT", "value_format": "string"}, "only used with"),
+    ({"path": "x", "max_records": 0}, "max_records must be a positive number"),
+    ({"path": "x", "partition_by": ["key"]}, "partition_by"),
+    ({"path": "x", "bogus": 1}, "unknown spark sink settings: bogus"),
+])
+def test_bad_settings_are_named(settings, problem):
+    with pytest.raises(ValueError, match=problem.replace("(", r"\(")):
+        validate_settings({"type": "spark", **settings})
+
+
+class _Consumer:
+    """Just enough consumer for the worker's flush/commit/revocation paths."""
+
+    def __init__(self, tp) -> None:
+        self.tp = tp
+        self.commits = []
+
+    def assignment(self):
+        return {self.tp}
+
+    def pause(self, *tps):
+        pass
+
+    def resume(self, *tps):
+        pass
+
+    def commit(self, offsets):
+        self.commits.append(offsets)
+
+    def committed(self, tps, timeout_ms=None):
+        return {tp: None for tp in tps}
+
+    def close(self):
+        pass
+
+
+def test_no_commit_between_a_failed_flush_and_the_rewind(tmp_path):
+    """A flush fails (the uploader is gone): until the worker has rewound, neither a revocation
+    nor the shutdown may commit the positions of the records that were in the sink."""
+    config = parse({"kafka": {"bootstrap_servers": "127.0.0.1:1", "group_id": "g"},
+                    "daemon": {"topics": [TOPIC], "on_deserialize_error": "skip", "sink_retry_backoff_ms": 60_000},
+                    "sink": {"type": "spark", "path": str(tmp_path / "out")}})
+    tp = TopicPartition(TOPIC, 0)
+    consumer = _Consumer(tp)
+    parts = PipelineParts(None, lambda t, h, b: b, lambda t, h, b: b, [], _sink(tmp_path), None,
+                          make_sink=lambda: _sink(tmp_path))
+    worker = Worker(config, parts, consumer, lambda c, w: None)
+    worker._deliver(_records(0, range(100)), [], {tp: 100})
+    worker.flush_and_commit()              # fails: nobody listens on the socket
+    assert worker._rewind_at is not None
+    worker.on_partitions_revoked({tp})
+    worker.shutdown()
+    assert consumer.commits == []
+
+
+def test_a_successful_flush_commits_with_the_batch_as_metadata(tmp_path):
+    """The same worker against a stand-in uploader that confirms everything."""
+    path = tmp_path / "up.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    import threading
+
+    def confirm():
+        conn, _ = server.accept()
+        buf = b""
+        while b"\n" not in buf:
+            buf += conn.recv(65536)
+        req = json.loads(buf.split(b"\n")[0])
+        conn.sendall(json.dumps({"id": req["id"], "ok": True}).encode() + b"\n")
+        conn.close()
+
+    t = threading.Thread(target=confirm, daemon=True)
+    t.start()
+    config = parse({"kafka": {"bootstrap_servers": "127.0.0.1:1", "group_id": "g"},
+                    "daemon": {"topics": [TOPIC], "on_deserialize_error": "skip"},
+                    "sink": {"type": "spark", "path": str(tmp_path / "out")}})
+    tp = TopicPartition(TOPIC, 0)
+    consumer = _Consumer(tp)
+    sink = SparkSink({"type": "spark", "path": str(tmp_path / "out"), "socket": str(path)}, str(tmp_path / "state"))
+    worker = Worker(config, PipelineParts(None, None, None, [], sink, None), consumer, lambda c, w: None)
+    worker._deliver(_records(0, range(7, 10)), [], {tp: 10})
+    worker.flush_and_commit()
+    t.join(5)
+    server.close()
+    assert consumer.commits == [{tp: OffsetAndMetadata(10, f"spark:{BatchId(0, 7, 9).name}")}]
+    assert not os.listdir(sink.staging)   # the staged file is gone once confirmed
