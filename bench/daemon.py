@@ -1,0 +1,860 @@
+"""The whole daemon: ``kdaemon run`` with 1 and 2 workers beside single-process confluent-kafka,
+kafka-python and aiokafka doing the same work.
+
+Run from the repository root::
+
+    python bench/daemon.py [--records N] [--repeats R] [--profile] [--json PATH]
+
+``--records`` must be a multiple of 20 (default 1,000,000); ``--repeats`` (default 2) runs every
+row that often, interleaved; ``--modes``, ``--workers`` and ``--peers`` run a subset (``--peers``
+with no name: the daemon only).  ``--daemon-poll-records N`` sets the daemon's
+``max_poll_records`` (default: not set, its own default of 500); ``--poll-records`` (default
+10,000, as in bench/consume.py) is the peers' records per poll call.  ``--keep DIR`` keeps every
+run's configuration and log.
+
+Input: the topic of bench/consume.py, written once by its producer: a Tansu broker on a free
+loopback port (``bench/_common.py``), 4 partitions, confluent-kafka with lz4 and large batches,
+every record a ~200-byte JSON value, a key and two headers, ``type`` (one of ten values, exactly
+a tenth each, shuffled) and ``trace``.
+
+Two modes, the same work for everyone:
+
+* filter: keep the records whose ``type`` header is ``order.shipped`` (10%) and decode their
+  JSON value.  The daemon does it with a ``[[filters]]`` rule (compiled to ``HeaderRules``, which
+  the C record loop evaluates) and the ``json`` value deserializer; the peers check the header in
+  Python (bench/consume.py's predicate) and ``json.loads`` the kept values.
+* json: decode every value: the daemon's ``json`` deserializer, the peers' ``json.loads``.
+
+The daemon is the real thing: ``kdaemon run -c FILE --workers N`` as a subprocess (the
+supervisor, its forked workers, the group, the ``null`` sink, offsets committed after every
+flush), with a fresh group id per run, ``auto_offset_reset = "earliest"``,
+``session_timeout_ms = 6000``, ``plugins = ["json"]``, ``on_deserialize_error = "stop"``, state
+directory and metrics port in a temporary directory.  Its progress comes from the supervisor's
+``/metrics``, sampled every 0.25 s: records processed = ``kdaemon_records_fetched_total`` +
+``kdaemon_records_filtered_total`` over all partitions.  When every record is processed and the
+sink has accepted every kept one (``kdaemon_records_delivered_total``), the supervisor gets
+SIGTERM and must exit 0; the per-partition counts must equal the producer's.
+
+The workers publish those counters at most once a second of their own (``WorkerMetrics``), which
+is too coarse for runs whose 10-90% span lasts about a second.  A ``sitecustomize`` put on the
+daemon's ``PYTHONPATH`` (nothing under kdaemon/ changes) sets that interval to 0.25 s in every
+forked worker (``--metrics-interval``, 1 for the daemon's own cadence and no hook).  An update
+costs one ``consumer.metrics()`` and a few counter increments, so four a second are noise.
+
+The peers run single-process through bench/consume.py's worker functions (``assign`` of the four
+partitions from offset 0, no group), each in a fresh child process, with a tally that also
+records (time, records counted, CPU time, run-queue wait) after every poll.
+
+Rate, the same definition for everyone: the steady-state rate between 10% and 90% of the records,
+so process start, group join, connection set-up and the first fetch are outside it, and so is
+the tail where only the last partitions are still being read.  For the peers the two instants
+are interpolated between polls.  The daemon's counters are staircases: the bench takes the first
+sample showing each new value of a partition as a corner, interpolates linearly between a
+partition's corners (from 0 at the last sample before the partition appeared) and sums the
+partitions.  A rate with fewer than 4 progress points inside its window is marked as coarse.
+
+Also reported, over the same window: the workers' CPU time (user + system, all threads, per
+wall second: 2 cores are 200%), their time runnable but waiting for a CPU (``schedstat``: what
+other processes on the machine took from them), the CPU per record, Tansu's CPU, and peak RSS:
+the highest ``VmHWM`` of any worker (``/proc``), beside the highest ``kdaemon_worker_rss_bytes``
+the supervisor published (it samples every 5 s, so short peaks escape it).  The peers' figures
+are their child's.
+
+``--profile`` adds one run per mode with one worker under cProfile (the same ``sitecustomize``
+wraps the forked worker's ``run_child``) and prints the top functions by own time.
+
+Nothing here asserts a timing; the goals are printed as met / not met.
+"""
+
+from __future__ import annotations
+
+# Only the standard library at module level (and bench.consume, stdlib-only at module level
+# too): a peer child imports nothing but its own client.
+import argparse
+import http.client
+import json
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench import consume  # noqa: E402
+
+MODES = ("filter", "json")
+WORKER_COUNTS = (1, 2)
+PEERS = ("confluent", "kafka-python", "aiokafka")
+PEER_LABELS = {"confluent": "confluent-kafka", "kafka-python": "kafka-python", "aiokafka": "aiokafka"}
+WINDOW = (0.10, 0.90)
+SAMPLE_S = 0.25
+SHIPPED_METRICS_INTERVAL_S = 1.0   # WorkerMetrics' default
+MIN_POINTS = 4   # fewer progress points inside the window than this: the rate is marked coarse
+STOP_TIMEOUT_S = 60.0
+
+GOAL_SCALING = 1.8          # 2 workers / 1 worker
+GOAL_FILTER_VS_CONFLUENT = 2.0
+GOAL_JSON_VS_CONFLUENT = 1.5
+GOAL_RSS_MB = 80.0
+
+PROFILE_ENV = "KDAEMON_BENCH_PROFILE_DIR"
+INTERVAL_ENV = "KDAEMON_BENCH_METRICS_INTERVAL"
+MARK_ENV = "KDAEMON_BENCH_MARK_DIR"
+# Put on the daemon's PYTHONPATH (a sitecustomize, so nothing under kdaemon/ changes).  It runs in
+# the supervisor at start-up and wraps run_child before the arbiter imports it; everything it
+# does happens in the forked worker: the counters' publishing interval (WorkerMetrics' default,
+# 1 s) and, for --profile, cProfile around the whole worker.
+SITECUSTOMIZE = f'''\
+import os
+if os.environ.get("{INTERVAL_ENV}") or os.environ.get("{PROFILE_ENV}"):
+    import kdaemon.supervisor.child as _child
+    _run_child = _child.run_child
+
+    def _bench_run_child(config, index, workers, heartbeat_fd):
+        interval = os.environ.get("{INTERVAL_ENV}")
+        if interval:
+            # Imported only here, after fork: PROMETHEUS_MULTIPROC_DIR is set by now.
+            from kdaemon.worker.metrics import WorkerMetrics
+            WorkerMetrics.__init__.__defaults__ = (float(interval),)
+            with open(os.path.join(os.environ["{MARK_ENV}"], f"hook-applied-{{index}}-{{os.getpid()}}"), "w"):
+                pass  # tells the bench the interval took effect
+        profile_dir = os.environ.get("{PROFILE_ENV}")
+        if not profile_dir:
+            return _run_child(config, index, workers, heartbeat_fd)
+        import cProfile
+        prof = cProfile.Profile()
+        try:
+            return prof.runcall(_run_child, config, index, workers, heartbeat_fd)
+        finally:
+            prof.dump_stats(os.path.join(profile_dir, f"worker-{{index}}-{{os.getpid()}}.prof"))
+
+    _child.run_child = _bench_run_child
+'''
+
+
+# -- progress → rate -----------------------------------------------------------------------------
+
+def crossing(times: list[float], values: list[float], target: float) -> float | None:
+    """The first instant a piecewise-linear, non-decreasing curve reaches target."""
+    for i, v in enumerate(values):
+        if v >= target:
+            if i == 0:
+                return times[0]
+            v0, t0 = values[i - 1], times[i - 1]
+            return t0 + (target - v0) / (v - v0) * (times[i] - t0)
+    return None
+
+
+def window_rate(times: list[float], values: list[float], total: int) -> dict | None:
+    """Records/s between the 10% and 90% crossings of a piecewise-linear progress curve."""
+    lo, hi = WINDOW[0] * total, WINDOW[1] * total
+    if not times or values[-1] < hi:
+        return None
+    if values[0] >= lo:  # the curve only starts later (the daemon's first corners)
+        ta, na = times[0], values[0]
+    else:
+        ta, na = crossing(times, values, lo), lo
+    tb = crossing(times, values, hi)
+    if tb is None or tb <= ta:
+        return None
+    return {"records_per_s": (hi - na) / (tb - ta), "t_start": ta, "t_end": tb,
+            "window": [na / total, WINDOW[1]], "window_s": tb - ta,
+            "points": sum(ta < t < tb for t in times)}
+
+
+def partition_corners(samples: list[tuple[float, dict]], partitions: int) -> dict:
+    """{partition: [(t, processed)]}: the first sample that shows each new value of a partition's
+    counter, i.e. (shortly after) the instant its worker published it.  A partition's counter
+    exists only once it has a record, so its curve starts at (the last sample without it, 0)."""
+    corners: dict = {p: [] for p in range(partitions)}
+    last_absent: dict = {}
+    for t, parts in samples:
+        for p in range(partitions):
+            v = parts.get(p, 0)
+            c = corners[p]
+            if not v and not c:
+                last_absent[p] = t
+            elif not c or v != c[-1][1]:
+                if not c:
+                    c.append((last_absent.get(p, t), 0))
+                c.append((t, v))
+    return {p: c for p, c in corners.items() if c}
+
+
+def _value_at(corners: list[tuple[float, float]], t: float) -> float:
+    if t <= corners[0][0]:
+        return corners[0][1]
+    for (t0, v0), (t1, v1) in zip(corners, corners[1:]):
+        if t <= t1:
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return corners[-1][1]
+
+
+def daemon_rate(samples: list[tuple[float, dict]], partitions: int, total: int) -> dict | None:
+    corners = partition_corners(samples, partitions)
+    if not corners:
+        return None
+    grid = sorted({t for c in corners.values() for t, _ in c})
+    values = [sum(_value_at(c, t) for c in corners.values()) for t in grid]
+    return window_rate(grid, values, total)
+
+
+def stalls(samples: list[tuple[float, dict]], ta: float, tb: float, min_s: float = 0.5) -> tuple[float, float]:
+    """(total, longest) time inside [ta, tb] during which the processed count stood still for at
+    least min_s (two counter updates): a worker that processes records shows progress at every
+    update, so a longer standstill is waiting (for a Fetch answer, or for a CPU)."""
+    total = longest = 0.0
+    since, last = None, None
+    for t, parts in samples:
+        n = sum(parts.values())
+        if n != last:
+            if since is not None:
+                overlap = min(t, tb) - max(since, ta)
+                if t - since >= min_s and overlap > 0:
+                    total += overlap
+                    longest = max(longest, overlap)
+            since, last = t, n
+    return total, longest
+
+
+def cpu_over(samples: list[tuple[float, float]], ta: float, tb: float) -> float | None:
+    """CPU seconds per wall second between ta and tb, from (t, cumulative CPU s) samples
+    (interpolated; None when the samples do not cover the window)."""
+    if len(samples) < 2 or samples[0][0] > ta or samples[-1][0] < tb:
+        return None
+    ts = [t for t, _ in samples]
+    cs = [c for _, c in samples]
+    return (_interp(ts, cs, tb) - _interp(ts, cs, ta)) / (tb - ta)
+
+
+def _interp(ts: list[float], vs: list[float], t: float) -> float:
+    for i in range(1, len(ts)):
+        if ts[i] >= t:
+            return vs[i - 1] + (vs[i] - vs[i - 1]) * (t - ts[i - 1]) / (ts[i] - ts[i - 1] or 1e-9)
+    return vs[-1]
+
+
+# -- the peers (child process) ------------------------------------------------------------------
+
+class SampledTally(consume.Tally):
+    """bench/consume.py's tally, plus (time, records counted, CPU s, run-queue wait s) after
+    every poll."""
+
+    def __init__(self, expected: list[int], max_seconds: float) -> None:
+        super().__init__(expected, max_seconds)
+        self.samples: list[tuple[float, int, float, float]] = []
+
+    def _sample(self, t: float) -> None:
+        self.samples.append((t, sum(self.counts), consume._cpu_s(), run_delay_s(os.getpid())))
+
+    def start(self) -> None:
+        super().start()
+        self._sample(self.t0)
+
+    def done(self) -> bool:
+        finished = super().done()
+        self._sample(time.perf_counter())
+        return finished
+
+
+def run_peer(spec: dict) -> dict:
+    tally = SampledTally(spec["expected"], spec["max_seconds"])
+    result = consume.WORKERS[spec["client"]](spec, tally)
+    times = [s[0] for s in tally.samples]
+    win = result["window"] = window_rate(times, [s[1] for s in tally.samples], sum(spec["expected"]))
+    if win:
+        result["window_cpu"] = cpu_over([(s[0], s[2]) for s in tally.samples], win["t_start"], win["t_end"])
+        result["window_cpu_wait"] = cpu_over([(s[0], s[3]) for s in tally.samples], win["t_start"], win["t_end"])
+    result["polls"] = len(tally.samples) - 1
+    return result
+
+
+def peer_child(spec: dict) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--peer", json.dumps(spec)]
+    env = _child_env()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=consume.CHILD_TIMEOUT_S,
+                              check=False, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no answer within {consume.CHILD_TIMEOUT_S} s"}
+    if proc.returncode:
+        return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-2000:]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _child_env(extra_path: list[str] | None = None) -> dict:
+    # Children import kdaemon, its bundled plugins (the json deserializer) and bench from the
+    # tree this script lives in, as in consume.py, so a copy of the tree can be measured.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PROMETHEUS_MULTIPROC_DIR", PROFILE_ENV, INTERVAL_ENV, MARK_ENV)}
+    env["PYTHONPATH"] = os.pathsep.join(
+        (extra_path or []) + [str(REPO_ROOT), str(REPO_ROOT / "plugins")]
+        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+# -- the daemon ---------------------------------------------------------------------------------
+
+_SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})?\s+(\S+)")
+_LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str) -> list[tuple[str, dict, float]]:
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE_RE.match(line)
+        if m:
+            out.append((m.group(1), dict(_LABEL_RE.findall(m.group(2) or "")), float(m.group(3))))
+    return out
+
+
+def scrape(port: int) -> str | None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2.0)
+    try:
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        body = resp.read()
+        return body.decode() if resp.status == 200 else None
+    except OSError:
+        return None
+    finally:
+        conn.close()
+
+
+def _proc_status(pid: int) -> dict:
+    """VmHWM / VmRSS in MiB and CPU seconds (user + system, all threads) of one process."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("VmHWM:", "VmRSS:")):
+                    out[line[:5]] = int(line.split()[1]) / 1024
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        out["cpu"] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return {}
+    return out
+
+
+def run_delay_s(pid: int) -> float:
+    """Seconds the threads of a process spent runnable but waiting for a CPU
+    (/proc/PID/task/*/schedstat, second field): what other processes on the machine cost it."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / 1e9
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def write_config(path: Path, *, bootstrap: str, group: str, mode: str, workers: int, state_dir: Path,
+                 metrics_port: int, poll_records: int | None) -> None:
+    filters = ""
+    if mode == "filter":
+        filters = (f'[[filters]]\nheader = "type"\nop = "equals"\nvalues = ["{consume.TARGET.decode()}"]\n'
+                   'action = "keep"\n\n')
+    path.write_text(f"""\
+# Written by bench/daemon.py for one run ({mode}, {workers} worker(s)).
+plugins = ["json"]
+
+[kafka]
+bootstrap_servers = "{bootstrap}"
+group_id = "{group}"
+auto_offset_reset = "earliest"
+session_timeout_ms = 6000
+{f"max_poll_records = {poll_records}" if poll_records else "# max_poll_records: the daemon's default"}
+fetch_max_bytes = {consume.FETCH_MAX_BYTES}
+max_partition_fetch_bytes = {consume.MAX_PARTITION_FETCH_BYTES}
+
+[daemon]
+topics = ["{consume.TOPIC}"]
+workers = {workers}
+state_dir = "{state_dir}"
+metrics_addr = "127.0.0.1:{metrics_port}"
+on_deserialize_error = "stop"
+log_level = "INFO"
+
+{filters}[deserializer]
+value = "json"
+
+[sink]
+type = "null"
+""")
+
+
+def run_daemon(*, broker, produced: dict, mode: str, workers: int, run_dir: Path, args,
+               profile_dir: Path | None = None, hook_dir: Path | None = None) -> dict:
+    from bench import _common
+
+    run_dir.mkdir(parents=True)
+    expected = produced["expected"]
+    total, kept = sum(expected), produced["kept"][mode]
+    port = _common.free_port()
+    config = run_dir / "kdaemon.toml"
+    group = f"bench-daemon-{mode}-{workers}w-{uuid.uuid4().hex[:12]}"
+    write_config(config, bootstrap=broker.bootstrap, group=group, mode=mode, workers=workers,
+                 state_dir=run_dir / "state", metrics_port=port,
+                 poll_records=args.daemon_poll_records)
+    env = _child_env([str(hook_dir)] if hook_dir else None)
+    if hook_dir and args.metrics_interval != SHIPPED_METRICS_INTERVAL_S:
+        env[INTERVAL_ENV] = repr(args.metrics_interval)
+        env[MARK_ENV] = str(run_dir)
+    if hook_dir and profile_dir is not None:
+        env[PROFILE_ENV] = str(profile_dir)
+    exe = Path(sys.executable).with_name("kdaemon")
+    cmd = ([str(exe)] if exe.exists() else [sys.executable, "-m", "kdaemon.cli"]) + [
+        "run", "-c", str(config), "--workers", str(workers)]
+    log_path = run_dir / "kdaemon.log"
+    broker_cpu0 = _proc_status(broker.pid).get("cpu", 0.0)
+    samples: list[tuple[float, dict]] = []       # (t, {partition: processed})
+    worker_cpu: list[tuple[float, float]] = []    # (t, CPU s of all workers)
+    broker_cpu: list[tuple[float, float]] = []
+    hwm: dict[int, float] = {}
+    cpu_by_pid: dict[int, float] = {}
+    wait_by_pid: dict[int, float] = {}
+    worker_wait: list[tuple[float, float]] = []   # (t, run-queue wait s of all workers)
+    out = {"mode": mode, "workers": workers, "records": 0, "delivered": 0, "capped": False,
+           "rss_metric_mb": 0.0, "group_joins": 0, "restarts": 0}
+    t0 = time.perf_counter()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        next_at = t0
+        t_first = None
+        while True:
+            ta = time.perf_counter()
+            text = scrape(port)
+            t = (ta + time.perf_counter()) / 2 - t0
+            for pid in _children(proc.pid):
+                st = _proc_status(pid)
+                if st:
+                    hwm[pid] = max(hwm.get(pid, 0.0), st.get("VmHWM", 0.0))
+                    cpu_by_pid[pid] = st["cpu"]
+                    wait_by_pid[pid] = run_delay_s(pid)
+            worker_cpu.append((t, sum(cpu_by_pid.values())))
+            worker_wait.append((t, sum(wait_by_pid.values())))
+            broker_cpu.append((t, _proc_status(broker.pid).get("cpu", broker_cpu0)))
+            if text is not None:
+                parts: dict = {}
+                delivered = 0
+                for name, labels, value in parse_metrics(text):
+                    if name in ("kdaemon_records_fetched_total", "kdaemon_records_filtered_total"):
+                        p = int(labels["partition"])
+                        parts[p] = parts.get(p, 0) + value
+                    elif name == "kdaemon_records_delivered_total":
+                        delivered += value
+                    elif name == "kdaemon_worker_rss_bytes":
+                        out["rss_metric_mb"] = max(out["rss_metric_mb"], value / 1048576)
+                    elif name == "kdaemon_rebalances_total":
+                        out["group_joins"] = max(out["group_joins"], int(value))
+                    elif name == "kdaemon_worker_restarts_total":
+                        out["restarts"] = max(out["restarts"], int(value))
+                samples.append((t, parts))
+                out["records"], out["delivered"] = int(sum(parts.values())), int(delivered)
+                if out["records"] and t_first is None:
+                    t_first = t
+                if out["records"] >= total and out["delivered"] >= kept:
+                    break
+            if proc.poll() is not None:
+                out["error"] = f"kdaemon exited with {proc.returncode} before the end; " + _tail(log_path)
+                return out
+            if t > args.max_seconds:
+                out["capped"] = True
+                break
+            next_at += SAMPLE_S
+            time.sleep(max(0.0, next_at - time.perf_counter()))
+        out["seconds"] = t
+        out["first_record_s"] = t_first
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                out.setdefault("error", f"the supervisor did not stop within {STOP_TIMEOUT_S:.0f} s of SIGTERM")
+        out["stop_seconds"] = time.perf_counter() - t0 - out.get("seconds", 0.0)
+        out["exit_code"] = proc.returncode
+    if proc.returncode != 0 and "error" not in out:
+        out["error"] = f"the supervisor exited with {proc.returncode} after SIGTERM; " + _tail(log_path)
+    last = samples[-1][1] if samples else {}
+    counts = [int(last.get(p, 0)) for p in range(len(expected))]
+    out["counts"] = counts
+    if "error" not in out and not out["capped"]:
+        if counts != expected or out["delivered"] != kept:
+            out["error"] = (f"wrong counts: processed per partition {counts} (want {expected}), "
+                            f"delivered {out['delivered']} (want {kept})")
+    out["rss_peak_mb"] = max(hwm.values(), default=0.0)
+    out["worker_pids"] = len(hwm)
+    win = daemon_rate(samples, len(expected), total)
+    out["window"] = win
+    out["samples"] = [(round(t, 3), {p: int(v) for p, v in parts.items()}) for t, parts in samples]
+    if win:
+        out["records_per_s"] = win["records_per_s"]
+        out["workers_cpu"] = cpu_over(worker_cpu, win["t_start"], win["t_end"])
+        out["workers_cpu_wait"] = cpu_over(worker_wait, win["t_start"], win["t_end"])
+        out["stalled_s"], out["longest_stall_s"] = stalls(samples, win["t_start"], win["t_end"],
+                                                          max(0.5, 2 * args.metrics_interval + 0.01))
+        out["broker_cpu"] = cpu_over(broker_cpu, win["t_start"], win["t_end"])
+    else:
+        out["records_per_s"] = None
+    text = log_path.read_text(errors="replace")
+    out["assignments_logged"] = text.count("has its assignment")
+    if INTERVAL_ENV in env:
+        hooked = len(list(run_dir.glob("hook-applied-*")))
+        out["metrics_interval_applied"] = hooked
+        if hooked < workers and "error" not in out:
+            out["error"] = (f"the metrics-interval hook reached {hooked} of {workers} worker(s); the rate "
+                            "would rest on 1-s counter updates (see the sitecustomize in bench/daemon.py)")
+    return out
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])[-2000:]
+    except OSError:
+        return ""
+
+
+def profile_summary(profile_dir: Path, top: int) -> str:
+    import io
+    import pstats
+    files = sorted(profile_dir.glob("worker-*.prof"))
+    if not files:
+        return "(no profile written)"
+    out = io.StringIO()
+    stats = pstats.Stats(*map(str, files), stream=out)
+    stats.strip_dirs().sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+# -- report -------------------------------------------------------------------------------------
+
+def _best(runs: list[dict]) -> dict | None:
+    ok = [r for r in runs if "error" not in r and r.get("records_per_s")]
+    return max(ok, key=lambda r: r["records_per_s"]) if ok else None
+
+
+def build_rows(results: dict, modes, worker_counts, peers) -> list[dict]:
+    rows = []
+    run_ids = [(f"kdaemon-{w}w", f"kdaemon run, {w} worker{'s' if w > 1 else ''}") for w in worker_counts]
+    run_ids += [(p, PEER_LABELS[p]) for p in peers]
+    for mode in modes:
+        base_conf = _best(results.get(("confluent", mode), []))
+        base_1w = _best(results.get(("kdaemon-1w", mode), []))
+        for run_id, label in run_ids:
+            runs = results.get((run_id, mode))
+            if not runs:
+                continue
+            r = _best(runs)
+            row = {"run": run_id, "label": label, "mode": mode, "repeats": len(runs)}
+            if r is None:
+                row["error"] = next((x["error"] for x in runs if "error" in x), "no rate")
+                rows.append(row)
+                continue
+            ok = [x for x in runs if "error" not in x and x.get("records_per_s")]
+            rates = [x["records_per_s"] for x in ok]
+            row.update({
+                "records_per_s": r["records_per_s"], "all_records_per_s": rates,
+                "median_records_per_s": statistics.median(rates),
+                "failed": len(runs) - len(ok),
+                "window": r["window"]["window"], "window_s": r["window"]["window_s"],
+                "window_points": r["window"]["points"], "coarse": r["window"]["points"] < MIN_POINTS,
+                "rss_peak_mb": max(x["rss_peak_mb"] for x in ok),
+                "first_record_s": r.get("first_record_s"),
+                "vs_confluent": r["records_per_s"] / base_conf["records_per_s"] if base_conf else None,
+                "vs_1w": (r["records_per_s"] / base_1w["records_per_s"]
+                          if base_1w and run_id.startswith("kdaemon") else None),
+            })
+            if run_id.startswith("kdaemon"):
+                row.update({"workers_cpu": r.get("workers_cpu"), "cpu_wait": r.get("workers_cpu_wait"),
+                            "broker_cpu": r.get("broker_cpu"),
+                            "rss_metric_mb": max(x["rss_metric_mb"] for x in ok),
+                            "group_joins": max(x["group_joins"] for x in ok),
+                            "stalled_s": r.get("stalled_s"), "longest_stall_s": r.get("longest_stall_s"),
+                            "assignments_logged": max(x["assignments_logged"] for x in ok),
+                            "stop_seconds": max(x["stop_seconds"] for x in ok)})
+            else:
+                row.update({"workers_cpu": r.get("window_cpu"), "cpu_wait": r.get("window_cpu_wait"),
+                            "consume_py_rate": r["records_per_s_consume_py"]})
+            if row.get("workers_cpu"):
+                row["cpu_us_per_record"] = row["workers_cpu"] / r["records_per_s"] * 1e6
+            rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    def x(v):
+        return "-" if v is None else f"{v:.2f}x"
+
+    def pct(v):
+        return "-" if v is None else f"{v:.0%}"
+    head = (f"{'run':<26} {'mode':<6} {'records/s':>10} {'median':>9} {'range over repeats':>19} {'x 1w':>6} "
+            f"{'x conf':>6} {'window':>10} {'CPU':>5} {'wait':>5} {'us/rec':>6} {'broker':>6} {'RSS MB':>6} "
+            f"{'1st rec s':>9}")
+    print()
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        if "error" in r:
+            print(f"{r['label']:<26} {r['mode']:<6} FAILED: {r['error'][:300]}")
+            continue
+        lo, hi = min(r["all_records_per_s"]), max(r["all_records_per_s"])
+        window = f"{r['window'][0]:.0%}-{r['window'][1]:.0%}"
+        first = "-" if r.get("first_record_s") is None else f"{r['first_record_s']:.2f}"
+        rate = f"{r['records_per_s']:,.0f}{'*' if r['coarse'] else ''}"
+        us = "-" if r.get("cpu_us_per_record") is None else f"{r['cpu_us_per_record']:.2f}"
+        print(f"{r['label']:<26} {r['mode']:<6} {rate:>10} {r['median_records_per_s']:>9,.0f} "
+              f"{f'{lo:,.0f}-{hi:,.0f}':>19} "
+              f"{x(r['vs_1w']):>6} {x(r['vs_confluent']):>6} {window:>10} {pct(r['workers_cpu']):>5} "
+              f"{pct(r.get('cpu_wait')):>5} {us:>6} "
+              f"{pct(r.get('broker_cpu')):>6} {r['rss_peak_mb']:>6.1f} {first:>9}"
+              f"{'  (' + str(r['failed']) + ' failed)' if r['failed'] else ''}")
+    print("-" * len(head))
+    print("records/s: steady state between 10% and 90% of the records (the window column: where it "
+          "started, later than 10% when the daemon's first counter update came later); best of the "
+          f"repeats, their median and range beside it; * fewer than {MIN_POINTS} progress points inside the window "
+          "(daemon: counter updates), so the figure is coarse")
+    print("x 1w / x conf: this rate / the daemon's 1-worker rate (same mode) / confluent-kafka's; CPU: "
+          "the workers' (or the peer's) CPU over the window, per wall second (2 cores = 200%); wait: "
+          "their time runnable but waiting for a CPU (other processes), per wall second; us/rec: that CPU "
+          "per record processed (microseconds); broker: Tansu's "
+          "CPU; RSS: peak VmHWM of any worker (daemon) or of the child (peers), highest over the repeats; "
+          "1st rec s: daemon start (or the peer's first poll) to the first record seen")
+
+
+def goals(rows: list[dict], worker_counts) -> list[str]:
+    by = {(r["run"], r["mode"]): r for r in rows if "error" not in r}
+    lines = []
+
+    def coarse(*rs) -> str:
+        return "; coarse: a rate with few progress points (*)" if any(r.get("coarse") for r in rs) else ""
+    for mode in MODES:
+        one, two = by.get(("kdaemon-1w", mode)), by.get(("kdaemon-2w", mode))
+        if one and two:
+            v = two["records_per_s"] / one["records_per_s"]
+            lines.append(f"{mode}: 2 workers >= {GOAL_SCALING}x 1 worker: "
+                         f"{'met' if v >= GOAL_SCALING else 'NOT met'} ({v:.2f}x{coarse(one, two)})")
+    for mode, goal in (("filter", GOAL_FILTER_VS_CONFLUENT), ("json", GOAL_JSON_VS_CONFLUENT)):
+        conf = by.get(("confluent", mode))
+        for w in worker_counts:
+            kd = by.get((f"kdaemon-{w}w", mode))
+            if kd and conf:
+                v = kd["records_per_s"] / conf["records_per_s"]
+                lines.append(f"{mode}: daemon with {w} worker{'s' if w > 1 else ''} >= {goal}x confluent-kafka: "
+                             f"{'met' if v >= goal else 'NOT met'} ({v:.2f}x{coarse(kd)})")
+    kd_rows = [r for r in rows if r["run"].startswith("kdaemon") and "error" not in r]
+    if kd_rows:
+        worst = max(kd_rows, key=lambda r: r["rss_peak_mb"])
+        metric = max(r["rss_metric_mb"] for r in kd_rows)
+        met = worst["rss_peak_mb"] <= GOAL_RSS_MB
+        lines.append(f"worker RSS <= {GOAL_RSS_MB:.0f} MB: {'met' if met else 'NOT met'} "
+                     f"(highest VmHWM {worst['rss_peak_mb']:.1f} MB, {worst['label']} / {worst['mode']}; "
+                     f"highest kdaemon_worker_rss_bytes sample {metric:.1f} MB)")
+    return lines
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="records to produce (default 1,000,000)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per row, interleaved; best is shown")
+    parser.add_argument("--poll-records", type=int, default=10_000,
+                        help="the peers' records per poll call (default 10,000, as in bench/consume.py)")
+    parser.add_argument("--daemon-poll-records", type=int, default=None,
+                        help="the daemon's max_poll_records (default: not set, the daemon's own default)")
+    parser.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
+    parser.add_argument("--workers", nargs="*", type=int, default=list(WORKER_COUNTS),
+                        help="daemon worker counts (default 1 2)")
+    parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS)
+    parser.add_argument("--max-seconds", type=float, default=300.0,
+                        help="stop a run after this long and report it as CAPPED (default 300)")
+    parser.add_argument("--metrics-interval", type=float, default=SAMPLE_S,
+                        help="seconds between the workers' counter updates (default 0.25, the sampling "
+                             "period; 1.0 is the daemon's own cadence and needs no hook)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also run the daemon with 1 worker under cProfile per mode, print the top")
+    parser.add_argument("--profile-top", type=int, default=25)
+    parser.add_argument("--keep", metavar="DIR", help="keep configs, logs and profiles in DIR")
+    parser.add_argument("--json", metavar="PATH", help="also write the results to PATH as JSON")
+    parser.add_argument("--peer", metavar="SPEC", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.peer:
+        print(json.dumps(run_peer(json.loads(args.peer))))
+        return 0
+    unit = math.lcm(consume.PARTITIONS, len(consume.TYPES))
+    if args.records <= 0 or args.records % unit:
+        parser.error(f"--records must be a positive multiple of {unit}")
+
+    import shutil
+    import tempfile
+
+    from bench import _common
+
+    machine = _common.machine_facts()
+    machine["loadavg_at_start"] = os.getloadavg()
+    started = datetime.now(timezone.utc)
+    print(f"kdaemon bench/daemon.py  {started:%Y-%m-%d %H:%M UTC}")
+    print(f"Python {machine['python']} ({sys.executable})")
+    print(f"CPU {machine['cpu_model']}, {machine['usable_cpus']} usable of {machine['cpu_count']}; "
+          f"load average at start {', '.join(f'{v:.2f}' for v in machine['loadavg_at_start'])}")
+    vers = consume.versions()
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
+    source = consume.source_fingerprint()
+    print(f"kdaemon from {source['path']}, sources sha256 {source['sha256']}"
+          + (f", git HEAD {source['git_head']} with {source['git_dirty']} changed file(s) under kdaemon/"
+             if source["git_head"] else ""))
+    print(f"daemon workers publish their counters every {args.metrics_interval:g} s"
+          + (" (the daemon's own cadence)" if args.metrics_interval == SHIPPED_METRICS_INTERVAL_S
+             else f" (a sitecustomize hook; the daemon's own cadence is {SHIPPED_METRICS_INTERVAL_S:g} s)")
+          + f"; /metrics sampled every {SAMPLE_S:g} s")
+    from kdaemon.client.config import ConsumerConfig
+    daemon_poll = args.daemon_poll_records or ConsumerConfig.max_poll_records
+    print(f"records per poll: the daemon {daemon_poll:,} (max_poll_records, "
+          f"{'set by --daemon-poll-records' if args.daemon_poll_records else 'its default'}), the peers "
+          f"{args.poll_records:,}; fetch sizes "
+          f"{consume.MAX_PARTITION_FETCH_BYTES >> 20} MiB per partition, {consume.FETCH_MAX_BYTES >> 20} MiB "
+          "per request", flush=True)
+
+    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="kdaemon-bench-daemon-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    results: dict = {}
+    profiles: dict = {}
+    hook = tmp / "bench-hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    try:
+        with _common.TansuBroker(tmp / "tansu.log") as broker:
+            print(f"Tansu on {broker.bootstrap} (pid {broker.pid})", flush=True)
+            print(f"producing {args.records:,} records with confluent-kafka (lz4)...", flush=True)
+            produced = consume.produce(broker.bootstrap, args.records)
+            print(f"  {produced['seconds']:.1f} s; per partition {produced['expected']}", flush=True)
+            n = 0
+            for rep in range(args.repeats):
+                for mode in args.modes:
+                    for workers in args.workers:
+                        n += 1
+                        label = f"kdaemon run, {workers} worker{'s' if workers > 1 else ''}"
+                        print(f"  [{rep + 1}/{args.repeats}] {label:<26} {mode:<6} ", end="", flush=True)
+                        r = run_daemon(broker=broker, produced=produced, mode=mode, workers=workers,
+                                       run_dir=tmp / f"run-{n:02d}-{mode}-{workers}w", args=args,
+                                       hook_dir=hook)
+                        results.setdefault((f"kdaemon-{workers}w", mode), []).append(r)
+                        _print_daemon_run(r)
+                    for peer in args.peers:
+                        spec = {"client": peer, "variant": None, "mode": mode, "bootstrap": broker.bootstrap,
+                                "topic": consume.TOPIC, "expected": produced["expected"],
+                                "poll_records": args.poll_records, "max_seconds": args.max_seconds}
+                        print(f"  [{rep + 1}/{args.repeats}] {PEER_LABELS[peer]:<26} {mode:<6} ", end="", flush=True)
+                        r = peer_child(spec)
+                        if "error" not in r:
+                            r["records_per_s_consume_py"] = r["records_per_s"]
+                            r["records_per_s"] = (r["window"] or {}).get("records_per_s")
+                            want = (produced["check"][mode], produced["kept"][mode])
+                            if not r["capped"] and (r["check"], r["kept"]) != want:
+                                r["error"] = f"wrong result: check/kept {r['check']}/{r['kept']}, want {want}"
+                        results.setdefault((peer, mode), []).append(r)
+                        _print_peer_run(r)
+            if args.profile:
+                for mode in args.modes:
+                    pdir = tmp / f"profile-{mode}"
+                    pdir.mkdir(exist_ok=True)
+                    print(f"  profiling the daemon's worker, {mode}, 1 worker, under cProfile...", flush=True)
+                    r = run_daemon(broker=broker, produced=produced, mode=mode, workers=1,
+                                   run_dir=tmp / f"run-profile-{mode}", args=args, profile_dir=pdir,
+                                   hook_dir=hook)
+                    _print_daemon_run(r, prefix="    ")
+                    profiles[mode] = {"run": r, "text": profile_summary(pdir, args.profile_top)}
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    rows = build_rows(results, args.modes, args.workers, args.peers)
+    print_table(rows)
+    for mode, prof in profiles.items():
+        print(f"\ncProfile of the daemon's worker, {mode} mode, 1 worker (whole worker life, join "
+              f"included; top {args.profile_top} by own time):")
+        print(prof["text"])
+    print()
+    lines = goals(rows, args.workers)
+    for line in lines:
+        print("goal " + line)
+    machine["loadavg_at_end"] = os.getloadavg()
+    print(f"load average at the end {', '.join(f'{v:.2f}' for v in machine['loadavg_at_end'])}")
+    after = consume.source_fingerprint()["sha256"]
+    if after != source["sha256"]:
+        print(f"WARNING: kdaemon's sources changed during the run ({source['sha256']} -> {after}); "
+              "the figures may mix two versions of the code")
+    if args.json:
+        report = {"date": started.isoformat(timespec="seconds"), "machine": machine, "versions": vers,
+                  "kdaemon_source": source, "kdaemon_source_after": after,
+                  "command": "python bench/daemon.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                  "daemon_max_poll_records": daemon_poll, "peer_poll_records": args.poll_records,
+                  "metrics_interval_s": args.metrics_interval,
+                  "produced": produced, "rows": rows, "goals": lines,
+                  "runs": {f"{k[0]}/{k[1]}": v for k, v in results.items()},
+                  "profiles": {m: {"text": p["text"], "run": p["run"]} for m, p in profiles.items()}}
+        Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+def _print_daemon_run(r: dict, prefix: str = "") -> None:
+    if "error" in r:
+        print(f"{prefix}FAILED: {r['error'][:400]}", flush=True)
+        return
+    w = r["window"] or {}
+    cpu = "-" if r.get("workers_cpu") is None else f"{r['workers_cpu']:.0%}"
+    wait = "-" if r.get("workers_cpu_wait") is None else f"{r['workers_cpu_wait']:.0%}"
+    bcpu = "-" if r.get("broker_cpu") is None else f"{r['broker_cpu']:.0%}"
+    print(f"{prefix}{r['records_per_s'] or 0:>11,.0f} rec/s  window {w.get('window', [0, 0])[0]:.0%}-90% "
+          f"over {w.get('window_s', 0):.2f} s ({w.get('points', 0)} updates inside)  "
+          f"1st rec {r['first_record_s'] or 0:5.2f} s  all done "
+          f"{r['seconds']:6.2f} s  stop {r['stop_seconds']:.2f} s  workers cpu {cpu} (waiting {wait}) broker {bcpu}  "
+          f"rss {r['rss_peak_mb']:5.1f} MB (metric {r['rss_metric_mb']:.1f})  joins {r['group_joins']}  "
+          f"stalls {r.get('stalled_s') or 0:.2f} s (longest {r.get('longest_stall_s') or 0:.2f} s)"
+          f"{'  CAPPED' if r['capped'] else ''}", flush=True)
+
+
+def _print_peer_run(r: dict) -> None:
+    if "error" in r:
+        print(f"FAILED: {r['error'][:400]}", flush=True)
+        return
+    w = r["window"] or {}
+    print(f"{r['records_per_s'] or 0:>11,.0f} rec/s  window 10-90% over {w.get('window_s', 0):.2f} s  "
+          f"(consume.py steady {r['records_per_s_consume_py'] or 0:,.0f})  cpu {r.get('window_cpu') or 0:.0%} "
+          f"(waiting {r.get('window_cpu_wait') or 0:.0%})  1st rec "
+          f"{r['first_record_s'] or 0:5.2f} s  polls {r['polls']}  rss {r['rss_peak_mb']:5.1f} MB"
+          f"{'  CAPPED' if r['capped'] else ''}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
