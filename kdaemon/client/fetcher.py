@@ -198,6 +198,7 @@ class Fetcher:
         # partition at most, and not past fetch_buffer_bytes buffered in all.
         ahead_allowed = self._buffered_bytes() < self.config.fetch_buffer_bytes
         per_node: dict[int, dict[TopicPartition, PartitionFetch]] = {}
+        held_back: set[int] = set()
         self.waiting_for_nodes = False
         for tp in self.subscriptions.fetchable():
             st = self.subscriptions.state(tp)
@@ -205,6 +206,9 @@ class Fetcher:
             if tp in buffered:
                 fetch_offset = buffered[tp] if ahead_allowed else None
                 if fetch_offset is None:
+                    node = self._fetch_node(tp, st, now)
+                    if node is not None:
+                        held_back.add(node)
                     continue
             node = self._fetch_node(tp, st, now)
             if node is None:
@@ -220,6 +224,13 @@ class Fetcher:
                 st.position_epoch if st.position_epoch is not None else -1)
         sent = 0
         for node, wanted in per_node.items():
+            if node in held_back:
+                # Some of this node's partitions have data waiting to be drained and may not
+                # fetch further yet.  A Fetch of the others now would be one of caught-up
+                # partitions, which the broker holds for fetch_max_wait_ms, and the held-back
+                # partitions could not be fetched until it returns: a stall at the end of
+                # every partition.  Fetch them all together once the buffer has drained.
+                continue
             if not self.network.ready(node):
                 self.waiting_for_nodes = True
                 continue
