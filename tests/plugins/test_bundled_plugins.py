@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -161,6 +162,20 @@ def test_json_values():
     assert deserialize(b'"text"') == "text"
     assert deserialize(b"3") == 3
     assert deserialize(None) is None
+
+
+@pytest.mark.parametrize("text", [' {"a": 1}', '{"a": 1} ', '\n{"a": 1}\r\n', '\t {"a": 1}\t'])
+def test_json_surrounding_whitespace_is_accepted_as_by_json_loads(text):
+    # The fast path scans from the first byte and must leave such input to the full decoder.
+    assert deserialize(text.encode()) == json.loads(text) == {"a": 1}
+
+
+@pytest.mark.parametrize("text", ['{"a": 1}{"b": 2}', '1 2', '[1] x', '"a" "b"'])
+def test_json_trailing_data_is_refused_as_by_json_loads(text):
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    with pytest.raises(ValueError, match="Extra data"):
+        deserialize(text.encode())
 
 
 def test_json_encoding():
