@@ -448,6 +448,7 @@ class Consumer:
             "fetch_responses_total": s.responses, "fetch_errors_total": s.errors,
             "fetch_requests_per_node": dict(s.requests_per_node),
             "fetch_latency_avg_ms": s.latency_ms_total / s.responses if s.responses else 0.0,
+            "fetch_latency_ms_total": s.latency_ms_total,
             "fetch_latency_max_ms": s.latency_ms_max, "records_lag_max": lag_max,
             "last_fetch_request": getattr(self._fetcher, "last_request_body", None),
             "partitions": partitions,

@@ -80,6 +80,18 @@ def validate_in_subprocess(config_path: str) -> list[str]:
         [f"{config_path}: check-config exited with {proc.returncode}"]
 
 
+def _peak_rss_bytes(pid: int) -> int | None:
+    """VmHWM from /proc (Linux); None where there is no such file."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 class Arbiter:
     def __init__(self, config_path: str, config: DaemonConfig, *, workers_override: int | None = None) -> None:
         self.config_path = config_path
@@ -547,6 +559,9 @@ class Arbiter:
                 continue
             if self._prom is not None:
                 self._prom.WORKER_RSS.labels(str(proc.index)).set(rss_mb * 1048576)
+                peak = _peak_rss_bytes(proc.pid)
+                if peak is not None:
+                    self._prom.WORKER_PEAK_RSS.labels(str(proc.index)).set(peak)
                 self._prom.WORKER_CPU.labels(str(proc.index)).set(cpu)
             if limit and rss_mb > limit and not proc.stopping and not self._rolling:
                 log.warning("worker %d (pid %d) uses %.0f MB > max_worker_rss_mb=%d; recycling it",

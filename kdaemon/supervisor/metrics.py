@@ -12,6 +12,10 @@ from prometheus_client import multiprocess
 WORKER_RESTARTS = Counter("kdaemon_worker_restarts_total", "Workers restarted after a crash or a missed heartbeat")
 WORKER_RSS = Gauge("kdaemon_worker_rss_bytes", "Resident memory of each worker", ["worker"],
                    multiprocess_mode="mostrecent")
+WORKER_PEAK_RSS = Gauge("kdaemon_worker_peak_rss_bytes",
+                        "Highest resident memory of each worker since it started (VmHWM): catches "
+                        "peaks between the 5-s samples of kdaemon_worker_rss_bytes", ["worker"],
+                        multiprocess_mode="mostrecent")
 WORKER_CPU = Gauge("kdaemon_worker_cpu_percent", "CPU use of each worker since the last sample", ["worker"],
                    multiprocess_mode="mostrecent")
 

@@ -104,10 +104,12 @@ class WorkerMetrics:
         for n in stats.batch_sizes:
             SINK_BATCH.observe(n)
         stats.batch_sizes.clear()
-        responses = consumer_metrics["fetch_responses_total"]
-        d = self._delta("fetch_responses", responses)
-        if d:
-            FETCH_LATENCY.observe(consumer_metrics["fetch_latency_avg_ms"] / 1000)
+        # The mean round trip of the responses since the last update (not the running average
+        # since start, which would flatten the histogram as the worker ages).
+        responses = self._delta("fetch_responses", consumer_metrics["fetch_responses_total"])
+        latency_ms = self._delta("fetch_latency_ms", consumer_metrics["fetch_latency_ms_total"])
+        if responses:
+            FETCH_LATENCY.observe(latency_ms / responses / 1000)
         rebalances = getattr(getattr(worker.consumer, "_coordinator", None), "rebalances", 0)
         d = self._delta("rebalances", rebalances)
         if d:

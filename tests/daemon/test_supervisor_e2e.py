@@ -252,6 +252,10 @@ def test_reload_metrics_and_resize(broker, tmp_path):
         assert per_partition == dict(Counter(r["partition"] for r in output))
         assert {dict(labels)["partition"] for (name, labels) in metrics if name == "kdaemon_records_lag"} == \
             {str(p) for p in range(PARTITIONS)}
+        rss = {dict(labels)["worker"]: v for (name, labels), v in metrics.items() if name == "kdaemon_worker_rss_bytes"}
+        peak = {dict(labels)["worker"]: v for (name, labels), v in metrics.items()
+                if name == "kdaemon_worker_peak_rss_bytes"}
+        assert rss and set(peak) == set(rss) and all(peak[w] >= rss[w] > 0 for w in rss), (rss, peak)
 
         # Nobody rejoined, including when the last replaced incarnation would have expired.
         time.sleep(max(0.0, rolled_at + 3 - time.monotonic()))
