@@ -92,6 +92,10 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int) -> int:
     # on every cycle (a measurable share of a busy worker's time).
     import gc
     gc.freeze()
+    # A poll of 500 json records makes a few thousand short-lived containers; with the default
+    # threshold (700) the young generation is scanned several times per poll while they are
+    # all still alive.  Cycles are rare here; refcounting frees the records.
+    gc.set_threshold(10_000, 10, 10)
     signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
     signal.signal(signal.SIGINT, lambda *_: worker.request_stop())
     from ..client.errors import AuthenticationError

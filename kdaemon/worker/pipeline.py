@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import logging
 import time
-from itertools import groupby
+from itertools import groupby, islice
 from operator import attrgetter
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..client.types import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from ..config import DaemonConfig
@@ -37,6 +38,16 @@ _topic_partition = attrgetter("topic", "partition")
 
 EXIT_OK = 0
 EXIT_STOPPED_ON_ERROR = 3
+
+
+@dataclass
+class InFlightFlush:
+    """A ``flush_async`` whose confirmation is outstanding, with the positions it will let the
+    worker commit (noted when it started: records consumed afterwards are not in it)."""
+    handle: Any
+    positions: dict[TopicPartition, int]
+    records: int
+    started: float
 
 
 class WorkerStop(Exception):
@@ -72,29 +83,46 @@ class Pipeline:
         self._value = parts.value_deserializer
 
     def deserialize(self, raw: Sequence[ConsumerRecord]) -> tuple[list[Record], list[Record]]:
-        """Return (records, dead letters)."""
+        """Return (records, dead letters).
+
+        The hot loop unpacks each record tuple once and calls the key deserializer only when it
+        is not the identity (``bytes``); a failure leaves it for ``_deserialize_failed`` and
+        the loop goes on with the next record."""
         ok: list[Record] = []
         dead: list[Record] = []
+        append = ok.append
         key_d, value_d = self._key, self._value
-        policy = self.config.daemon.on_deserialize_error
-        for r in raw:
+        key_is_identity = getattr(key_d, "returns_data_unchanged", False)
+        start, n = 0, len(raw)
+        while start < n:
+            done = len(ok)
             try:
-                key = key_d(r.topic, r.headers, r.key)
-                value = value_d(r.topic, r.headers, r.value)
+                if key_is_identity:
+                    for topic, partition, offset, ts, ts_type, key, value, headers, _ in islice(raw, start, None):
+                        append(Record(topic, partition, offset, ts, ts_type, key,
+                                      value_d(topic, headers, value), headers, key, value))
+                else:
+                    for topic, partition, offset, ts, ts_type, key, value, headers, _ in islice(raw, start, None):
+                        append(Record(topic, partition, offset, ts, ts_type, key_d(topic, headers, key),
+                                      value_d(topic, headers, value), headers, key, value))
+                break
             except Exception as exc:
-                where = f"{r.topic}-{r.partition}@{r.offset}"
-                if policy == "stop":
-                    raise WorkerStop(f"deserialization failed at {where}: {type(exc).__name__}: {exc}") from exc
-                if policy == "skip":
-                    self.stats.skipped["deserialize"] += 1
-                    log.warning("skipping %s: deserialization failed: %s", where, type(exc).__name__)
-                    continue
-                dead.append(dead_letter(Record(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type,
-                                               r.key, r.value, r.headers, r.key, r.value), "deserialize", exc))
-                continue
-            ok.append(Record(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, key, value,
-                             r.headers, r.key, r.value))
+                failed = start + len(ok) - done
+                self._deserialize_failed(raw[failed], exc, dead)
+                start = failed + 1
         return ok, dead
+
+    def _deserialize_failed(self, r: ConsumerRecord, exc: Exception, dead: list[Record]) -> None:
+        where = f"{r.topic}-{r.partition}@{r.offset}"
+        policy = self.config.daemon.on_deserialize_error
+        if policy == "stop":
+            raise WorkerStop(f"deserialization failed at {where}: {type(exc).__name__}: {exc}") from exc
+        if policy == "skip":
+            self.stats.skipped["deserialize"] += 1
+            log.warning("skipping %s: deserialization failed: %s", where, type(exc).__name__)
+            return
+        dead.append(dead_letter(Record(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type,
+                                       r.key, r.value, r.headers, r.key, r.value), "deserialize", exc))
 
     def intercept(self, records: list[Record]) -> list[Record]:
         out = records
@@ -156,6 +184,7 @@ class Worker:
         self._assigned_once = False
         self._rewind_at: float | None = None
         self._origin: dict[TopicPartition, int] = {}  # first position seen, for rewinds
+        self._in_flight: InFlightFlush | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -229,6 +258,8 @@ class Worker:
             if self._on_tick:
                 self._on_tick(self)
             return
+        if self._in_flight is not None:
+            self._finish_in_flight(block=False)
         before = self.consumer.positions()
         polled = self.consumer.poll(self.config.daemon.poll_timeout_ms)
         positions = self.consumer.positions()
@@ -252,7 +283,7 @@ class Worker:
         else:
             self._written.update(positions)  # only filtered records (or none): already "delivered"
         if self._flush_due():
-            self.flush_and_commit()
+            self._flush()
         if self._on_tick:
             self._on_tick(self)
 
@@ -295,6 +326,12 @@ class Worker:
         self._written.update(positions)
         self._unflushed += len(records)
         if self._unflushed >= self.config.daemon.max_buffered_records:
+            self._flush()
+
+    def _flush(self) -> None:
+        if getattr(self.parts.sink, "flush_async", None) is not None:
+            self._start_flush()
+        else:
             self.flush_and_commit()
 
     def _on_sink_error(self, records, dead, positions, exc: BaseException) -> None:
@@ -449,6 +486,56 @@ class Worker:
             return True
         return (self._clock() - self._last_flush) * 1000 >= d.flush_interval_ms
 
+    def _start_flush(self) -> None:
+        """Flush without waiting (sinks with ``flush_async``, e.g. Spark): the worker consumes
+        the next batch while this one is made durable, and commits the positions noted now when
+        the confirmation arrives.  One flush in flight at most."""
+        if self._in_flight is not None:
+            self._finish_in_flight(block=False)
+        if self._in_flight is not None:
+            wants = getattr(self.parts.sink, "wants_flush", None)
+            if wants is not None and not wants() and self._unflushed < self.config.daemon.max_buffered_records:
+                # Only the interval is due (filtered-only progress): the flush in flight will
+                # commit soon anyway; do not stop consuming to wait for it.
+                return
+            self._finish_in_flight(block=True)
+        if self._rewind_at is not None:
+            return
+        started = time.monotonic()
+        try:
+            if self.parts.dlq is not None:
+                self.parts.dlq.flush()
+            handle = self.parts.sink.flush_async()
+        except Exception as exc:
+            self._on_flush_failure(exc)
+            return
+        self._in_flight = InFlightFlush(handle, dict(self._written), self._unflushed, started)
+        self._unflushed = 0
+        self._last_flush = self._clock()
+
+    def _finish_in_flight(self, block: bool) -> None:
+        """Commit the flush in flight if it is confirmed (or, with ``block``, once it is)."""
+        flight = self._in_flight
+        if flight is None:
+            return
+        try:
+            if block:
+                flight.handle.wait()
+            elif not flight.handle.done():
+                return
+        except Exception as exc:
+            # Its records and everything written after it are dropped with the sink; the
+            # rewind to the last commit reads them all again.
+            self._in_flight = None
+            self._on_flush_failure(exc)
+            return
+        self._in_flight = None
+        self.stats.flushes += 1
+        self.stats.last_flush_seconds = time.monotonic() - flight.started
+        if flight.records:
+            self._backoff = self.config.daemon.sink_retry_backoff_ms / 1000
+        self._commit(flight.positions)
+
     def flush_and_commit(self, only: set[TopicPartition] | None = None) -> None:
         """Make everything written durable, then commit the positions recorded with it."""
         if self._rewind_at is not None:
@@ -456,6 +543,10 @@ class Worker:
             # records in it and ``_written`` still counts them.  Nothing is durable beyond the
             # last commit; committing now (on a revocation or at shutdown) would lose them.
             return
+        if self._in_flight is not None:
+            self._finish_in_flight(block=True)
+            if self._rewind_at is not None:
+                return
         started = time.monotonic()
         try:
             if self.parts.dlq is not None:
@@ -470,10 +561,13 @@ class Worker:
             self._backoff = self.config.daemon.sink_retry_backoff_ms / 1000
         self._unflushed = 0
         self._last_flush = self._clock()
+        self._commit(self._written, only)
+
+    def _commit(self, positions: dict[TopicPartition, int], only: set[TopicPartition] | None = None) -> None:
         assigned = self.consumer.assignment()
         metadata = getattr(self.parts.sink, "commit_metadata", None)
         offsets = {tp: OffsetAndMetadata(pos, metadata(tp.topic, tp.partition) if metadata else "")
-                   for tp, pos in self._written.items()
+                   for tp, pos in positions.items()
                    if tp in assigned and self._committed.get(tp) != pos and (only is None or tp in only)}
         if not offsets:
             return

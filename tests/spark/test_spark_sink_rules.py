@@ -296,3 +296,76 @@ def test_a_successful_flush_commits_with_the_batch_as_metadata(tmp_path):
     server.close()
     assert consumer.commits == [{tp: OffsetAndMetadata(10, f"spark:{BatchId(0, 7, 9).name}")}]
     assert not os.listdir(sink.staging)   # the staged file is gone once confirmed
+
+
+class _HeldUploader:
+    """A stand-in uploader that answers each request only when the test says so."""
+
+    def __init__(self, path) -> None:
+        import threading
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(1)
+        self.requests: list[dict] = []
+        self.answers = __import__("queue").Queue()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.server.accept()
+        buf = b""
+        while True:
+            ok = self.answers.get()
+            if ok is None:
+                break
+            while b"\n" not in buf:
+                buf += conn.recv(65536)
+            line, buf = buf.split(b"\n", 1)
+            req = json.loads(line)
+            self.requests.append(req)
+            reply = {"id": req["id"], "ok": ok} if ok else {"id": req["id"], "ok": False, "error": "disk full"}
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+        conn.close()
+
+    def stop(self) -> None:
+        self.answers.put(None)
+        self.thread.join(5)
+        self.server.close()
+
+
+def _until(predicate, seconds: float = 5.0) -> bool:
+    import time
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_flush_async_returns_before_the_upload_is_confirmed(tmp_path):
+    up = _HeldUploader(tmp_path / "up.sock")
+    sink = SparkSink({"type": "spark", "path": str(tmp_path / "out"), "socket": str(tmp_path / "up.sock")},
+                     str(tmp_path / "state"))
+    try:
+        sink.write(_records(0, range(0, 5)))
+        handle = sink.flush_async()
+        assert not handle.done() and len(os.listdir(sink.staging)) == 1   # staged, sent, unconfirmed
+        sink.write(_records(0, range(5, 8)))                             # buffering goes on meanwhile
+        assert sink.commit_metadata(TOPIC, 0) == "spark:"
+        up.answers.put(True)
+        assert _until(handle.done)
+        assert sink.commit_metadata(TOPIC, 0) == f"spark:{BatchId(0, 0, 4).name}"
+        assert not os.listdir(sink.staging)
+        # The next one covers only what came after, and a failure reaches the caller.
+        second = sink.flush_async()
+        assert (up.requests[0]["first"], up.requests[0]["last"]) == (0, 4)
+        up.answers.put(False)
+        with pytest.raises(SparkUploadError, match="disk full"):
+            second.wait()
+        assert up.requests[1]["first"] == 5 and up.requests[1]["last"] == 7
+        assert not os.listdir(sink.staging)
+        assert sink.commit_metadata(TOPIC, 0) == f"spark:{BatchId(0, 0, 4).name}"
+    finally:
+        up.stop()
+        sink.close()

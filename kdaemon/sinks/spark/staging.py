@@ -1,12 +1,15 @@
 """The worker side of the Spark sink: stage batches as Parquet, hand them to the uploader.
 
-``write`` only buffers columns in memory.  ``flush`` (called by the worker when
-``wants_flush`` says a batch is big or old enough, and before every commit) writes one staged
-Parquet file per (topic, partition) batch under ``<state_dir>/spark-staging/<pid>/``, asks the
-uploader to upload them all, and returns only when the uploader confirmed every one — so the
-worker's commit right after it covers only records that are in the Spark output.  If the
-uploader is down or Spark fails, ``flush`` raises; the worker then pauses, rebuilds the sink and
-rewinds to its last commit, so nothing is staged without bound and nothing is lost.
+``write`` only buffers columns in memory.  ``flush_async`` (called by the worker when
+``wants_flush`` says a batch is big or old enough) writes one staged Parquet file per (topic,
+partition) batch under ``<state_dir>/spark-staging/<pid>/`` and asks the uploader to upload them
+all; the worker goes on consuming into new buffers and commits the batch's positions once the
+returned handle reports every file confirmed — so a commit covers only records that are in the
+Spark output.  One upload at a time is in flight: the next ``flush_async`` waits for the
+previous confirmation, so at most two batches are held (one uploading, one filling).
+``flush`` is ``flush_async().wait()``.  If the uploader is down or Spark fails, the handle
+raises; the worker then pauses, rebuilds the sink and rewinds to its last commit, so nothing is
+staged without bound and nothing is lost.
 
 The Spark output keeps the broker's raw key and value bytes (``value_format``/``value_schema``
 on the uploader decide how values become columns); deserializers affect only interceptors.
@@ -144,8 +147,8 @@ class UploaderClient:
             self._sock = s
         return self._sock
 
-    def upload(self, requests: list[dict]) -> None:
-        """Send every request and wait for all confirmations; raise on the first failure."""
+    def send(self, requests: list[dict]) -> set[int]:
+        """Send upload requests; return their ids for ``collect``."""
         sock = self._connect()
         ids = set()
         try:
@@ -154,11 +157,37 @@ class UploaderClient:
                 req = dict(req, op="upload", id=self._next_id)
                 ids.add(self._next_id)
                 sock.sendall(json.dumps(req).encode() + b"\n")
-            errors = []
-            deadline = time.monotonic() + self.timeout
+        except OSError as exc:
+            self.close()
+            raise SparkUploadError(f"the Spark uploader did not take the upload: {exc}") from None
+        return ids
+
+    def collect(self, ids: set[int], errors: list[str], timeout_s: float) -> None:
+        """Read confirmations for up to ``timeout_s`` (0: only what has arrived), removing the
+        confirmed ids from ``ids`` and adding failures to ``errors``."""
+        sock = self._sock
+        if sock is None:
+            raise SparkUploadError("the connection to the Spark uploader was closed before it confirmed")
+        deadline = time.monotonic() + timeout_s
+        try:
             while ids:
-                sock.settimeout(max(0.1, deadline - time.monotonic()))
-                chunk = sock.recv(65536)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    sock.setblocking(False)
+                    try:
+                        chunk = sock.recv(65536)
+                    except BlockingIOError:
+                        return
+                    finally:
+                        sock.settimeout(self.timeout)
+                else:
+                    sock.settimeout(remaining)
+                    try:
+                        chunk = sock.recv(65536)
+                    except TimeoutError:
+                        return
+                    finally:
+                        sock.settimeout(self.timeout)
                 if not chunk:
                     raise SparkUploadError("the Spark uploader closed the connection before confirming")
                 self._buf += chunk
@@ -168,8 +197,6 @@ class UploaderClient:
                     ids.discard(msg.get("id"))
                     if not msg.get("ok"):
                         errors.append(msg.get("error", "unknown error"))
-            if errors:
-                raise SparkUploadError(f"the Spark upload failed: {errors[0]}")
         except (OSError, ValueError) as exc:
             self.close()
             raise SparkUploadError(f"the Spark uploader did not confirm the upload: {exc}") from None
@@ -205,6 +232,7 @@ class SparkSink:
         self._last_batch: dict[tuple[str, int], str] = {}
         self._seq = 0
         self._closed = False
+        self._pending: PendingUpload | None = None
 
     @classmethod
     def from_settings(cls, settings: dict, state_dir: str = "./var/kdaemon") -> "SparkSink":
@@ -257,9 +285,20 @@ class SparkSink:
         return total_records >= self.max_records or total_bytes >= self.max_bytes
 
     def flush(self) -> None:
+        self.flush_async().wait()
+
+    def flush_async(self) -> "PendingUpload":
+        """Stage every buffered batch and send it to the uploader without waiting.
+
+        The worker keeps consuming into fresh buffers while Spark writes these, and commits
+        the positions it noted at this call once the returned handle reports success.  The
+        buffers are emptied now: if the upload then fails, the worker rebuilds the sink and
+        rewinds to its last commit, so those records are read again."""
         self._refuse_if_closed("flush")
+        if self._pending is not None and not self._pending.finished:
+            self._pending.wait()   # one upload in flight at most; raises if it failed
         if not self._buffers:
-            return
+            return PendingUpload.confirmed()
         requests, files = [], []
         try:
             for (topic, partition), b in sorted(self._buffers.items()):
@@ -274,16 +313,17 @@ class SparkSink:
                 files.append(path)
                 requests.append({"file": path, "topic": topic, "partition": partition,
                                  "first": batch.first, "last": batch.last, "rows": table.num_rows})
-            self.client.upload(requests)
-        finally:
-            for path in files:
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
+            ids = self.client.send(requests)
+        except BaseException:
+            _unlink_all(files)
+            raise
+        self._buffers.clear()
+        self._pending = PendingUpload(self, ids, requests, files)
+        return self._pending
+
+    def _confirmed(self, requests: list[dict]) -> None:
         for req in requests:
             self._last_batch[(req["topic"], req["partition"])] = BatchId(req["partition"], req["first"], req["last"]).name
-        self._buffers.clear()
 
     def commit_metadata(self, topic: str, partition: int) -> str:
         """Stored with every commit: ``spark:`` and the last batch this sink uploaded for the
@@ -292,9 +332,78 @@ class SparkSink:
 
     def close(self) -> None:
         self._closed = True
+        if self._pending is not None:
+            self._pending.abandon()
         self._buffers.clear()
         self.client.close()
         shutil.rmtree(self.staging, ignore_errors=True)
+
+
+class PendingUpload:
+    """One ``flush_async``: its staged files and the uploader's confirmations still owed."""
+
+    def __init__(self, sink: SparkSink | None, ids: set[int], requests: list[dict], files: list[str]) -> None:
+        self._sink = sink
+        self._ids = ids
+        self._requests = requests
+        self._files = files
+        self._errors: list[str] = []
+        self._failure: BaseException | None = None
+        self.finished = not ids
+
+    @classmethod
+    def confirmed(cls) -> "PendingUpload":
+        return cls(None, set(), [], [])
+
+    def done(self) -> bool:
+        """True once every batch is confirmed; raises if the upload failed.  Never blocks."""
+        return self._advance(0.0)
+
+    def wait(self) -> None:
+        """Block until confirmed (at most the upload timeout); raise if it failed."""
+        timeout = self._sink.client.timeout if self._sink is not None else 0.0
+        if not self._advance(timeout):
+            self._fail(SparkUploadError(f"the Spark uploader did not confirm the upload within {timeout:.0f}s"))
+
+    def _advance(self, timeout_s: float) -> bool:
+        if self._failure is not None:
+            raise self._failure
+        if self.finished:
+            return True
+        try:
+            self._sink.client.collect(self._ids, self._errors, timeout_s)
+        except SparkUploadError as exc:
+            self._fail(exc)
+        if self._errors:
+            self._fail(SparkUploadError(f"the Spark upload failed: {self._errors[0]}"))
+        if self._ids:
+            return False
+        self.finished = True
+        _unlink_all(self._files)
+        self._sink._confirmed(self._requests)
+        return True
+
+    def _fail(self, exc: BaseException) -> None:
+        self._failure = exc
+        self.finished = True
+        _unlink_all(self._files)
+        if self._sink is not None:
+            self._sink.client.close()   # late confirmations must not be read as the next ones
+        raise exc
+
+    def abandon(self) -> None:
+        if not self.finished:
+            self._failure = SparkUploadError("the spark sink was closed before the upload was confirmed")
+            self.finished = True
+            _unlink_all(self._files)
+
+
+def _unlink_all(paths: list[str]) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def _staged_table(topic: str, partition: int, b: _Buffer) -> pa.Table:

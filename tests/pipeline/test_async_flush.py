@@ -1,0 +1,208 @@
+"""The worker with a sink that flushes asynchronously (``flush_async``, as the Spark sink does):
+it keeps consuming while a batch is made durable, commits a batch's positions only when that
+batch is confirmed, keeps one flush in flight at most, and rewinds after a failed one.
+
+The consumer and the sink are scripted so the test decides when a confirmation arrives; the
+Spark sink's own handle is tested against a stand-in uploader in tests/spark, and the whole path
+with real PySpark and a real broker in tests/spark/test_spark_e2e.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kdaemon.client.types import ConsumerRecord, TopicPartition
+from kdaemon.config import parse
+from kdaemon.worker.build import PipelineParts
+from kdaemon.worker.pipeline import Worker
+
+TOPIC = "t"
+TP = TopicPartition(TOPIC, 0)
+PER_POLL = 10
+BATCH = 30   # the sink wants a flush at this many buffered records
+
+
+class ScriptedConsumer:
+    """One partition of ``total`` records, ``PER_POLL`` per poll; commits are checked against
+    what the sinks made durable at the moment of the commit."""
+
+    def __init__(self, total: int, durable: set[int]) -> None:
+        self.total = total
+        self.position = 0
+        self.paused = False
+        self.durable = durable
+        self.commits: list[int] = []
+
+    def positions(self):
+        return {TP: self.position}
+
+    def poll(self, timeout_ms):
+        if self.paused or self.position >= self.total:
+            return {}
+        start, self.position = self.position, min(self.total, self.position + PER_POLL)
+        return {TP: [ConsumerRecord(TOPIC, 0, o, 0, 0, b"k", b"v%d" % o, [], None)
+                     for o in range(start, self.position)]}
+
+    def assignment(self):
+        return {TP}
+
+    def pause(self, *tps):
+        self.paused = True
+
+    def resume(self, *tps):
+        self.paused = False
+
+    def seek(self, tp, offset):
+        self.position = offset
+
+    def committed(self, tps, timeout_ms=None):
+        return {tp: None for tp in tps}
+
+    def commit(self, offsets):
+        offset = offsets[TP].offset
+        missing = set(range(offset)) - self.durable
+        assert not missing, f"committed {offset} with offsets {sorted(missing)[:5]}... not durable"
+        self.commits.append(offset)
+
+    def close(self):
+        pass
+
+
+class Handle:
+    def __init__(self, sink: "AsyncSink", offsets: list[int]) -> None:
+        self.sink = sink
+        self.offsets = offsets
+        self.outcome: bool | Exception | None = None   # None: the confirmation has not come yet
+        self.waited = 0
+
+    def confirm(self) -> None:
+        self.outcome = True
+        self.sink.durable.update(self.offsets)
+
+    def done(self) -> bool:
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome is True
+
+    def wait(self) -> None:
+        self.waited += 1
+        if self.outcome is None:
+            self.confirm()   # the confirmation a blocking wait gets
+        self.done()
+
+
+class AsyncSink:
+    def __init__(self, durable: set[int], handles: list[Handle]) -> None:
+        self.durable = durable
+        self.handles = handles
+        self.buffer: list[int] = []
+        self.closed = False
+
+    def write(self, records):
+        assert not self.closed
+        self.buffer.extend(r.offset for r in records)
+
+    def wants_flush(self) -> bool:
+        return len(self.buffer) >= BATCH
+
+    def flush_async(self) -> Handle:
+        handle = Handle(self, self.buffer)
+        self.buffer = []
+        self.handles.append(handle)
+        return handle
+
+    def flush(self) -> None:
+        self.flush_async().wait()
+
+    def close(self) -> None:
+        self.closed = True
+        self.buffer = []
+
+
+@pytest.fixture
+def setup():
+    config = parse({"kafka": {"bootstrap_servers": "127.0.0.1:1", "group_id": "g"},
+                    "daemon": {"topics": [TOPIC], "flush_interval_ms": 3_600_000, "on_deserialize_error": "skip",
+                               "sink_retry_backoff_ms": 1, "sink_retry_backoff_max_ms": 1},
+                    "sink": {"type": "null"}})
+    durable: set[int] = set()
+    handles: list[Handle] = []
+    sinks: list[AsyncSink] = []
+
+    def make_sink():
+        sinks.append(AsyncSink(durable, handles))
+        return sinks[-1]
+
+    def build(total: int):
+        consumer = ScriptedConsumer(total, durable)
+        identity = lambda t, h, b: b  # noqa: E731
+        parts = PipelineParts(None, identity, identity, [], make_sink(), None, make_sink=make_sink)
+        # A clock of its own, one second a step: the rewind's backoff passes between steps.
+        ticks = iter(range(1, 10**9))
+        return Worker(config, parts, consumer, lambda c, w: None, clock=lambda: float(next(ticks))), consumer
+
+    return build, handles, sinks, durable
+
+
+def test_consumes_while_a_batch_uploads_and_commits_it_on_confirmation(setup):
+    build, handles, sinks, durable = setup
+    worker, consumer = build(1000)
+    for _ in range(3):
+        worker.step()
+    assert len(handles) == 1 and handles[0].offsets == list(range(30))
+    assert consumer.commits == []          # not confirmed: nothing committed
+    worker.step()
+    worker.step()
+    assert consumer.position == 50         # consumption went on meanwhile
+    assert consumer.commits == [] and handles[0].waited == 0
+    handles[0].confirm()
+    worker.step()
+    assert consumer.commits == [30]        # the batch's own positions, not the 60 read by now
+
+
+def test_at_most_one_flush_in_flight(setup):
+    build, handles, sinks, durable = setup
+    worker, consumer = build(1000)
+    for _ in range(6):
+        worker.step()
+    # The second batch was due while the first was unconfirmed: the worker waited for the first.
+    assert len(handles) == 2 and handles[0].waited == 1 and handles[1].outcome is None
+    assert consumer.commits == [30]
+    assert handles[1].offsets == list(range(30, 60))
+
+
+def test_a_failed_upload_rewinds_and_loses_nothing(setup):
+    build, handles, sinks, durable = setup
+    worker, consumer = build(210)
+    for _ in range(3):
+        worker.step()
+    handles[0].confirm()
+    for _ in range(4):
+        worker.step()                      # commits 30; batch 30..59 in flight; 60..69 buffered
+    assert consumer.commits == [30] and len(handles) == 2
+    handles[1].outcome = ConnectionError("the uploader went away")
+    worker.step()
+    assert sinks[0].closed and consumer.paused
+    for _ in range(200):
+        if consumer.commits and consumer.commits[-1] == 210:
+            break
+        worker.step()
+        for h in handles:
+            if h.outcome is None:
+                h.confirm()
+    assert consumer.commits[-1] == 210 and durable == set(range(210))
+    assert len(sinks) == 2 and worker.stats.sink_errors == 1
+
+
+def test_revocation_and_shutdown_wait_for_the_flush_in_flight(setup):
+    build, handles, sinks, durable = setup
+    worker, consumer = build(1000)
+    for _ in range(4):
+        worker.step()                      # 0..29 in flight, 30..39 buffered
+    worker.on_partitions_revoked({TP})
+    assert handles[0].waited == 1 and consumer.commits == [30, 40]
+    worker2, consumer2 = build(1000)
+    for _ in range(4):
+        worker2.step()
+    worker2.shutdown()
+    assert consumer2.commits == [30, 40]
