@@ -60,7 +60,12 @@ class Interceptor(Protocol):
 @runtime_checkable
 class Sink(Protocol):
     """Where records go.  ``flush`` returns only once everything written is durable: offsets
-    are committed right after it, so a sink that acknowledges early loses data on a crash."""
+    are committed right after it, so a sink that acknowledges early loses data on a crash.
+
+    Optional: ``wants_flush()`` (the sink sizes its own batches) and ``flush_async()``, which
+    returns a handle with ``done()`` (non-blocking) and ``wait()``, both raising if the flush
+    failed; the worker then consumes while the flush is under way and commits when it is done
+    (docs/PLUGINS.md, "Sinks")."""
 
     def write(self, records: Sequence[Record]) -> None: ...
 
