@@ -260,6 +260,8 @@ class Worker:
             return
         if self._in_flight is not None:
             self._finish_in_flight(block=False)
+            if self._rewind_at is not None:
+                return   # it failed: the sink is closed until the rewind
         before = self.consumer.positions()
         polled = self.consumer.poll(self.config.daemon.poll_timeout_ms)
         positions = self.consumer.positions()
