@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..client.errors import WakeupError
 from ..client.types import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from ..config import DaemonConfig
 from ..plugins.types import Record, SinkWriteError
@@ -204,7 +205,6 @@ class Worker:
             pass
 
     def run(self) -> int:
-        from ..client.errors import WakeupError
         self._subscribe_or_assign(self.consumer, self)
         self._assigned_once = True
         code = EXIT_OK
@@ -575,7 +575,13 @@ class Worker:
             return
         started = time.monotonic()
         try:
-            self.consumer.commit(offsets)
+            try:
+                self.consumer.commit(offsets)
+            except WakeupError:
+                # A stop request (request_stop → wakeup) arrived after the last poll and was
+                # raised here instead; raising consumed it.  The commit was not sent: send it
+                # now, or the final commit at shutdown would be lost.
+                self.consumer.commit(offsets)
         except Exception as exc:
             # Not fatal: the records are durable; the worst case is delivering them again.
             self.stats.commit_failures += 1

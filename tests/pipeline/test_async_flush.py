@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from kdaemon.client.errors import WakeupError
 from kdaemon.client.types import ConsumerRecord, TopicPartition
 from kdaemon.config import parse
 from kdaemon.worker.build import PipelineParts
@@ -58,7 +59,13 @@ class ScriptedConsumer:
     def committed(self, tps, timeout_ms=None):
         return {tp: None for tp in tps}
 
+    def wakeup(self):
+        self.woken = True
+
     def commit(self, offsets):
+        if getattr(self, "woken", False):
+            self.woken = False   # as the real consumer: a pending wakeup is raised once, then cleared
+            raise WakeupError("poll interrupted by wakeup()")
         offset = offsets[TP].offset
         missing = set(range(offset)) - self.durable
         assert not missing, f"committed {offset} with offsets {sorted(missing)[:5]}... not durable"
@@ -206,3 +213,15 @@ def test_revocation_and_shutdown_wait_for_the_flush_in_flight(setup):
         worker2.step()
     worker2.shutdown()
     assert consumer2.commits == [30, 40]
+
+
+def test_a_stop_request_between_polls_does_not_cost_the_final_commit(setup):
+    """SIGTERM lands after a poll returned: the wakeup it leaves behind is raised by the next
+    blocking call, the shutdown's commit; the worker sends that commit again."""
+    build, handles, sinks, durable = setup
+    worker, consumer = build(1000)
+    for _ in range(4):
+        worker.step()
+    worker.request_stop()
+    worker.shutdown()
+    assert consumer.commits == [30, 40] and worker.stats.commit_failures == 0
