@@ -504,16 +504,24 @@ class Worker:
         if self._rewind_at is not None:
             return
         started = time.monotonic()
-        try:
-            if self.parts.dlq is not None:
-                self.parts.dlq.flush()
-            handle = self.parts.sink.flush_async()
-        except Exception as exc:
-            self._on_flush_failure(exc)
+        ok, handle = self._flush_sinks(asynchronously=True)
+        if not ok:
             return
         self._in_flight = InFlightFlush(handle, dict(self._written), self._unflushed, started)
         self._unflushed = 0
         self._last_flush = self._clock()
+
+    def _flush_sinks(self, asynchronously: bool) -> tuple[bool, Any]:
+        """Flush the DLQ, then flush the sink (or start its ``flush_async``).  Returns (True,
+        the sink's result), or (False, None) after a failure, with the rewind scheduled."""
+        try:
+            if self.parts.dlq is not None:
+                self.parts.dlq.flush()
+            sink = self.parts.sink
+            return True, (sink.flush_async() if asynchronously else sink.flush())
+        except Exception as exc:
+            self._on_flush_failure(exc)
+            return False, None
 
     def _finish_in_flight(self, block: bool) -> None:
         """Commit the flush in flight if it is confirmed (or, with ``block``, once it is)."""
@@ -550,12 +558,7 @@ class Worker:
             if self._rewind_at is not None:
                 return
         started = time.monotonic()
-        try:
-            if self.parts.dlq is not None:
-                self.parts.dlq.flush()
-            self.parts.sink.flush()
-        except Exception as exc:
-            self._on_flush_failure(exc)
+        if not self._flush_sinks(asynchronously=False)[0]:
             return
         self.stats.flushes += 1
         self.stats.last_flush_seconds = time.monotonic() - started

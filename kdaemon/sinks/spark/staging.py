@@ -171,23 +171,14 @@ class UploaderClient:
         deadline = time.monotonic() + timeout_s
         try:
             while ids:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    sock.setblocking(False)
-                    try:
-                        chunk = sock.recv(65536)
-                    except BlockingIOError:
-                        return
-                    finally:
-                        sock.settimeout(self.timeout)
-                else:
-                    sock.settimeout(remaining)
-                    try:
-                        chunk = sock.recv(65536)
-                    except TimeoutError:
-                        return
-                    finally:
-                        sock.settimeout(self.timeout)
+                # A timeout of 0 makes the socket non-blocking: only what has arrived is read.
+                sock.settimeout(max(0.0, deadline - time.monotonic()))
+                try:
+                    chunk = sock.recv(65536)
+                except (BlockingIOError, TimeoutError):
+                    return
+                finally:
+                    sock.settimeout(self.timeout)
                 if not chunk:
                     raise SparkUploadError("the Spark uploader closed the connection before confirming")
                 self._buf += chunk
