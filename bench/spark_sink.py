@@ -272,11 +272,17 @@ def manifests(out: Path) -> list[dict]:
 
 # -- phases --------------------------------------------------------------------------------------
 
-def throughput_run(broker: TansuBroker, tmp: Path, records: int, sink_extra: dict, label: str) -> dict:
-    run_dir = tmp / f"run-{uuid.uuid4().hex[:6]}"
+def new_run(broker: TansuBroker, tmp: Path, prefix: str) -> tuple[Path, str]:
+    """A fresh directory and a fresh topic for one run."""
+    run_dir = tmp / f"{prefix}-{uuid.uuid4().hex[:6]}"
     run_dir.mkdir()
-    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    topic = f"bench-{prefix}-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic)
+    return run_dir, topic
+
+
+def throughput_run(broker: TansuBroker, tmp: Path, records: int, sink_extra: dict, label: str) -> dict:
+    run_dir, topic = new_run(broker, tmp, "run")
     t0 = time.monotonic()
     ends = produce(broker.bootstrap, topic, records)
     produce_s = time.monotonic() - t0
@@ -305,10 +311,7 @@ def throughput_run(broker: TansuBroker, tmp: Path, records: int, sink_extra: dic
 
 
 def latency_run(broker: TansuBroker, tmp: Path, rate: float, seconds: float, sink_extra: dict) -> dict:
-    run_dir = tmp / f"lat-{uuid.uuid4().hex[:6]}"
-    run_dir.mkdir()
-    topic = f"bench-lat-{uuid.uuid4().hex[:8]}"
-    create_topic(broker.bootstrap, topic)
+    run_dir, topic = new_run(broker, tmp, "lat")
     out = run_dir / "out"
     count = int(rate * seconds)
     produced_window = {}

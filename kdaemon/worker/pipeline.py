@@ -540,11 +540,7 @@ class Worker:
             self._on_flush_failure(exc)
             return
         self._in_flight = None
-        self.stats.flushes += 1
-        self.stats.last_flush_seconds = time.monotonic() - flight.started
-        if flight.records:
-            self._backoff = self.config.daemon.sink_retry_backoff_ms / 1000
-        self._commit(flight.positions)
+        self._flushed(flight.started, flight.records, flight.positions)
 
     def flush_and_commit(self, only: set[TopicPartition] | None = None) -> None:
         """Make everything written durable, then commit the positions recorded with it."""
@@ -560,13 +556,19 @@ class Worker:
         started = time.monotonic()
         if not self._flush_sinks(asynchronously=False)[0]:
             return
+        unflushed, self._unflushed = self._unflushed, 0
+        self._last_flush = self._clock()
+        self._flushed(started, unflushed, self._written, only)
+
+    def _flushed(self, started: float, records: int, positions: dict[TopicPartition, int],
+                 only: set[TopicPartition] | None = None) -> None:
+        """A flush (sync or async) succeeded: count it, end the failure backoff if it carried
+        records, and commit the positions noted with it."""
         self.stats.flushes += 1
         self.stats.last_flush_seconds = time.monotonic() - started
-        if self._unflushed:
+        if records:
             self._backoff = self.config.daemon.sink_retry_backoff_ms / 1000
-        self._unflushed = 0
-        self._last_flush = self._clock()
-        self._commit(self._written, only)
+        self._commit(positions, only)
 
     def _commit(self, positions: dict[TopicPartition, int], only: set[TopicPartition] | None = None) -> None:
         assigned = self.consumer.assignment()
