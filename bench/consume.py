@@ -397,7 +397,10 @@ def run_worker(spec: dict) -> dict:
 
 # -- the parent: broker, producer, children ----------------------------------------------------
 
-def produce(bootstrap: str, n: int) -> dict:
+COMPRESSIONS = ("lz4", "zstd", "gzip", "snappy", "none")
+
+
+def produce(bootstrap: str, n: int, compression: str = "lz4") -> dict:
     """Write n records; return per-partition counts and the check values every mode must reach."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -410,7 +413,7 @@ def produce(bootstrap: str, n: int) -> dict:
             raise RuntimeError(f"topic {TOPIC} did not show {PARTITIONS} partitions within 30 s")
         time.sleep(0.1)
     producer = Producer({
-        "bootstrap.servers": bootstrap, "compression.type": "lz4", "enable.idempotence": False,
+        "bootstrap.servers": bootstrap, "compression.type": compression, "enable.idempotence": False,
         # Large batches: up to 1 MB of records (before compression) or 10,000 records each.
         "linger.ms": 200, "batch.size": 1_000_000, "batch.num.messages": 10_000,
         "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000,
@@ -454,7 +457,7 @@ def produce(bootstrap: str, n: int) -> dict:
             raise RuntimeError(f"partition {p}: {delivered[p]} records but last offset {last_offset[p]}; "
                                "offsets are not contiguous from 0")
     del producer, admin
-    return {"expected": delivered, "seconds": seconds,
+    return {"expected": delivered, "seconds": seconds, "compression": compression,
             "check": {"raw": raw, "json": json_sum, "filter": filter_sum},
             "kept": {"raw": n, "json": n, "filter": kept}}
 

@@ -32,7 +32,6 @@ instead of blocking the run; every wait has a deadline.
 """
 from __future__ import annotations
 
-import ctypes
 import socket
 import struct
 import sys
@@ -53,7 +52,6 @@ from kdaemon.protocol.apis import (API_VERSIONS, FETCH, FIND_COORDINATOR, HEARTB
                                    LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP, api_by_key)
 from kdaemon.protocol.errors import Errors
 from kdaemon.protocol.messages import decode_request, encode_response
-from tests.support.mockcluster import librdkafka
 from tests.support.produce import create_topic
 
 SCENARIO_LIMIT_S = 45
@@ -110,11 +108,7 @@ def wait_for(predicate, timeout: float, what: str, step=None) -> None:
 
 def _group_mock(cluster) -> None:
     """Make the mock usable by a client that picks the newest version offered (see the top)."""
-    for api, highest in ((JOIN_GROUP, 5), (SYNC_GROUP, 3), (HEARTBEAT, 3), (LEAVE_GROUP, 2)):
-        cluster.set_apiversion(api.key, 0, highest)
-    fn = librdkafka().rd_kafka_mock_group_initial_rebalance_delay_ms
-    fn.restype, fn.argtypes = None, [ctypes.c_void_p, ctypes.c_int32]
-    fn(cluster._handle(), 100)  # the first join answers after 0.1 s instead of 3 s
+    cluster.serve_groups(initial_rebalance_delay_ms=100)
 
 
 class Writer:

@@ -65,7 +65,14 @@ _SIGNATURES = {
     "rd_kafka_mock_clear_request_errors": (None, [_c_mcluster, ctypes.c_int16]),
     "rd_kafka_mock_set_apiversion": (ctypes.c_int, [_c_mcluster, ctypes.c_int16, ctypes.c_int16,
                                                     ctypes.c_int16]),
+    "rd_kafka_mock_group_initial_rebalance_delay_ms": (None, [_c_mcluster, ctypes.c_int32]),
 }
+
+# The newest group API versions whose requests the mock parses (librdkafka 2.16): it offers
+# JoinGroup v6 and SyncGroup v4 but reads their arrays with the non-flexible int32 count (a
+# flexible JoinGroup makes it drop the connection), and reads LeaveGroup in the v0-2 layout
+# whatever the version.  These are the versions librdkafka's own consumer uses.
+_GROUP_API_CAPS = ((11, 5), (14, 3), (12, 3), (13, 2))   # JoinGroup, SyncGroup, Heartbeat, LeaveGroup
 
 _lib: ctypes.CDLL | None = None
 
@@ -209,6 +216,14 @@ class MockCluster:
         _check(self._lib.rd_kafka_mock_set_apiversion(self._handle(), api_key, min_version,
                                                       max_version),
                f"set_apiversion({api_key}, {min_version}, {max_version})")
+
+    def serve_groups(self, initial_rebalance_delay_ms: int = 100) -> None:
+        """Make the group APIs usable by a client that picks the newest version offered (kdaemon's
+        does): cap them at the versions the mock parses, and answer a group's first join after
+        ``initial_rebalance_delay_ms`` instead of 3 s."""
+        for api_key, highest in _GROUP_API_CAPS:
+            self.set_apiversion(api_key, 0, highest)
+        self._lib.rd_kafka_mock_group_initial_rebalance_delay_ms(self._handle(), initial_rebalance_delay_ms)
 
     def close(self) -> None:
         mc, rk, self._mc, self._rk = self._mc, self._rk, None, None
