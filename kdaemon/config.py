@@ -10,9 +10,11 @@ never have to live in the file.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -392,3 +394,48 @@ def check_against_plugins(config: DaemonConfig, plugins) -> list[str]:
     except ConfigError as exc:
         return exc.problems
     return []
+
+
+# -- writing a configuration ------------------------------------------------------------------------
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)   # a JSON string is a valid TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"cannot write {value!r} ({type(value).__name__}) as TOML")
+
+
+def _is_table_array(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, Mapping) for v in value)
+
+
+def dump_toml(raw: Mapping[str, Any]) -> str:
+    """A configuration mapping (what ``tomllib`` gives for our files) as TOML text that ``load``
+    reads back to the same mapping: top-level keys first, then ``[tables]``, then
+    ``[[arrays of tables]]``; deeper levels become inline tables.  For files kdaemon generates
+    (``kdaemon demo``, tests, benchmarks), which must not need a TOML writer dependency."""
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in raw.items()
+             if not isinstance(v, Mapping) and not _is_table_array(v)]
+    for key, value in raw.items():
+        if isinstance(value, Mapping):
+            lines += ["", f"[{_toml_key(key)}]"]
+            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()]
+        elif _is_table_array(value):
+            for entry in value:
+                lines += ["", f"[[{_toml_key(key)}]]"]
+                lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in entry.items()]
+    return "\n".join(lines) + "\n"

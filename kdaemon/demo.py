@@ -9,7 +9,6 @@ stops it gracefully, and prints where the output is and how to read it.
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -53,6 +52,8 @@ def _seed(bootstrap: str, records: int, partitions: int) -> dict[int, int]:
 
 def _config(template: Path, bootstrap: str, state_dir: Path, metrics_port: int, sink: str) -> Path:
     import tomllib
+
+    from .config import dump_toml
     raw = tomllib.loads(template.read_text())
     raw["kafka"]["bootstrap_servers"] = bootstrap
     raw["kafka"]["group_id"] = "kdaemon-demo"
@@ -65,37 +66,8 @@ def _config(template: Path, bootstrap: str, state_dir: Path, metrics_port: int, 
         raw["sink"] = {"type": "spark", "master": "local[2]", "path": str(state_dir / "spark-out"),
                        "max_records": 20000, "max_age_s": 5}
     path = state_dir / "kdaemon.toml"
-    path.write_text(_dump_toml(raw))
+    path.write_text(dump_toml(raw))
     return path
-
-
-def _dump_toml(raw: dict) -> str:
-    def value(v) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return repr(v)
-        if isinstance(v, str):
-            return json.dumps(v)
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
-        raise TypeError(type(v))
-
-    lines = []
-    for k, v in raw.items():
-        if not isinstance(v, (dict, list)) or (isinstance(v, list) and not all(isinstance(x, dict) for x in v)):
-            lines.append(f"{k} = {value(v)}")
-    for k, v in raw.items():
-        if isinstance(v, dict):
-            lines.append(f"\n[{k}]")
-            lines += [f"{kk} = {value(vv)}" for kk, vv in v.items()]
-        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
-            for item in v:
-                lines.append(f"\n[[{k}]]")
-                lines += [f"{kk} = {value(vv)}" for kk, vv in item.items()]
-    return "\n".join(lines) + "\n"
 
 
 def _committed(bootstrap: str, partitions: list[int]) -> dict[int, int]:
@@ -113,7 +85,7 @@ def run_demo(records: int = 50_000, partitions: int = 4, state_dir: str = "var/d
     template_path = Path(template) if template else Path(__file__).resolve().parent.parent / "etc" / "kdaemon.toml"
     if not template_path.exists():
         raise SystemExit(f"configuration template {template_path} not found; pass --template")
-    print(f"starting the embedded broker (Tansu) ...", flush=True)
+    print("starting the embedded broker (Tansu) ...", flush=True)
     broker = start_broker(state / "broker")
     try:
         print(f"broker at {broker.bootstrap}; writing {records} sample records with headers to {TOPIC} ...",

@@ -21,7 +21,7 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..config import ConfigError, DaemonConfig, load
 from . import sdnotify

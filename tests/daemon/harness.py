@@ -30,6 +30,8 @@ from pathlib import Path
 
 import psutil
 
+from kdaemon.config import dump_toml
+
 HOST = "127.0.0.1"
 # The group session timeout of the tests' daemons.  On Tansu (0.6) a JoinGroup waits about half
 # the session timeout, and a restarted static member needs that plus ~3.5 s until it has its
@@ -71,31 +73,7 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str,
 
 # -- configuration -------------------------------------------------------------------------------
 
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # a JSON string is a valid TOML basic string
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {v!r} as TOML")
-
-
-def to_toml(config: Mapping) -> str:
-    """Enough TOML for our configurations: top-level scalars/lists, tables, arrays of tables."""
-    lines = [f"{k} = {_toml_value(v)}" for k, v in config.items() if not isinstance(v, (Mapping, list))
-             or (isinstance(v, list) and not any(isinstance(x, Mapping) for x in v))]
-    for key, value in config.items():
-        if isinstance(value, Mapping):
-            lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in value.items()]
-        elif isinstance(value, list) and value and all(isinstance(x, Mapping) for x in value):
-            for entry in value:
-                lines += ["", f"[[{key}]]"] + [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
-    return "\n".join(lines) + "\n"
+to_toml = dump_toml  # the tests' name for it
 
 
 def daemon_config(root: Path, bootstrap: str, topic: str, group: str, *, workers: int = 2,
@@ -129,8 +107,14 @@ _JOINED = re.compile(r"worker-(\d+) kdaemon\.client\.group\.coordinator: group \
 
 
 class Daemon:
+    """``kdaemon run`` in its own session (so teardown can kill everything it forked), its output in
+    ``root/kdaemon.log``."""
+
+    kill_wait_s = 5.0   # after the teardown's SIGKILL
+
     def __init__(self, root: Path, config: dict, *, env: Mapping[str, str] | None = None) -> None:
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.config = config
         self.config_path = root / "kdaemon.toml"
         self.log_path = root / "kdaemon.log"
@@ -141,7 +125,9 @@ class Daemon:
         self.write_config(config)
 
     def write_config(self, config: dict | str) -> None:
-        text = config if isinstance(config, str) else to_toml(config)
+        if not isinstance(config, str):
+            self.config = config
+        text = config if isinstance(config, str) else dump_toml(config)
         tmp = self.config_path.with_suffix(".tmp")
         tmp.write_text(text)
         os.replace(tmp, self.config_path)  # the supervisor never reads half a file on SIGHUP
@@ -164,6 +150,9 @@ class Daemon:
         assert self.proc is not None
         return self.proc.pid
 
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def signal(self, sig: int) -> None:
         os.kill(self.pid, sig)
 
@@ -172,6 +161,11 @@ class Daemon:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"kdaemon did not exit within {timeout} s\n{self.log_tail()}") from None
+
+    def stop(self, timeout: float = 90) -> int:
+        """SIGTERM, then the exit code."""
+        self.signal(signal.SIGTERM)
+        return self.wait_exit(timeout)
 
     def kill_all(self) -> None:
         """Teardown: SIGKILL the supervisor and whatever it forked (its own session)."""
@@ -182,7 +176,7 @@ class Daemon:
         except (ProcessLookupError, PermissionError):
             pass
         try:
-            self.proc.wait(5)
+            self.proc.wait(self.kill_wait_s)
         except subprocess.TimeoutExpired:
             pass
 
@@ -203,13 +197,23 @@ class Daemon:
     def log_tail(self, lines: int = 60) -> str:
         return "--- kdaemon log (tail) ---\n" + "\n".join(self.log().splitlines()[-lines:])
 
+    def count(self, needle: str) -> int:
+        return self.log().count(needle)
+
     def wait_log(self, pattern: str, timeout: float, *, after: int = 0, count: int = 1) -> re.Match:
-        """The ``count``-th match of ``pattern`` in the log from character ``after`` on."""
+        """The ``count``-th match of ``pattern`` in the log from character ``after`` on; fails at
+        once when the daemon has exited without writing it."""
         rx = re.compile(pattern)
 
         def found():
-            matches = list(rx.finditer(self.log(), after))
-            return matches[count - 1] if len(matches) >= count else None
+            exited = self.proc is not None and self.proc.poll() is not None
+            matches = list(rx.finditer(self.log(), after))   # read after the exit check: complete
+            if len(matches) >= count:
+                return matches[count - 1]
+            if exited:
+                raise AssertionError(f"kdaemon exited with {self.proc.returncode} before logging "
+                                     f"/{pattern}/ x{count}\n{self.log_tail()}")
+            return None
         return wait_for(found, timeout, f"log line /{pattern}/", self.log_tail)
 
     def wait_all_ready(self, timeout: float = 45, *, after: int = 0) -> re.Match:

@@ -41,6 +41,7 @@ from pathlib import Path
 import pytest
 
 from kdaemon.client import Consumer, TopicPartition
+from kdaemon.config import dump_toml
 from kdaemon.sinks.encoding import decode_data
 from tests.support.produce import create_topic, produce
 
@@ -60,33 +61,6 @@ FAST_PRODUCE = {"linger.ms": 20, "batch.num.messages": 10_000, "batch.size": 1_0
 
 
 # -- configuration files ------------------------------------------------------------------------
-
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # a JSON string is a valid TOML basic string
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {v!r} as TOML")
-
-
-def to_toml(config: Mapping) -> str:
-    """Top-level keys, then tables, then arrays of tables: enough for kdaemon's format."""
-    lines = [f"{k} = {_toml_value(v)}" for k, v in config.items()
-             if not isinstance(v, Mapping) and not (isinstance(v, list) and v and isinstance(v[0], Mapping))]
-    for key, value in config.items():
-        if isinstance(value, Mapping):
-            lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in value.items()]
-        elif isinstance(value, list) and value and isinstance(value[0], Mapping):
-            for entry in value:
-                lines += ["", f"[[{key}]]"] + [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
-    return "\n".join(lines) + "\n"
-
 
 def base_config(root: Path, bootstrap: str, topic: str, group: str, **daemon) -> dict:
     """Everything under ``root``; short session timeout (Tansu joins are slow otherwise)."""
@@ -108,7 +82,7 @@ def base_config(root: Path, bootstrap: str, topic: str, group: str, **daemon) ->
 
 def write_config(root: Path, config: Mapping, name: str = "kdaemon.toml") -> Path:
     path = root / name
-    path.write_text(to_toml(config))
+    path.write_text(dump_toml(config))
     return path
 
 

@@ -12,14 +12,10 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +23,7 @@ import psutil
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from tests.daemon.harness import Daemon, free_port, wait_for
 from tests.support.produce import create_topic
 
 HOST = "127.0.0.1"
@@ -44,25 +41,6 @@ def requires_spark() -> None:
     pytest.importorskip("pyarrow", reason="the Spark sink tests need pyarrow (pip install -e '.[spark]')")
     if shutil.which("java") is None:
         pytest.skip("the Spark sink tests need a Java runtime (java on PATH)", allow_module_level=True)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str,
-             on_timeout: Callable[[], str] | None = None, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            extra = f"\n{on_timeout()}" if on_timeout is not None else ""
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}{extra}")
-        time.sleep(interval)
 
 
 # -- records -------------------------------------------------------------------------------------
@@ -199,32 +177,6 @@ def caught_up(bootstrap: str, group: str, produced: Produced) -> bool:
 
 # -- the daemon ----------------------------------------------------------------------------------
 
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {v!r} as TOML")
-
-
-def to_toml(config: dict) -> str:
-    lines = [f"{k} = {_toml_value(v)}" for k, v in config.items()
-             if not isinstance(v, (dict, list)) or (isinstance(v, list) and not any(isinstance(x, dict) for x in v))]
-    for key, value in config.items():
-        if isinstance(value, dict):
-            lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in value.items()]
-        elif isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
-            for entry in value:
-                lines += ["", f"[[{key}]]"] + [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
-    return "\n".join(lines) + "\n"
-
-
 def spark_config(root: Path, bootstrap: str, topic: str, group: str, out: Path, *, daemon_id: str = "kd",
                  workers: int = 2, sink: dict | None = None, **daemon) -> dict:
     d = {"topics": [topic], "workers": workers, "daemon_id": daemon_id, "state_dir": str(root / "state"),
@@ -245,72 +197,15 @@ def spark_config(root: Path, bootstrap: str, topic: str, group: str, out: Path, 
     }
 
 
-class SparkDaemon:
-    """``kdaemon run`` in its own session, its log in ``root/kdaemon.log``."""
+class SparkDaemon(Daemon):
+    """The supervisor test harness's ``Daemon`` with what the Spark tests add: the uploader
+    process, Java-aware log tails, waiting for committed offsets."""
+
+    kill_wait_s = 10.0   # the uploader's JVM
 
     def __init__(self, root: Path, config: dict) -> None:
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        self.config = config
-        self.config_path = root / "kdaemon.toml"
-        self.log_path = root / "kdaemon.log"
+        super().__init__(root, config)
         self.state_dir = Path(config["daemon"]["state_dir"])
-        self.proc: subprocess.Popen | None = None
-        self.write_config(config)
-
-    def write_config(self, config: dict) -> None:
-        self.config = config
-        tmp = self.config_path.with_suffix(".tmp")
-        tmp.write_text(to_toml(config))
-        os.replace(tmp, self.config_path)
-
-    def start(self) -> "SparkDaemon":
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PROMETHEUS_MULTIPROC_DIR")}
-        env["PYTHONUNBUFFERED"] = "1"
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "kdaemon.cli", "run", "-c", str(self.config_path)],
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         env=env, cwd=self.root, start_new_session=True)
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        os.kill(self.pid, sig)
-
-    def stop(self, timeout: float = 90) -> int:
-        """SIGTERM, then wait for the exit code."""
-        self.signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"kdaemon did not exit within {timeout} s after SIGTERM\n{self.log_tail()}") from None
-
-    def kill_all(self) -> None:
-        """Teardown: SIGKILL the supervisor's whole session (workers, uploader, its JVM)."""
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-
-    def __enter__(self) -> "SparkDaemon":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.kill_all()
 
     # -- processes --------------------------------------------------------------------------------
 
@@ -329,7 +224,7 @@ class SparkDaemon:
                 continue
         return None
 
-    def workers(self) -> list[psutil.Process]:
+    def worker_processes(self) -> list[psutil.Process]:
         """Forked workers: children running the same command line as the supervisor."""
         try:
             own = psutil.Process(self.pid).cmdline()
@@ -346,23 +241,9 @@ class SparkDaemon:
 
     # -- log ----------------------------------------------------------------------------------------
 
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
     def log_tail(self, lines: int = 80) -> str:
         text = [l for l in self.log().splitlines() if not l.lstrip().startswith("at ")]
         return f"--- {self.log_path} (tail, without Java stack frames) ---\n" + "\n".join(text[-lines:])
-
-    def count(self, needle: str) -> int:
-        return self.log().count(needle)
-
-    def wait_log(self, needle: str, timeout: float, count: int = 1) -> None:
-        wait_for(lambda: self.count(needle) >= count or not self.alive() and "exited", timeout,
-                 f"{needle!r} ×{count} in the log", self.log_tail)
-        assert self.count(needle) >= count, f"kdaemon exited before logging {needle!r}\n{self.log_tail()}"
 
     def wait_caught_up(self, bootstrap: str, produced: Produced, timeout: float) -> None:
         group = self.config["kafka"]["group_id"]

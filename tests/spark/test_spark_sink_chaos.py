@@ -12,6 +12,7 @@ What each kill exercises:
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 
@@ -54,7 +55,7 @@ def test_kill_uploader_and_workers_loses_and_duplicates_nothing(broker, spark, t
     with daemon:
         staging.start()
         producer.start()
-        daemon.wait_log("uploaded ", timeout=90)
+        daemon.wait_log(re.escape("uploaded "), timeout=90)
         started = time.monotonic()
         plan = ["uploader"] * 3 + ["worker"] * 3
         rng.shuffle(plan)
@@ -70,7 +71,7 @@ def test_kill_uploader_and_workers_loses_and_duplicates_nothing(broker, spark, t
                 victim = daemon.uploader()
                 orphans += victim.children(recursive=True)
             else:
-                victim = rng.choice(wait_for(daemon.workers, 30, "a running worker", daemon.log_tail))
+                victim = rng.choice(wait_for(daemon.worker_processes, 30, "a running worker", daemon.log_tail))
             victim.kill()
             kills.append((round(time.monotonic() - started, 1), kind, victim.pid))
         producer.join(120)

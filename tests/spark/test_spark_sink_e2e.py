@@ -160,12 +160,12 @@ def test_two_daemons_share_the_group_and_the_output(broker, spark, tmp_path):
         daemons[0].start()
         first = [make_record(i, rng, now_ms) for i in range(20_000)]
         produce(broker.bootstrap, produced, first)
-        daemons[0].wait_log("uploaded ", timeout=90)
+        daemons[0].wait_log(re.escape("uploaded "), timeout=90)
         daemons[1].start()
         more = [make_record(i, rng, now_ms) for i in range(20_000, 60_000)]
         producer = threading.Thread(target=produce, args=(broker.bootstrap, produced, more), kwargs={"rate": 4000})
         producer.start()
-        daemons[1].wait_log("uploaded ", timeout=90)
+        daemons[1].wait_log(re.escape("uploaded "), timeout=90)
         producer.join(60)
         assert not producer.is_alive()
         wait_all = time.monotonic() + 120

@@ -35,10 +35,10 @@ def test_bad_master_commits_nothing_then_reload_delivers_exactly_once(broker, sp
     staging = SizeSampler(daemon.state_dir / "spark-staging")
     with daemon:
         staging.start()
-        daemon.wait_log(f"the Spark master {BAD_MASTER} is not reachable", timeout=60)
+        daemon.wait_log(re.escape(f"the Spark master {BAD_MASTER} is not reachable"), timeout=60)
         # Workers read, fail to upload, rewind, and wait longer each time (backoff up to 2 s
         # here): nothing is committed, nothing piles up.
-        daemon.wait_log("rewinding to the last commit and retrying in 2.0s", timeout=60)
+        daemon.wait_log(re.escape("rewinding to the last commit and retrying in 2.0s"), timeout=60)
         observed_until = time.monotonic() + 8
         while time.monotonic() < observed_until:
             # -1, or 0: a worker may pin its starting position (the reset to earliest) as Java's
@@ -53,7 +53,7 @@ def test_bad_master_commits_nothing_then_reload_delivers_exactly_once(broker, sp
         config["sink"]["master"] = "local[2]"
         daemon.write_config(config)
         daemon.signal(signal.SIGHUP)
-        daemon.wait_log("uploader listening on", timeout=90)
+        daemon.wait_log(re.escape("uploader listening on"), timeout=90)
         daemon.wait_caught_up(broker.bootstrap, produced, timeout=120)
         assert daemon.stop() == 0, daemon.log_tail()
     peak = staging.stop()
