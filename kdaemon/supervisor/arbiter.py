@@ -480,6 +480,7 @@ class Arbiter:
                 pass
             if self._prom is not None:
                 self._prom.mark_dead(pid)
+                self._prom.WORKER_RESOURCES.forget(proc.index, pid)
             code = os.waitstatus_to_exitcode(status)
             self._on_exit(proc, code)
 
@@ -558,11 +559,8 @@ class Arbiter:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
             if self._prom is not None:
-                self._prom.WORKER_RSS.labels(str(proc.index)).set(rss_mb * 1048576)
-                peak = _peak_rss_bytes(proc.pid)
-                if peak is not None:
-                    self._prom.WORKER_PEAK_RSS.labels(str(proc.index)).set(peak)
-                self._prom.WORKER_CPU.labels(str(proc.index)).set(cpu)
+                self._prom.WORKER_RESOURCES.set(proc.index, proc.pid, rss_mb * 1048576,
+                                                _peak_rss_bytes(proc.pid), cpu)
             if limit and rss_mb > limit and not proc.stopping and not self._rolling:
                 log.warning("worker %d (pid %d) uses %.0f MB > max_worker_rss_mb=%d; recycling it",
                             proc.index, proc.pid, rss_mb, limit)

@@ -268,10 +268,20 @@ def test_reload_metrics_and_resize(broker, tmp_path):
         third = wait_for(lambda: d.workers().get(2), 15, "a third worker", d.log_tail)
         assert {i: p for i, p in d.workers().items() if i != 2} == rolled
         d.wait_log(r"worker-2 kdaemon\.client", 20, after=mark)  # it is up and talking to the broker
+
+        def worker_series(index: str) -> set[str]:
+            return {name for (name, labels) in d.metrics() if dict(labels).get("worker") == index}
+        resources = {"kdaemon_worker_rss_bytes", "kdaemon_worker_peak_rss_bytes", "kdaemon_worker_cpu_percent"}
+        wait_for(lambda: worker_series("2") >= resources, 15, "the third worker's resource gauges (5-s samples)",
+                 lambda: f"{sorted(d.metrics())}\n{d.log_tail()}", interval=0.5)
         d.signal(signal.SIGTTOU)
         wait_for(lambda: third not in d.worker_pids(), 20, "the third worker to exit", d.log_tail)
         assert d.workers() == rolled
         assert re.search(rf"worker 2 \(pid {third}\) stopped with code 0", d.log()[mark:]), d.log_tail()
+        # Reaped (the line above comes after): a removed worker leaves no stale series behind,
+        # and the remaining ones keep theirs.
+        assert not worker_series("2") & resources, sorted(d.metrics())
+        assert worker_series("0") >= resources and worker_series("1") >= resources, sorted(d.metrics())
         assert "one worker more: 3" in d.log()[mark:] and "one worker less: 2" in d.log()[mark:]
 
         d.signal(signal.SIGTERM)
