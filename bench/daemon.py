@@ -9,11 +9,12 @@ Run from the repository root::
 row that often, interleaved; ``--modes``, ``--workers`` and ``--peers`` run a subset (``--peers``
 with no name: the daemon only).  ``--daemon-poll-records N`` sets the daemon's
 ``max_poll_records`` (default: not set, its own default of 500); ``--poll-records`` (default
-10,000, as in bench/consume.py) is the peers' records per poll call.  ``--keep DIR`` keeps every
-run's configuration and log.
+10,000, as in bench/consume.py) is the peers' records per poll call.  ``--compression`` is the
+producer's codec (default lz4).  ``--keep DIR`` keeps every run's configuration and log.
 
 Input: the topic of bench/consume.py, written once by its producer: a Tansu broker on a free
-loopback port (``bench/_common.py``), 4 partitions, confluent-kafka with lz4 and large batches,
+loopback port (``bench/_common.py``), 4 partitions, confluent-kafka with lz4 (or
+``--compression``) and large batches,
 every record a ~200-byte JSON value, a key and two headers, ``type`` (one of ten values, exactly
 a tenth each, shuffled) and ``trace``.
 
@@ -55,10 +56,18 @@ partitions.  A rate with fewer than 4 progress points inside its window is marke
 
 Also reported, over the same window: the workers' CPU time (user + system, all threads, per
 wall second: 2 cores are 200%), their time runnable but waiting for a CPU (``schedstat``: what
-other processes on the machine took from them), the CPU per record, Tansu's CPU, and peak RSS:
+other processes on the machine took from them), the CPU per record, Tansu's CPU, the
+supervisor's and this script's own (the sampler), and peak RSS:
 the highest ``VmHWM`` of any worker (``/proc``), beside the highest ``kdaemon_worker_rss_bytes``
 the supervisor published (it samples every 5 s, so short peaks escape it).  The peers' figures
 are their child's.
+
+The machine itself: every round starts with a ``json.loads`` loop over the bench's values in one
+process and then in two at once (``machine_scaling``; ``--no-baseline`` skips it).  Their ratio
+is what two CPU-bound processes get out of this machine against one with no broker at all; the
+2-worker goal is printed beside it, with the ratio of every round (1 and 2 workers back to back)
+and their median: on a shared VM the speed of a core drifts by tens of percent between minutes,
+which best-against-best does not cancel.
 
 ``--profile`` adds one run per mode with one worker under cProfile (the same ``sitecustomize``
 wraps the forked worker's ``run_child``) and prints the top functions by own time.
