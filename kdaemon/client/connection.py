@@ -74,6 +74,14 @@ class BrokerConnection:
         self.api_versions: dict[int, tuple[int, int]] = {}
         self._failures = 0
         self.next_attempt = 0.0
+        # Every address the host resolved to, tried in turn (Java's client.dns.lookup =
+        # use_all_dns_ips): "localhost" is often ::1 first, and a broker listening on 127.0.0.1
+        # only must still be reached.  What remains of this attempt's list, and why the
+        # addresses already dropped failed.
+        self._addresses: list[tuple] = []
+        self._address_errors: list[str] = []
+        self.last_error: str | None = None   # why the last connection attempt failed, for error messages
+        self.last_error_at = 0.0
         self._connect_deadline = 0.0
         self.last_activity = time.monotonic()
         self.auth_error: AuthenticationError | None = None
@@ -125,12 +133,15 @@ class BrokerConnection:
     def connect(self, now: float) -> None:
         """Start a non-blocking connect.  The network client registers ``sock`` with its selector."""
         assert self.state == DISCONNECTED
-        try:
-            infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
-        except OSError as exc:
-            self._connect_failed(now, f"cannot resolve {self.host}: {exc}")
-            return
-        family, stype, proto, _, addr = infos[0]
+        if not self._addresses:
+            try:
+                infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                self._connect_failed(now, f"cannot resolve {self.host}: {exc}")
+                return
+            self._addresses = list(dict.fromkeys(infos))
+            self._address_errors = []
+        family, stype, proto, _, addr = self._addresses[0]
         sock = socket.socket(family, stype, proto)
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -142,7 +153,7 @@ class BrokerConnection:
         rc = sock.connect_ex(addr)
         if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
             sock.close()
-            self._connect_failed(now, f"connect to {self.host}:{self.port} failed: {errno.errorcode.get(rc, rc)}")
+            self._connect_failed(now, f"connect to {_address(addr)} failed: {errno.errorcode.get(rc, rc)}")
             return
         self.sock = sock
         self.state = CONNECTING
@@ -150,6 +161,26 @@ class BrokerConnection:
         self.last_activity = now
 
     def _connect_failed(self, now: float, reason: str) -> None:
+        if self.state in (DISCONNECTED, CONNECTING) and len(self._addresses) > 1:
+            # This address did not take the TCP connection; nothing was exchanged yet.  Try the
+            # next one at once, keeping the queued requests: only a host none of whose
+            # addresses answers counts as a failure (and backs off).
+            if self.sock is not None:
+                try:
+                    self.sock.close()
+                except OSError:
+                    pass
+                self.sock = None
+            self.state = DISCONNECTED
+            self._addresses.pop(0)
+            self._address_errors.append(reason)
+            self.next_attempt = now
+            log.debug("node %s: %s; trying %s next", self.node_id, reason, _address(self._addresses[0][4]))
+            return
+        if self._address_errors:
+            reason = "; ".join(self._address_errors + [reason])
+        self._addresses, self._address_errors = [], []   # the next attempt resolves the host again
+        self.last_error, self.last_error_at = f"node {self.node_id} ({self.host}:{self.port}): {reason}", now
         self._failures += 1
         base = self.config.reconnect_backoff_ms / 1000
         cap = self.config.reconnect_backoff_max_ms / 1000
@@ -159,6 +190,7 @@ class BrokerConnection:
         self.close(ConnectionFailedError(f"node {self.node_id} ({self.host}:{self.port}): {reason}"))
 
     def _on_connected(self, now: float) -> None:
+        self._addresses, self._address_errors = [], []   # a reconnect resolves the host again
         if self._ssl_context is not None and self.state == CONNECTING:
             assert self.sock is not None
             self.sock = self._ssl_context.wrap_socket(
@@ -301,7 +333,7 @@ class BrokerConnection:
         if self.state == CONNECTING:
             err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
             if err:
-                self._connect_failed(now, f"connect to {self.host}:{self.port} failed: "
+                self._connect_failed(now, f"connect to {_address(self._addresses[0][4])} failed: "
                                           f"{errno.errorcode.get(err, err)}")
                 return
             self._on_connected(now)
@@ -376,8 +408,9 @@ class BrokerConnection:
 
     def check_timeouts(self, now: float) -> None:
         if self.state in (CONNECTING, TLS) and now >= self._connect_deadline:
-            self._connect_failed(now, f"connection setup timed out after "
-                                      f"{self.config.socket_connection_setup_timeout_ms} ms")
+            what = f"connect to {_address(self._addresses[0][4])}" if self.state == CONNECTING and self._addresses \
+                else "connection setup"
+            self._connect_failed(now, f"{what} timed out after {self.config.socket_connection_setup_timeout_ms} ms")
             return
         if self._in_flight and self._in_flight[0].deadline <= now:
             req = self._in_flight[0]
@@ -410,6 +443,11 @@ class BrokerConnection:
         for req in failed:
             if not req.internal and not req.future.done:
                 req.future.failure(exc)
+
+
+def _address(sockaddr: tuple) -> str:
+    host, port = sockaddr[0], sockaddr[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _version() -> str:

@@ -226,9 +226,13 @@ class Consumer:
             self._started = now
             raise NoBrokersAvailableError(
                 f"no broker of {', '.join(self.config.bootstrap_servers)} answered within "
-                f"default_api_timeout_ms={self.config.default_api_timeout_ms}")
+                f"default_api_timeout_ms={self.config.default_api_timeout_ms}{self._unreachable_hint()}")
         self._check_missing_topics(wanted)
         self._update_positions()
+
+    def _unreachable_hint(self) -> str:
+        error = self._network.last_connection_error()
+        return f"; last connection error: {error}" if error else ""
 
     def _check_missing_topics(self, wanted: set[str]) -> None:
         missing = wanted & self._metadata.missing_topics
@@ -363,7 +367,8 @@ class Consumer:
                 if topic in self._metadata.missing_topics:
                     return None
                 if time.monotonic() >= deadline:
-                    raise KafkaTimeoutError(f"metadata for {topic} not received within {timeout} ms")
+                    hint = "" if self._metadata.version else self._unreachable_hint()
+                    raise KafkaTimeoutError(f"metadata for {topic} not received within {timeout} ms{hint}")
                 self._metadata.request_update()
                 self._drive(min(0.1, max(0.0, deadline - time.monotonic())), lambda: False)
 

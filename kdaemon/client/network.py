@@ -181,6 +181,13 @@ class NetworkClient:
                         return node_id
             return best
 
+    def last_connection_error(self) -> str | None:
+        """The latest failure to connect to any broker: what an error that would otherwise only
+        say "nothing answered" should name."""
+        with self._lock:
+            failed = [c for c in self._conns.values() if c.last_error]
+            return max(failed, key=lambda c: c.last_error_at).last_error if failed else None
+
     def auth_error(self) -> AuthenticationError | None:
         for conn in self._conns.values():
             if conn.auth_error is not None:
@@ -230,6 +237,8 @@ class NetworkClient:
             wait = min(timeout, 0.2)
             for conn in list(self._conns.values()):
                 conn.check_timeouts(now)
+                if conn.pending and conn.can_attempt(now):
+                    conn.connect(now)   # the next address of a host (see BrokerConnection.connect)
                 if conn.ready and not conn.in_flight and not conn.pending and \
                         now - conn.last_activity > self.config.connections_max_idle_ms / 1000:
                     conn.close(ConnectionFailedError(f"node {conn.node_id}: idle connection closed"))
