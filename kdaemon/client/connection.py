@@ -33,6 +33,21 @@ from .sasl import SaslError, make_mechanism
 
 log = logging.getLogger(__name__)
 
+# TLS alerts by which a broker refuses the client's certificate, or its absence (mTLS): as final
+# as a failed SASL login, so never retried (Java raises SslAuthenticationException).  TLS 1.2
+# sends them during the handshake; TLS 1.3 after it, on the first read.
+_TLS_REFUSALS = ("ALERT_CERTIFICATE_REQUIRED", "ALERT_BAD_CERTIFICATE", "ALERT_UNKNOWN_CA",
+                 "ALERT_CERTIFICATE_UNKNOWN", "ALERT_CERTIFICATE_REVOKED", "ALERT_CERTIFICATE_EXPIRED",
+                 "ALERT_UNSUPPORTED_CERTIFICATE", "ALERT_ACCESS_DENIED")
+
+
+def _tls_refusal(exc: BaseException) -> str | None:
+    """The alert's name when ``exc`` says the broker refused our client certificate."""
+    reason = getattr(exc, "reason", None) if isinstance(exc, ssl.SSLError) else None
+    if reason and any(r in reason for r in _TLS_REFUSALS):
+        return reason
+    return None
+
 DISCONNECTED = "disconnected"
 CONNECTING = "connecting"
 TLS = "tls"
@@ -213,6 +228,8 @@ class BrokerConnection:
             self._auth_failed(f"TLS certificate verification failed: {exc.verify_message}")
             return
         except (ssl.SSLError, OSError) as exc:
+            if self._refused_certificate(exc):
+                return
             self._connect_failed(now, f"TLS handshake failed: {exc}")
             return
         self._start_api_versions(now)
@@ -289,6 +306,16 @@ class BrokerConnection:
         elif self._sasl.done:
             self._become_ready(now)
 
+    def _refused_certificate(self, exc: BaseException) -> bool:
+        alert = _tls_refusal(exc)
+        if alert is None:
+            return False
+        mine = f"client certificate {self.config.ssl_certfile}" if self.config.ssl_certfile \
+            else "no client certificate (ssl_certfile is not set)"
+        self._auth_failed(f"the broker refused the TLS connection with {alert}: it wants a client "
+                          f"certificate it trusts, and we offered {mine}")
+        return True
+
     def _auth_failed(self, reason: str) -> None:
         self.auth_error = AuthenticationError(f"node {self.node_id} ({self.host}:{self.port}): {reason}")
         log.error("%s", self.auth_error)
@@ -347,7 +374,8 @@ class BrokerConnection:
             except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 return
             except OSError as exc:
-                self._connect_failed(now, f"send failed: {exc}")
+                if not self._refused_certificate(exc):
+                    self._connect_failed(now, f"send failed: {exc}")
                 return
             del self._out[:sent]
             self.last_activity = now
@@ -368,7 +396,8 @@ class BrokerConnection:
             except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 break
             except OSError as exc:
-                self._connect_failed(now, f"receive failed: {exc}")
+                if not self._refused_certificate(exc):
+                    self._connect_failed(now, f"receive failed: {exc}")
                 return completed
             if not data:
                 self._connect_failed(now, "connection closed by the broker")

@@ -179,6 +179,35 @@ def test_ssl_check_hostname_off_accepts_another_name(proxy, filled_topic, pki):
 
 
 @needs_openssl
+def test_mtls_client_certificate_is_accepted(proxy, filled_topic, pki):
+    proxy.configure(ssl_context=server_context(pki.server_cert, pki.server_key, client_ca=pki.ca))
+    with _consumer(proxy.bootstrap, security_protocol="SSL", ssl_cafile=str(pki.ca),
+                   ssl_certfile=str(pki.client_cert), ssl_keyfile=str(pki.client_key)) as c:
+        got = _drain(c, filled_topic, N_RECORDS)
+    assert [r.value for r in got] == [f"v{i}".encode() for i in range(N_RECORDS)]
+    assert proxy.tls_failures == 0
+
+
+@needs_openssl
+@pytest.mark.parametrize("offered", ["none", "untrusted"])
+def test_mtls_refusal_is_an_authentication_error_and_not_retried(proxy, pki, tmp_path, offered):
+    """A broker that wants a client certificate refuses a connection without one (TLS 1.3:
+    alert certificate_required after the handshake) or with one it does not trust (unknown_ca).
+    That is an authentication failure: reported once, at once, and never retried, not a
+    connection error retried until default_api_timeout_ms."""
+    proxy.configure(ssl_context=server_context(pki.server_cert, pki.server_key, client_ca=pki.other_ca))
+    options = {}
+    if offered == "untrusted":
+        options = dict(ssl_certfile=str(pki.client_cert), ssl_keyfile=str(pki.client_key))
+    with _consumer(proxy.bootstrap, security_protocol="SSL", ssl_cafile=str(pki.ca), **options) as c:
+        err, took = _expect_auth_failure(c)
+        assert took < AUTH_FAILURE_S
+        assert "refused the TLS connection" in str(err) and "ALERT_" in str(err), err
+        assert ("ssl_certfile is not set" if offered == "none" else str(pki.client_cert)) in str(err), err
+        _assert_not_retried(c, proxy, err)
+
+
+@needs_openssl
 def test_ssl_check_hostname_off_still_verifies_the_chain(proxy, pki):
     proxy.configure(ssl_context=server_context(pki.wrong_host_cert, pki.wrong_host_key))
     with _consumer(proxy.bootstrap, security_protocol="SSL", ssl_cafile=str(pki.other_ca),

@@ -63,6 +63,8 @@ class Pki:
     wrong_host_cert: Path
     wrong_host_key: Path
     other_ca: Path
+    client_cert: Path   # signed by ``ca`` for TLS client authentication (mTLS)
+    client_key: Path
 
 
 def openssl_available() -> bool:
@@ -84,12 +86,12 @@ def _make_ca(d: Path, name: str) -> tuple[Path, Path]:
     return cert, key
 
 
-def _make_leaf(d: Path, name: str, ca: tuple[Path, Path], san: str) -> tuple[Path, Path]:
+def _make_leaf(d: Path, name: str, ca: tuple[Path, Path], san: str, usage: str = "serverAuth") -> tuple[Path, Path]:
     cert, key, csr, ext = d / f"{name}.pem", d / f"{name}.key", d / f"{name}.csr", d / f"{name}.ext"
     _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
              "-keyout", key.name, "-out", csr.name, "-subj", f"/CN={name}", cwd=d)
     ext.write_text(f"subjectAltName={san}\nbasicConstraints=critical,CA:FALSE\n"
-                   "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+                   f"keyUsage=critical,digitalSignature\nextendedKeyUsage={usage}\n"
                    "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
     _openssl("x509", "-req", "-in", csr.name, "-CA", ca[0].name, "-CAkey", ca[1].name,
              "-CAcreateserial", "-out", cert.name, "-days", "2", "-extfile", ext.name, cwd=d)
@@ -103,12 +105,17 @@ def make_pki(directory: Path) -> Pki:
     other = _make_ca(d, "other-ca")
     server = _make_leaf(d, "server", ca, "DNS:localhost,IP:127.0.0.1")
     wrong = _make_leaf(d, "wrong-host", ca, "DNS:kafka.invalid")
-    return Pki(ca[0], server[0], server[1], wrong[0], wrong[1], other[0])
+    client = _make_leaf(d, "client", ca, "DNS:kdaemon-client", usage="clientAuth")
+    return Pki(ca[0], server[0], server[1], wrong[0], wrong[1], other[0], client[0], client[1])
 
 
-def server_context(cert: Path, key: Path) -> ssl.SSLContext:
+def server_context(cert: Path, key: Path, *, client_ca: Path | None = None) -> ssl.SSLContext:
+    """A listener's TLS context; with ``client_ca`` it requires a client certificate signed by it."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
+    if client_ca is not None:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(client_ca)
     return ctx
 
 
