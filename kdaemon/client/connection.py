@@ -180,13 +180,7 @@ class BrokerConnection:
             # This address did not take the TCP connection; nothing was exchanged yet.  Try the
             # next one at once, keeping the queued requests: only a host none of whose
             # addresses answers counts as a failure (and backs off).
-            if self.sock is not None:
-                try:
-                    self.sock.close()
-                except OSError:
-                    pass
-                self.sock = None
-            self.state = DISCONNECTED
+            self._drop_socket()
             self._addresses.pop(0)
             self._address_errors.append(reason)
             self.next_attempt = now
@@ -452,7 +446,7 @@ class BrokerConnection:
             r.future.failure(KafkaTimeoutError(
                 f"{r.api.name} to node {self.node_id} not sent: no connection within the request timeout"))
 
-    def close(self, reason: BaseException | None = None) -> None:
+    def _drop_socket(self) -> None:
         if self.sock is not None:
             try:
                 self.sock.close()
@@ -460,6 +454,9 @@ class BrokerConnection:
                 pass
         self.sock = None
         self.state = DISCONNECTED
+
+    def close(self, reason: BaseException | None = None) -> None:
+        self._drop_socket()
         self._out.clear()
         self._proto.fail_all()
         self._api_versions_attempt = API_VERSIONS.max_version
