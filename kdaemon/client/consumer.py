@@ -443,7 +443,8 @@ class Consumer:
                 "position": st.position, "high_watermark": st.high_watermark,
                 "last_stable_offset": st.last_stable_offset, "log_start_offset": st.log_start_offset,
                 "records_lag": lag, "records_consumed": s.per_partition_records.get(tp, 0),
-                "records_filtered": s.per_partition_filtered.get(tp, 0), "paused": st.paused,
+                "records_filtered": s.per_partition_filtered.get(tp, 0),
+                "bytes_consumed": s.per_partition_bytes.get(tp, 0), "paused": st.paused,
                 "preferred_read_replica": st.preferred_read_replica,
             }
         return {

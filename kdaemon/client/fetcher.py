@@ -58,6 +58,7 @@ class FetchStats:
     latency_ms_max: float = 0.0
     per_partition_records: dict = field(default_factory=dict)
     per_partition_filtered: dict = field(default_factory=dict)
+    per_partition_bytes: dict = field(default_factory=dict)
     requests_per_node: dict = field(default_factory=dict)
 
 
@@ -327,6 +328,7 @@ class Fetcher:
                 records = p["records"]
                 size = 0 if records is None else len(records)
                 self.stats.bytes += size
+                self.stats.per_partition_bytes[tp] = self.stats.per_partition_bytes.get(tp, 0) + size
                 self.completed.append(CompletedFetch(tp, pf.fetch_offset, p, size))
                 leader = p.get("current_leader") or {}
                 if leader.get("leader_id", -1) >= 0:

@@ -20,11 +20,13 @@ RECORDS_FILTERED = Counter("kdaemon_records_filtered_total", "Records dropped by
                            ["topic", "partition"])
 RECORDS_DELIVERED = Counter("kdaemon_records_delivered_total", "Records accepted by the sink",
                             ["topic", "partition"])
-RECORDS_DLQ = Counter("kdaemon_records_dlq_total", "Records written to the dead-letter queue", ["stage"])
+RECORDS_DLQ = Counter("kdaemon_records_dlq_total", "Records written to the dead-letter queue",
+                      ["topic", "partition", "stage"])
 RECORDS_SKIPPED = Counter("kdaemon_records_skipped_total", "Records skipped by an error policy", ["stage"])
 RECORDS_INTERCEPTED = Counter("kdaemon_records_dropped_by_interceptors_total",
                               "Records removed by on_consume interceptors")
-BYTES_FETCHED = Counter("kdaemon_fetch_bytes_total", "Record-set bytes received")
+BYTES_FETCHED = Counter("kdaemon_fetch_bytes_total", "Record-set bytes received (as stored: compressed)",
+                        ["topic", "partition"])
 LAG = Gauge("kdaemon_records_lag", "Records between the position and the high watermark (Java records-lag)",
             ["topic", "partition"], multiprocess_mode="livesum")
 FETCH_LATENCY = Histogram("kdaemon_fetch_latency_seconds", "Fetch request round trips (mean per interval)")
@@ -71,6 +73,9 @@ class WorkerMetrics:
             d = self._delta(("filtered", tp), p["records_filtered"])
             if d:
                 RECORDS_FILTERED.labels(tp.topic, str(tp.partition)).inc(d)
+            d = self._delta(("bytes", tp), p["bytes_consumed"])
+            if d:
+                BYTES_FETCHED.labels(tp.topic, str(tp.partition)).inc(d)
             if p["records_lag"] is not None:
                 LAG.labels(tp.topic, str(tp.partition)).set(p["records_lag"])
                 lag_labels.add((tp.topic, str(tp.partition)))
@@ -78,10 +83,10 @@ class WorkerMetrics:
             LAG.labels(*labels).set(0)
         self._lag_labels = lag_labels
         ASSIGNED.set(len(consumer_metrics["partitions"]))
-        for stage, n in stats.dlq.items():
-            d = self._delta(("dlq", stage), n)
+        for (tp, stage), n in stats.dlq.items():
+            d = self._delta(("dlq", tp, stage), n)
             if d:
-                RECORDS_DLQ.labels(stage).inc(d)
+                RECORDS_DLQ.labels(tp.topic, str(tp.partition), stage).inc(d)
         for stage, n in stats.skipped.items():
             d = self._delta(("skipped", stage), n)
             if d:
@@ -91,19 +96,17 @@ class WorkerMetrics:
             if d:
                 PLUGIN_ERRORS.labels(plugin).inc(d)
         for key, counter, value in (("intercepted", RECORDS_INTERCEPTED, stats.dropped_by_interceptors),
-                                    ("bytes", BYTES_FETCHED, consumer_metrics["bytes_consumed_total"]),
                                     ("sink_errors", SINK_ERRORS, stats.sink_errors),
                                     ("commits", COMMITS, stats.commits)):
             d = self._delta(key, value)
             if d:
                 counter.inc(d)
-        if stats.commits and self._delta("commit_obs", stats.commits):
-            COMMIT_LATENCY.observe(stats.last_commit_seconds)
-        if stats.flushes and self._delta("flush_obs", stats.flushes):
-            FLUSH_LATENCY.observe(stats.last_flush_seconds)
-        for n in stats.batch_sizes:
-            SINK_BATCH.observe(n)
-        stats.batch_sizes.clear()
+        # Every commit, flush and sink write since the last update, not a sample of them.
+        for samples, histogram in ((stats.commit_seconds, COMMIT_LATENCY), (stats.flush_seconds, FLUSH_LATENCY),
+                                   (stats.batch_sizes, SINK_BATCH)):
+            for v in samples:
+                histogram.observe(v)
+            samples.clear()
         # The mean round trip of the responses since the last update (not the running average
         # since start, which would flatten the histogram as the worker ages).
         responses = self._delta("fetch_responses", consumer_metrics["fetch_responses_total"])

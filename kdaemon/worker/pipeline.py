@@ -60,16 +60,24 @@ class WorkerStats:
     fetched: Counter = field(default_factory=Counter)        # per TopicPartition, after filtering
     delivered: Counter = field(default_factory=Counter)      # accepted by the sink
     dropped_by_interceptors: int = 0
-    dlq: Counter = field(default_factory=Counter)            # per stage
+    dlq: Counter = field(default_factory=Counter)            # per (TopicPartition, stage)
     skipped: Counter = field(default_factory=Counter)        # per stage
     plugin_errors: Counter = field(default_factory=Counter)  # per plugin name
     sink_errors: int = 0
     flushes: int = 0
     commits: int = 0
     commit_failures: int = 0
-    last_flush_seconds: float = 0.0
-    last_commit_seconds: float = 0.0
+    # Per event, for the histograms; the metrics publisher empties them, and they are bounded
+    # (the oldest half goes past 1,000) where nothing publishes.
+    flush_seconds: list = field(default_factory=list)
+    commit_seconds: list = field(default_factory=list)
     batch_sizes: list = field(default_factory=list)
+
+    @staticmethod
+    def note(samples: list, value: float) -> None:
+        samples.append(value)
+        if len(samples) > 1000:
+            del samples[:500]
 
 
 class Pipeline:
@@ -316,15 +324,13 @@ class Worker:
             raise WorkerStop(f"writing {len(dead)} record(s) to the DLQ failed: {exc}") from exc
         for r in dead:
             stage = next((v.decode() for k, v in reversed(r.headers) if k == "kdaemon.stage" and v), "?")
-            self.stats.dlq[stage] += 1
+            self.stats.dlq[(TopicPartition(r.topic, r.partition), stage)] += 1
 
     def _accepted(self, records: list[Record], positions: dict) -> None:
         delivered = self.stats.delivered
         for (topic, partition), run in groupby(records, key=_topic_partition):
             delivered[TopicPartition(topic, partition)] += sum(1 for _ in run)
-        self.stats.batch_sizes.append(len(records))
-        if len(self.stats.batch_sizes) > 1000:
-            del self.stats.batch_sizes[:500]
+        WorkerStats.note(self.stats.batch_sizes, len(records))
         self._written.update(positions)
         self._unflushed += len(records)
         if self._unflushed >= self.config.daemon.max_buffered_records:
@@ -565,7 +571,7 @@ class Worker:
         """A flush (sync or async) succeeded: count it, end the failure backoff if it carried
         records, and commit the positions noted with it."""
         self.stats.flushes += 1
-        self.stats.last_flush_seconds = time.monotonic() - started
+        WorkerStats.note(self.stats.flush_seconds, time.monotonic() - started)
         if records:
             self._backoff = self.config.daemon.sink_retry_backoff_ms / 1000
         self._commit(positions, only)
@@ -593,7 +599,7 @@ class Worker:
             log.warning("commit failed (%s: %s); the next flush commits again", type(exc).__name__, exc)
             return
         self.stats.commits += 1
-        self.stats.last_commit_seconds = time.monotonic() - started
+        WorkerStats.note(self.stats.commit_seconds, time.monotonic() - started)
         for tp, om in offsets.items():
             self._committed[tp] = om.offset
         self.pipeline.on_commit(offsets)

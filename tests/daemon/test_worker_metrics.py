@@ -45,3 +45,71 @@ def test_fetch_latency_observes_the_mean_of_each_interval_not_the_running_averag
 
     assert _sample("kdaemon_fetch_latency_seconds_count") - count0 == 2
     assert abs(_sample("kdaemon_fetch_latency_seconds_sum") - sum0 - (0.200 + 0.010)) < 1e-9
+
+
+class _PartitionedConsumer(_Consumer):
+    """Per-partition figures as ``Consumer.metrics()`` reports them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes: dict = {}
+
+    def metrics(self) -> dict:
+        out = super().metrics()
+        out["partitions"] = {tp: {"records_filtered": 0, "records_lag": None, "bytes_consumed": n}
+                             for tp, n in self.bytes.items()}
+        return out
+
+
+def test_every_commit_flush_and_sink_write_is_observed_not_one_per_update():
+    worker = SimpleNamespace(stats=WorkerStats(), consumer=_Consumer())
+    metrics = WorkerMetrics()
+    before = {h: _sample(f"{h}_count") for h in ("kdaemon_commit_latency_seconds", "kdaemon_sink_flush_seconds",
+                                                  "kdaemon_sink_batch_records")}
+    commits_sum0 = _sample("kdaemon_commit_latency_seconds_sum")
+    for seconds in (0.001, 0.002, 0.004):          # three commits between two updates
+        worker.stats.commits += 1
+        WorkerStats.note(worker.stats.commit_seconds, seconds)
+    for _ in range(5):
+        worker.stats.flushes += 1
+        WorkerStats.note(worker.stats.flush_seconds, 0.01)
+        WorkerStats.note(worker.stats.batch_sizes, 100)
+    metrics.update(worker, force=True)
+    metrics.update(worker, force=True)             # nothing new: nothing observed twice
+    assert _sample("kdaemon_commit_latency_seconds_count") - before["kdaemon_commit_latency_seconds"] == 3
+    assert abs(_sample("kdaemon_commit_latency_seconds_sum") - commits_sum0 - 0.007) < 1e-9
+    assert _sample("kdaemon_sink_flush_seconds_count") - before["kdaemon_sink_flush_seconds"] == 5
+    assert _sample("kdaemon_sink_batch_records_count") - before["kdaemon_sink_batch_records"] == 5
+    assert not worker.stats.commit_seconds and not worker.stats.flush_seconds and not worker.stats.batch_sizes
+
+
+def test_pending_samples_stay_bounded_when_nothing_publishes():
+    samples: list = []
+    for i in range(5000):
+        WorkerStats.note(samples, i)
+    assert len(samples) <= 1000 and samples[-1] == 4999
+
+
+def test_bytes_and_dead_letters_are_counted_per_topic_and_partition():
+    from kdaemon.client.types import TopicPartition
+    consumer = _PartitionedConsumer()
+    worker = SimpleNamespace(stats=WorkerStats(), consumer=consumer)
+    metrics = WorkerMetrics()
+    a, b = TopicPartition("metrics-t", 0), TopicPartition("metrics-t", 1)
+
+    def bytes_of(tp):
+        return REGISTRY.get_sample_value("kdaemon_fetch_bytes_total",
+                                         {"topic": tp.topic, "partition": str(tp.partition)}) or 0.0
+
+    def dlq_of(tp, stage):
+        return REGISTRY.get_sample_value("kdaemon_records_dlq_total",
+                                         {"topic": tp.topic, "partition": str(tp.partition), "stage": stage}) or 0.0
+
+    consumer.bytes = {a: 1000, b: 10}
+    worker.stats.dlq[(a, "deserialize")] += 2
+    metrics.update(worker, force=True)
+    consumer.bytes = {a: 1500, b: 10}
+    worker.stats.dlq[(b, "sink")] += 1
+    metrics.update(worker, force=True)
+    assert (bytes_of(a), bytes_of(b)) == (1500, 10)
+    assert (dlq_of(a, "deserialize"), dlq_of(b, "sink"), dlq_of(b, "deserialize")) == (2, 1, 0)
