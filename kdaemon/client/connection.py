@@ -33,18 +33,21 @@ from .sasl import SaslError, make_mechanism
 
 log = logging.getLogger(__name__)
 
-# TLS alerts by which a broker refuses the client's certificate, or its absence (mTLS): as final
-# as a failed SASL login, so never retried (Java raises SslAuthenticationException).  TLS 1.2
-# sends them during the handshake; TLS 1.3 after it, on the first read.
-_TLS_REFUSALS = ("ALERT_CERTIFICATE_REQUIRED", "ALERT_BAD_CERTIFICATE", "ALERT_UNKNOWN_CA",
-                 "ALERT_CERTIFICATE_UNKNOWN", "ALERT_CERTIFICATE_REVOKED", "ALERT_CERTIFICATE_EXPIRED",
-                 "ALERT_UNSUPPORTED_CERTIFICATE", "ALERT_ACCESS_DENIED")
+# A TLS alert from the broker is a deliberate refusal, as final as a failed SASL login: never
+# retried (Java raises SslAuthenticationException for any handshake failure).  A connection that
+# merely drops during the handshake is retried.  TLS 1.2 sends the alert during the handshake;
+# TLS 1.3 sends a client-certificate refusal after it, on the first read.  internal_error is
+# the broker's own trouble, retried like a drop.
+_CERTIFICATE_ALERTS = ("ALERT_CERTIFICATE_REQUIRED", "ALERT_BAD_CERTIFICATE", "ALERT_UNKNOWN_CA",
+                       "ALERT_CERTIFICATE_UNKNOWN", "ALERT_CERTIFICATE_REVOKED", "ALERT_CERTIFICATE_EXPIRED",
+                       "ALERT_UNSUPPORTED_CERTIFICATE", "ALERT_ACCESS_DENIED")
+_RETRIED_ALERTS = ("ALERT_INTERNAL_ERROR", "ALERT_CLOSE_NOTIFY")
 
 
 def _tls_refusal(exc: BaseException) -> str | None:
-    """The alert's name when ``exc`` says the broker refused our client certificate."""
+    """The alert's name when ``exc`` is a TLS alert by which the broker refused us."""
     reason = getattr(exc, "reason", None) if isinstance(exc, ssl.SSLError) else None
-    if reason and any(r in reason for r in _TLS_REFUSALS):
+    if reason and "ALERT_" in reason and not any(r in reason for r in _RETRIED_ALERTS):
         return reason
     return None
 
@@ -301,13 +304,20 @@ class BrokerConnection:
             self._become_ready(now)
 
     def _refused_certificate(self, exc: BaseException) -> bool:
+        """If ``exc`` is a TLS alert refusing us, fail for good (see ``_tls_refusal``)."""
         alert = _tls_refusal(exc)
         if alert is None:
             return False
         mine = f"client certificate {self.config.ssl_certfile}" if self.config.ssl_certfile \
             else "no client certificate (ssl_certfile is not set)"
-        self._auth_failed(f"the broker refused the TLS connection with {alert}: it wants a client "
-                          f"certificate it trusts, and we offered {mine}")
+        if any(a in alert for a in _CERTIFICATE_ALERTS):
+            why = f"it wants a client certificate it trusts, and we offered {mine}"
+        elif "HANDSHAKE_FAILURE" in alert:
+            why = (f"either it wants a client certificate it trusts (we offered {mine}) or it shares "
+                   "no TLS version or cipher with us")
+        else:
+            why = "compare the ssl_* settings with the listener's"
+        self._auth_failed(f"the broker refused the TLS connection with {alert}: {why}")
         return True
 
     def _auth_failed(self, reason: str) -> None:

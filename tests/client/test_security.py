@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import time
 import uuid
 
@@ -73,7 +74,8 @@ def _expect_auth_failure(consumer: Consumer, topic: str = "any-topic") -> tuple[
     return info.value, time.monotonic() - start
 
 
-def _assert_not_retried(consumer: Consumer, proxy: SecureProxy, first: AuthenticationError) -> None:
+def _assert_not_retried(consumer: Consumer, proxy: SecureProxy, first: AuthenticationError,
+                        expected_connections: int = 1) -> None:
     """For another second every call fails at once with the same error, and nothing reconnects."""
     connections = proxy.connections
     end = time.monotonic() + 1.0
@@ -83,7 +85,7 @@ def _assert_not_retried(consumer: Consumer, proxy: SecureProxy, first: Authentic
             consumer.poll(3000)
         assert time.monotonic() - t < 1.0, "a failed consumer must raise at once, not wait out poll"
         assert str(again.value) == str(first)
-    assert proxy.connections == connections == 1
+    assert proxy.connections == connections == expected_connections
 
 
 # --- fixtures ----------------------------------------------------------------------------------
@@ -188,23 +190,50 @@ def test_mtls_client_certificate_is_accepted(proxy, filled_topic, pki):
     assert proxy.tls_failures == 0
 
 
+def _mtls_options(pki, offered: str) -> dict:
+    return dict(ssl_certfile=str(pki.client_cert), ssl_keyfile=str(pki.client_key)) if offered == "untrusted" else {}
+
+
+def _assert_mtls_refusal(err: AuthenticationError, pki, offered: str) -> None:
+    assert "refused the TLS connection" in str(err) and "ALERT_" in str(err), err
+    assert ("ssl_certfile is not set" if offered == "none" else str(pki.client_cert)) in str(err), err
+
+
 @needs_openssl
 @pytest.mark.parametrize("offered", ["none", "untrusted"])
-def test_mtls_refusal_is_an_authentication_error_and_not_retried(proxy, pki, tmp_path, offered):
-    """A broker that wants a client certificate refuses a connection without one (TLS 1.3:
-    alert certificate_required after the handshake) or with one it does not trust (unknown_ca).
-    That is an authentication failure: reported once, at once, and never retried, not a
-    connection error retried until default_api_timeout_ms."""
-    proxy.configure(ssl_context=server_context(pki.server_cert, pki.server_key, client_ca=pki.other_ca))
-    options = {}
-    if offered == "untrusted":
-        options = dict(ssl_certfile=str(pki.client_cert), ssl_keyfile=str(pki.client_key))
-    with _consumer(proxy.bootstrap, security_protocol="SSL", ssl_cafile=str(pki.ca), **options) as c:
+def test_mtls_refusal_in_the_tls12_handshake_is_an_authentication_error_and_not_retried(proxy, pki, offered):
+    """A broker that wants a client certificate refuses a connection without one, or with one
+    it does not trust.  In TLS 1.2 the alert ends the handshake itself: an authentication
+    failure, reported once, at once, and never retried (not a connection error retried until
+    default_api_timeout_ms)."""
+    ctx = server_context(pki.server_cert, pki.server_key, client_ca=pki.other_ca)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    proxy.configure(ssl_context=ctx)
+    with _consumer(proxy.bootstrap, security_protocol="SSL", ssl_cafile=str(pki.ca), **_mtls_options(pki, offered)) as c:
         err, took = _expect_auth_failure(c)
         assert took < AUTH_FAILURE_S
-        assert "refused the TLS connection" in str(err) and "ALERT_" in str(err), err
-        assert ("ssl_certfile is not set" if offered == "none" else str(pki.client_cert)) in str(err), err
+        _assert_mtls_refusal(err, pki, offered)
         _assert_not_retried(c, proxy, err)
+
+
+@needs_openssl
+@pytest.mark.parametrize("offered", ["none", "untrusted"])
+def test_mtls_refusal_after_the_tls13_handshake_is_an_authentication_error(proxy, pki, offered):
+    """In TLS 1.3 the client's handshake is complete before the server judges the certificate,
+    so the client has already sent ApiVersions when the alert comes.  A server that closes with
+    that request unread makes the kernel send a reset, which can overtake the alert: the client
+    then sees a dropped connection, retried like any other (as a real broker's would be).  Once
+    an alert is read, the failure is final: AuthenticationError, and no connection after it."""
+    proxy.configure(ssl_context=server_context(pki.server_cert, pki.server_key, client_ca=pki.other_ca))
+    with _consumer(proxy.bootstrap, security_protocol="SSL", ssl_cafile=str(pki.ca), reconnect_backoff_ms=20,
+                   reconnect_backoff_max_ms=100, default_api_timeout_ms=30_000, **_mtls_options(pki, offered)) as c:
+        c.assign([TopicPartition("any-topic", 0)])
+        deadline = time.monotonic() + 20
+        with pytest.raises(AuthenticationError) as info:
+            while time.monotonic() < deadline:
+                c.poll(100)
+        _assert_mtls_refusal(info.value, pki, offered)
+        _assert_not_retried(c, proxy, info.value, expected_connections=proxy.connections)
 
 
 @needs_openssl
