@@ -225,7 +225,7 @@ class BrokerConnection:
             self._auth_failed(f"TLS certificate verification failed: {exc.verify_message}")
             return
         except (ssl.SSLError, OSError) as exc:
-            if self._refused_certificate(exc):
+            if self._refused_by_alert(exc):
                 return
             self._connect_failed(now, f"TLS handshake failed: {exc}")
             return
@@ -303,7 +303,7 @@ class BrokerConnection:
         elif self._sasl.done:
             self._become_ready(now)
 
-    def _refused_certificate(self, exc: BaseException) -> bool:
+    def _refused_by_alert(self, exc: BaseException) -> bool:
         """If ``exc`` is a TLS alert refusing us, fail for good (see ``_tls_refusal``)."""
         alert = _tls_refusal(exc)
         if alert is None:
@@ -378,7 +378,7 @@ class BrokerConnection:
             except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 return
             except OSError as exc:
-                if not self._refused_certificate(exc):
+                if not self._refused_by_alert(exc):
                     self._connect_failed(now, f"send failed: {exc}")
                 return
             del self._out[:sent]
@@ -400,7 +400,7 @@ class BrokerConnection:
             except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 break
             except OSError as exc:
-                if not self._refused_certificate(exc):
+                if not self._refused_by_alert(exc):
                     self._connect_failed(now, f"receive failed: {exc}")
                 return completed
             if not data:
