@@ -178,6 +178,10 @@ class BrokerConnection:
         self._connect_deadline = now + self.config.socket_connection_setup_timeout_ms / 1000
         self.last_activity = now
 
+    def _trying(self) -> str:
+        """The address this attempt is connecting to, for messages."""
+        return _address(self._addresses[0][4])
+
     def _connect_failed(self, now: float, reason: str) -> None:
         if self.state in (DISCONNECTED, CONNECTING) and len(self._addresses) > 1:
             # This address did not take the TCP connection; nothing was exchanged yet.  Try the
@@ -187,7 +191,7 @@ class BrokerConnection:
             self._addresses.pop(0)
             self._address_errors.append(reason)
             self.next_attempt = now
-            log.debug("node %s: %s; trying %s next", self.node_id, reason, _address(self._addresses[0][4]))
+            log.debug("node %s: %s; trying %s next", self.node_id, reason, self._trying())
             return
         if self._address_errors:
             reason = "; ".join(self._address_errors + [reason])
@@ -364,7 +368,7 @@ class BrokerConnection:
         if self.state == CONNECTING:
             err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
             if err:
-                self._connect_failed(now, f"connect to {_address(self._addresses[0][4])} failed: "
+                self._connect_failed(now, f"connect to {self._trying()} failed: "
                                           f"{errno.errorcode.get(err, err)}")
                 return
             self._on_connected(now)
@@ -441,7 +445,7 @@ class BrokerConnection:
 
     def check_timeouts(self, now: float) -> None:
         if self.state in (CONNECTING, TLS) and now >= self._connect_deadline:
-            what = f"connect to {_address(self._addresses[0][4])}" if self.state == CONNECTING and self._addresses \
+            what = f"connect to {self._trying()}" if self.state == CONNECTING and self._addresses \
                 else "connection setup"
             self._connect_failed(now, f"{what} timed out after {self.config.socket_connection_setup_timeout_ms} ms")
             return

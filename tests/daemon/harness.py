@@ -73,9 +73,6 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str,
 
 # -- configuration -------------------------------------------------------------------------------
 
-to_toml = dump_toml  # the tests' name for it
-
-
 def daemon_config(root: Path, bootstrap: str, topic: str, group: str, *, workers: int = 2,
                   sink: str = "jsonl", filters: list | None = None, **daemon) -> dict:
     """A configuration for one test: everything under ``root``, a free metrics port."""

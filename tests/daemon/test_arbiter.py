@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from kdaemon.config import load
+from kdaemon.config import dump_toml, load
 from kdaemon.supervisor import arbiter as arbiter_module
 from kdaemon.supervisor.arbiter import Arbiter
-from tests.daemon.harness import daemon_config, to_toml
+from tests.daemon.harness import daemon_config
 
 
 @pytest.fixture
 def arbiter(tmp_path, monkeypatch):
     path = tmp_path / "kdaemon.toml"
-    path.write_text(to_toml(daemon_config(tmp_path, "127.0.0.1:1", "t", "g")))
+    path.write_text(dump_toml(daemon_config(tmp_path, "127.0.0.1:1", "t", "g")))
     sent: list[str] = []
     monkeypatch.setattr(arbiter_module.sdnotify, "notify", lambda message, **kw: sent.append(message) or True)
     a = Arbiter(str(path), load(path))

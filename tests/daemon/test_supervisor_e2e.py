@@ -33,7 +33,8 @@ from collections import Counter
 from confluent_kafka import Consumer as RdConsumer
 from confluent_kafka import TopicPartition as RdTopicPartition
 
-from tests.daemon.harness import SESSION_TIMEOUT_MS, Daemon, daemon_config, to_toml, wait_for
+from kdaemon.config import dump_toml
+from tests.daemon.harness import SESSION_TIMEOUT_MS, Daemon, daemon_config, wait_for
 from tests.support.produce import create_topic, produce
 
 PARTITIONS = 4
@@ -199,8 +200,8 @@ def test_reload_metrics_and_resize(broker, tmp_path):
                  "the first 'a' records in the sink", d.log_tail)
 
         # 1. Configurations that cannot be used: the running workers stay.
-        for broken, why in ((to_toml(config).replace("[daemon]", "[daemon\n", 1), "not valid TOML"),
-                            (to_toml({**config, "sink": {"type": "no-such-sink"}}), "no sink named 'no-such-sink'")):
+        for broken, why in ((dump_toml(config).replace("[daemon]", "[daemon\n", 1), "not valid TOML"),
+                            (dump_toml({**config, "sink": {"type": "no-such-sink"}}), "no sink named 'no-such-sink'")):
             mark = len(d.log())
             d.write_config(broken)
             d.signal(signal.SIGHUP)
