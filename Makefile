@@ -1,5 +1,7 @@
 # `make test` and `make demo` are the two commands: on a fresh machine (python3 >= 3.11, PyPI reachable) it builds
-# .venv, installs kdaemon in editable mode with its test and bench extras, and runs pytest.
+# .venv, installs kdaemon in editable mode with its test and bench extras, resolves Apache Kafka
+# (broker and the Java client) from Maven Central into ~/.cache/kdaemon, and runs pytest.
+# Java 17 (JDK) and Maven must be on PATH; .ci/run installs them from Debian's packages.
 # .venv is rebuilt when missing or broken, and reinstalled when pyproject.toml, setup.py or this
 # file is newer than its install stamp.  Pass pytest options with PYTEST_ARGS='-k fetch -x'.
 
@@ -14,7 +16,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.kdaemon-installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test demo
+.PHONY: venv test demo kafka
 
 venv: $(STAMP)
 
@@ -31,7 +33,13 @@ $(STAMP): pyproject.toml $(wildcard setup.py) Makefile
 		os.chmod(p, os.stat(p).st_mode | 0o111); print("tansu broker:", p)'
 	touch $@
 
-test: venv
+# Apache Kafka's jars (tests/support/maven/pom.xml) into the cache, before pytest starts a broker,
+# so resolution happens once, visibly, and fails with its reason (no java, no mvn, no Maven Central).
+kafka: venv
+	$(VPY) -c 'from tests.support.apache_kafka import kafka_jars, cache_dir; \
+		jars = kafka_jars(); print(f"apache kafka: {len(jars)} jars in {cache_dir()}")'
+
+test: venv kafka
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 # The main job on the embedded default: start the bundled broker, write a sample topic with
