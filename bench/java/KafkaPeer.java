@@ -1,0 +1,496 @@
+// The reference client beside kdaemon: Apache Kafka's own Java KafkaConsumer and KafkaProducer,
+// driven from the command line so tests and benchmarks can compare kdaemon with them field by field.
+//
+// Compiled by tests/support/java_peer.py with javac against the kafka-clients jar of the same Maven
+// resolution as the broker (tests/support/maven/pom.xml).  Everything it prints on stdout is one
+// JSON object per line; logs go to stderr.
+//
+//   consume  --bootstrap B (--assign t:p,... | --topics t,... | --pattern REGEX)
+//            [--group G] [--assignor range|roundrobin|sticky|cooperative-sticky] [--instance-id I]
+//            [--group-protocol classic|consumer] [--isolation read_committed|read_uncommitted]
+//            [--reset earliest|latest|none] [--until-end] [--max-records N] [--idle-ms MS]
+//            [--commit sync|none] [--print] [--set key=value ...]
+//     Prints {"event":"assigned"|"revoked"|"lost", "partitions":[[t,p],...]} from the rebalance
+//     listener, each record (with --print) as {"topic","partition","offset","timestamp",
+//     "timestamp_type","leader_epoch","key","value","headers"} (bytes as base64, null kept), and
+//     last {"event":"end","count","positions":[[t,p,offset],...],"committed":[[t,p,offset],...]}.
+//     --until-end (assign mode): stop once every position reached the end offset read at start
+//     (the last stable offset under read_committed).  SIGTERM stops polling, commits when asked,
+//     and closes (leaving the group).
+//   times    --bootstrap B --query t:p:timestamp,...  [--isolation ...]
+//     Prints {"topic","partition","timestamp","offset","leader_epoch","found_timestamp"} per query
+//     (offset null when nothing is at or after the timestamp), then beginning and end offsets.
+//   produce  --bootstrap B --topic T [--compression C] [--transactional-id ID] [--set k=v ...]
+//     Reads JSON lines on stdin: records {"partition","key","value","headers","timestamp"} (bytes as
+//     base64, null kept), and {"txn":"begin"|"commit"|"abort"}, {"flush":true}.  Prints one
+//     {"partition","offset"} per record in input order once it is acknowledged.
+//   bench    --bootstrap B --assign t:p,... --mode raw|json|filter --expected n0,n1,...
+//            [--header type --value V] [--set k=v ...]
+//     The benchmark workload of bench/consume.py: raw = value length, json = parse every value
+//     with Jackson and add up "id", filter = keep records whose header equals V, parse those.
+//     Steady-state timing as the Python clients: from the end of the first poll that returned
+//     records to the last expected record.  Prints one result object.
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.lang.management.ManagementFactory;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.time.Duration;
+import java.util.*;
+import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.regex.Pattern;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.WakeupException;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public final class KafkaPeer {
+    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final Base64.Encoder B64 = Base64.getEncoder();
+    private static final Base64.Decoder B64D = Base64.getDecoder();
+
+    public static void main(String[] argv) throws Exception {
+        if (argv.length == 0) throw new IllegalArgumentException("usage: KafkaPeer consume|times|produce|bench ...");
+        Map<String, List<String>> args = parse(Arrays.copyOfRange(argv, 1, argv.length));
+        switch (argv[0]) {
+            case "consume": consume(args); break;
+            case "times": times(args); break;
+            case "produce": produce(args); break;
+            case "bench": bench(args); break;
+            default: throw new IllegalArgumentException("unknown command " + argv[0]);
+        }
+    }
+
+    // --- arguments -----------------------------------------------------------------------------
+
+    private static Map<String, List<String>> parse(String[] argv) {
+        Map<String, List<String>> out = new HashMap<>();
+        for (int i = 0; i < argv.length; i++) {
+            String name = argv[i];
+            if (!name.startsWith("--")) throw new IllegalArgumentException("expected --option, got " + name);
+            boolean flag = i + 1 == argv.length || argv[i + 1].startsWith("--");
+            out.computeIfAbsent(name.substring(2), k -> new ArrayList<>()).add(flag ? "true" : argv[++i]);
+        }
+        return out;
+    }
+
+    private static String opt(Map<String, List<String>> a, String name, String dflt) {
+        List<String> v = a.get(name);
+        return v == null ? dflt : v.get(v.size() - 1);
+    }
+
+    private static String req(Map<String, List<String>> a, String name) {
+        String v = opt(a, name, null);
+        if (v == null) throw new IllegalArgumentException("--" + name + " is required");
+        return v;
+    }
+
+    private static void applySets(Map<String, List<String>> a, Properties p) {
+        for (String kv : a.getOrDefault("set", List.of())) {
+            int eq = kv.indexOf('=');
+            if (eq < 0) throw new IllegalArgumentException("--set takes key=value, got " + kv);
+            p.put(kv.substring(0, eq), kv.substring(eq + 1));
+        }
+    }
+
+    private static List<TopicPartition> partitions(String spec) {
+        List<TopicPartition> out = new ArrayList<>();
+        for (String tp : spec.split(",")) {
+            int colon = tp.lastIndexOf(':');
+            out.add(new TopicPartition(tp.substring(0, colon), Integer.parseInt(tp.substring(colon + 1))));
+        }
+        return out;
+    }
+
+    private static Properties consumerProps(Map<String, List<String>> a) {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, req(a, "bootstrap"));
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, opt(a, "reset", "earliest"));
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, opt(a, "isolation", "read_uncommitted"));
+        p.put(ConsumerConfig.CLIENT_ID_CONFIG, opt(a, "client-id", "java-peer"));
+        String group = opt(a, "group", null);
+        if (group != null) p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        String instance = opt(a, "instance-id", null);
+        if (instance != null) p.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, instance);
+        String protocol = opt(a, "group-protocol", "classic");
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
+        String assignor = opt(a, "assignor", null);
+        if (assignor != null) {
+            if (protocol.equals("consumer")) {
+                p.put(ConsumerConfig.GROUP_REMOTE_ASSIGNOR_CONFIG, assignor);
+            } else {
+                p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignorClass(assignor));
+            }
+        }
+        applySets(a, p);
+        return p;
+    }
+
+    private static String assignorClass(String name) {
+        switch (name) {
+            case "range": return RangeAssignor.class.getName();
+            case "roundrobin": return RoundRobinAssignor.class.getName();
+            case "sticky": return StickyAssignor.class.getName();
+            case "cooperative-sticky": return CooperativeStickyAssignor.class.getName();
+            default: throw new IllegalArgumentException("unknown assignor " + name);
+        }
+    }
+
+    // --- output --------------------------------------------------------------------------------
+
+    private static synchronized void emit(ObjectNode o) {
+        try {
+            System.out.println(JSON.writeValueAsString(o));
+            System.out.flush();
+        } catch (Exception e) {
+            throw new RuntimeException(e);
+        }
+    }
+
+    private static String b64(byte[] b) {
+        return b == null ? null : B64.encodeToString(b);
+    }
+
+    private static ArrayNode tpArray(Collection<TopicPartition> tps) {
+        ArrayNode arr = JSON.createArrayNode();
+        List<TopicPartition> sorted = new ArrayList<>(tps);
+        sorted.sort(Comparator.comparing(TopicPartition::topic).thenComparingInt(TopicPartition::partition));
+        for (TopicPartition tp : sorted) arr.addArray().add(tp.topic()).add(tp.partition());
+        return arr;
+    }
+
+    private static ArrayNode offsetArray(Map<TopicPartition, Long> offsets) {
+        ArrayNode arr = JSON.createArrayNode();
+        List<TopicPartition> keys = new ArrayList<>(offsets.keySet());
+        keys.sort(Comparator.comparing(TopicPartition::topic).thenComparingInt(TopicPartition::partition));
+        for (TopicPartition tp : keys) arr.addArray().add(tp.topic()).add(tp.partition()).add(offsets.get(tp));
+        return arr;
+    }
+
+    private static ObjectNode event(String name) {
+        ObjectNode o = JSON.createObjectNode();
+        o.put("event", name);
+        return o;
+    }
+
+    private static ObjectNode recordJson(ConsumerRecord<byte[], byte[]> r) {
+        ObjectNode o = JSON.createObjectNode();
+        o.put("topic", r.topic());
+        o.put("partition", r.partition());
+        o.put("offset", r.offset());
+        o.put("timestamp", r.timestamp());
+        o.put("timestamp_type", r.timestampType().name);
+        if (r.leaderEpoch().isPresent()) o.put("leader_epoch", r.leaderEpoch().get());
+        else o.putNull("leader_epoch");
+        o.put("key", b64(r.key()));
+        o.put("value", b64(r.value()));
+        ArrayNode hs = o.putArray("headers");
+        for (Header h : r.headers()) hs.addArray().add(h.key()).add(b64(h.value()));
+        return o;
+    }
+
+    // --- consume -------------------------------------------------------------------------------
+
+    private static void consume(Map<String, List<String>> a) throws Exception {
+        KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps(a));
+        AtomicBoolean stopping = new AtomicBoolean(false);
+        Thread main = Thread.currentThread();
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            stopping.set(true);
+            consumer.wakeup();
+            try { main.join(30_000); } catch (InterruptedException ignored) { }
+        }));
+        boolean print = a.containsKey("print");
+        boolean commit = opt(a, "commit", "none").equals("sync");
+        long maxRecords = Long.parseLong(opt(a, "max-records", "-1"));
+        long idleMs = Long.parseLong(opt(a, "idle-ms", "-1"));
+        ConsumerRebalanceListener listener = new ConsumerRebalanceListener() {
+            public void onPartitionsRevoked(Collection<TopicPartition> ps) {
+                if (commit && !ps.isEmpty()) consumer.commitSync();
+                emit(withPartitions(event("revoked"), ps));
+            }
+            public void onPartitionsAssigned(Collection<TopicPartition> ps) {
+                emit(withPartitions(event("assigned"), ps));
+            }
+            public void onPartitionsLost(Collection<TopicPartition> ps) {
+                emit(withPartitions(event("lost"), ps));
+            }
+        };
+        Map<TopicPartition, Long> end = null;
+        if (a.containsKey("assign")) {
+            List<TopicPartition> tps = partitions(req(a, "assign"));
+            consumer.assign(tps);
+            if (a.containsKey("until-end")) end = consumer.endOffsets(tps);
+        } else if (a.containsKey("pattern")) {
+            consumer.subscribe(Pattern.compile(req(a, "pattern")), listener);
+        } else {
+            consumer.subscribe(Arrays.asList(req(a, "topics").split(",")), listener);
+        }
+        long count = 0;
+        long lastRecord = System.nanoTime();
+        try {
+            while (!stopping.get()) {
+                if (end != null && reachedEnd(consumer, end)) break;
+                if (maxRecords >= 0 && count >= maxRecords) break;
+                if (idleMs >= 0 && (System.nanoTime() - lastRecord) / 1_000_000 > idleMs) break;
+                ConsumerRecords<byte[], byte[]> recs;
+                try {
+                    recs = consumer.poll(Duration.ofMillis(200));
+                } catch (WakeupException e) {
+                    break;
+                }
+                if (!recs.isEmpty()) lastRecord = System.nanoTime();
+                for (ConsumerRecord<byte[], byte[]> r : recs) {
+                    count++;
+                    if (print) emit(recordJson(r));
+                }
+                if (commit && !recs.isEmpty()) {
+                    consumer.commitSync();
+                    emit(withOffsets(event("committed"), committedOf(consumer, consumer.assignment())));
+                }
+            }
+            ObjectNode done = event("end");
+            done.put("count", count);
+            Map<TopicPartition, Long> positions = new HashMap<>();
+            for (TopicPartition tp : consumer.assignment()) positions.put(tp, consumer.position(tp));
+            done.set("positions", offsetArray(positions));
+            if (commit) consumer.commitSync();
+            if (consumerPropsHaveGroup(a)) done.set("committed", offsetArray(committedOf(consumer, consumer.assignment())));
+            emit(done);
+        } finally {
+            consumer.close(CloseOptions.timeout(Duration.ofSeconds(30)));
+        }
+    }
+
+    private static boolean consumerPropsHaveGroup(Map<String, List<String>> a) {
+        return a.containsKey("group");
+    }
+
+    private static Map<TopicPartition, Long> committedOf(KafkaConsumer<byte[], byte[]> c, Set<TopicPartition> tps) {
+        Map<TopicPartition, Long> out = new HashMap<>();
+        if (tps.isEmpty()) return out;
+        for (Map.Entry<TopicPartition, OffsetAndMetadata> e : c.committed(tps).entrySet()) {
+            out.put(e.getKey(), e.getValue() == null ? -1L : e.getValue().offset());
+        }
+        return out;
+    }
+
+    private static boolean reachedEnd(KafkaConsumer<byte[], byte[]> c, Map<TopicPartition, Long> end) {
+        for (Map.Entry<TopicPartition, Long> e : end.entrySet()) {
+            if (c.position(e.getKey()) < e.getValue()) return false;
+        }
+        return true;
+    }
+
+    private static ObjectNode withPartitions(ObjectNode o, Collection<TopicPartition> ps) {
+        o.set("partitions", tpArray(ps));
+        return o;
+    }
+
+    private static ObjectNode withOffsets(ObjectNode o, Map<TopicPartition, Long> offsets) {
+        o.set("offsets", offsetArray(offsets));
+        return o;
+    }
+
+    // --- times ---------------------------------------------------------------------------------
+
+    private static void times(Map<String, List<String>> a) {
+        Properties p = consumerProps(a);
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
+            Map<TopicPartition, Long> query = new LinkedHashMap<>();
+            List<String[]> order = new ArrayList<>();
+            for (String q : req(a, "query").split(",")) {
+                String[] parts = q.split(":");
+                TopicPartition tp = new TopicPartition(parts[0], Integer.parseInt(parts[1]));
+                order.add(parts);
+                Map<TopicPartition, Long> one = Map.of(tp, Long.parseLong(parts[2]));
+                // one call per query: the same partition may be asked for several timestamps
+                OffsetAndTimestamp found = consumer.offsetsForTimes(one, Duration.ofSeconds(30)).get(tp);
+                ObjectNode o = JSON.createObjectNode();
+                o.put("topic", tp.topic());
+                o.put("partition", tp.partition());
+                o.put("timestamp", Long.parseLong(parts[2]));
+                if (found == null) {
+                    o.putNull("offset");
+                    o.putNull("found_timestamp");
+                    o.putNull("leader_epoch");
+                } else {
+                    o.put("offset", found.offset());
+                    o.put("found_timestamp", found.timestamp());
+                    if (found.leaderEpoch().isPresent()) o.put("leader_epoch", found.leaderEpoch().get());
+                    else o.putNull("leader_epoch");
+                }
+                emit(o);
+                query.put(tp, 0L);
+            }
+            ObjectNode bounds = event("bounds");
+            bounds.set("beginning", offsetArray(consumer.beginningOffsets(query.keySet(), Duration.ofSeconds(30))));
+            bounds.set("end", offsetArray(consumer.endOffsets(query.keySet(), Duration.ofSeconds(30))));
+            emit(bounds);
+        }
+    }
+
+    // --- produce -------------------------------------------------------------------------------
+
+    private static void produce(Map<String, List<String>> a) throws Exception {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, req(a, "bootstrap"));
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, opt(a, "compression", "none"));
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        String txnId = opt(a, "transactional-id", null);
+        if (txnId != null) p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
+        applySets(a, p);
+        String topic = req(a, "topic");
+        List<Future<RecordMetadata>> pending = new ArrayList<>();
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            if (txnId != null) producer.initTransactions();
+            BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+            String line;
+            while ((line = in.readLine()) != null) {
+                if (line.isBlank()) continue;
+                JsonNode o = JSON.readTree(line);
+                if (o.has("txn")) {
+                    String what = o.get("txn").asText();
+                    if (what.equals("begin")) producer.beginTransaction();
+                    else if (what.equals("commit")) producer.commitTransaction();
+                    else if (what.equals("abort")) { producer.flush(); producer.abortTransaction(); }
+                    else throw new IllegalArgumentException("txn is begin, commit or abort, got " + what);
+                    continue;
+                }
+                if (o.has("flush")) {
+                    producer.flush();
+                    continue;
+                }
+                Integer partition = o.hasNonNull("partition") ? o.get("partition").asInt() : null;
+                Long ts = o.hasNonNull("timestamp") ? o.get("timestamp").asLong() : null;
+                RecordHeaders headers = new RecordHeaders();
+                if (o.has("headers")) {
+                    for (JsonNode h : o.get("headers")) {
+                        headers.add(h.get(0).asText(), h.get(1).isNull() ? null : B64D.decode(h.get(1).asText()));
+                    }
+                }
+                byte[] key = o.hasNonNull("key") ? B64D.decode(o.get("key").asText()) : null;
+                byte[] value = o.hasNonNull("value") ? B64D.decode(o.get("value").asText()) : null;
+                pending.add(producer.send(new ProducerRecord<>(topic, partition, ts, key, value, headers)));
+            }
+            producer.flush();
+            for (Future<RecordMetadata> f : pending) {
+                ObjectNode r = JSON.createObjectNode();
+                try {
+                    RecordMetadata md = f.get();
+                    r.put("partition", md.partition());
+                    r.put("offset", md.offset());
+                } catch (java.util.concurrent.ExecutionException e) {
+                    // A record of an aborted transaction fails with TransactionAbortedException.
+                    r.put("error", e.getCause().getClass().getSimpleName());
+                }
+                emit(r);
+            }
+        }
+    }
+
+    // --- bench ---------------------------------------------------------------------------------
+
+    private static void bench(Map<String, List<String>> a) throws Exception {
+        String mode = req(a, "mode");
+        String headerName = opt(a, "header", "type");
+        byte[] target = opt(a, "value", "order.shipped").getBytes(StandardCharsets.UTF_8);
+        List<TopicPartition> tps = partitions(req(a, "assign"));
+        String[] exp = req(a, "expected").split(",");
+        long[] remaining = new long[tps.size()];
+        long expectedTotal = 0;
+        for (int i = 0; i < exp.length; i++) { remaining[i] = Long.parseLong(exp[i]); expectedTotal += remaining[i]; }
+        Map<TopicPartition, Integer> index = new HashMap<>();
+        for (int i = 0; i < tps.size(); i++) index.put(tps.get(i), i);
+        Properties p = consumerProps(a);
+        var threads = ManagementFactory.getThreadMXBean();
+        var os = (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
+        long wallStart = System.nanoTime(), cpuStart = os.getProcessCpuTime();
+        long first = -1, steadyStart = 0, steadyCpu = 0, counted = 0, kept = 0, check = 0, firstRecords = 0;
+        long left = expectedTotal;
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            while (left > 0) {
+                ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(500));
+                if (recs.isEmpty()) continue;
+                int n = 0;
+                for (ConsumerRecord<byte[], byte[]> r : recs) {
+                    n++;
+                    if (mode.equals("raw")) {
+                        check += r.value().length;
+                        kept++;
+                    } else if (mode.equals("json")) {
+                        check += JSON.readTree(r.value()).get("id").asLong();
+                        kept++;
+                    } else {
+                        Header h = r.headers().lastHeader(headerName);
+                        if (h != null && Arrays.equals(h.value(), target)) {
+                            check += JSON.readTree(r.value()).get("id").asLong();
+                            kept++;
+                        }
+                    }
+                }
+                for (TopicPartition tp : recs.partitions()) {
+                    int c = recs.records(tp).size();
+                    remaining[index.get(tp)] -= c;
+                    left -= c;
+                }
+                if (first < 0) {
+                    first = System.nanoTime() - wallStart;
+                    steadyStart = System.nanoTime();
+                    steadyCpu = os.getProcessCpuTime();
+                    firstRecords = n;
+                } else {
+                    counted += n;
+                }
+            }
+        }
+        long steadyNs = System.nanoTime() - steadyStart;
+        long cpuNs = os.getProcessCpuTime() - steadyCpu;
+        ObjectNode out = JSON.createObjectNode();
+        out.put("mode", mode);
+        out.put("records", expectedTotal);
+        out.put("steady_records", counted);
+        out.put("first_poll_records", firstRecords);
+        out.put("kept", kept);
+        out.put("check", check);
+        out.put("steady_seconds", steadyNs / 1e9);
+        out.put("steady_cpu_seconds", cpuNs / 1e9);
+        out.put("total_seconds", (System.nanoTime() - wallStart) / 1e9);
+        out.put("total_cpu_seconds", (os.getProcessCpuTime() - cpuStart) / 1e9);
+        out.put("first_records_seconds", first / 1e9);
+        out.put("peak_rss_mb", peakRssMb());
+        emit(out);
+    }
+
+    private static double peakRssMb() {
+        try {
+            for (String line : Files.readAllLines(Paths.get("/proc/self/status"))) {
+                if (line.startsWith("VmHWM:")) {
+                    return Long.parseLong(line.replaceAll("[^0-9]", "")) / 1024.0;
+                }
+            }
+        } catch (Exception ignored) {
+            // not Linux: no peak RSS figure
+        }
+        return -1;
+    }
+}
