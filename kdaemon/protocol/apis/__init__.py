@@ -12,13 +12,14 @@ from .list_offsets import LIST_OFFSETS
 from .metadata import METADATA
 from .offset_commit import OFFSET_COMMIT
 from .offset_fetch import OFFSET_FETCH
+from .offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from .sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from .sync_group import SYNC_GROUP
 
 ALL_APIS: tuple[Api, ...] = (
     FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP,
     HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE,
-    CONSUMER_GROUP_HEARTBEAT,
+    CONSUMER_GROUP_HEARTBEAT, OFFSET_FOR_LEADER_EPOCH,
 )
 
 API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}
