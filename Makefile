@@ -1,7 +1,8 @@
 # `make test` and `make demo` are the two commands: on a fresh machine (python3 >= 3.11, PyPI reachable) it builds
 # .venv, installs kdaemon in editable mode with its test and bench extras, resolves Apache Kafka
 # (broker and the Java client) from Maven Central into ~/.cache/kdaemon, and runs pytest.
-# Java 17 (JDK) and Maven must be on PATH; .ci/run installs them from Debian's packages.
+# System packages (JDK 17, Maven, openssl, systemd-analyze) come from Debian's packages when
+# missing (.ci/system-deps).
 # .venv is rebuilt when missing or broken, and reinstalled when pyproject.toml, setup.py or this
 # file is newer than its install stamp.  Pass pytest options with PYTEST_ARGS='-k fetch -x'.
 
@@ -16,9 +17,12 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.kdaemon-installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test demo kafka
+.PHONY: venv test demo kafka system-deps
 
 venv: $(STAMP)
+
+system-deps:
+	bash .ci/system-deps
 
 $(STAMP): pyproject.toml $(wildcard setup.py) Makefile
 	@if ! $(VPY) -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then \
@@ -35,7 +39,7 @@ $(STAMP): pyproject.toml $(wildcard setup.py) Makefile
 
 # Apache Kafka's jars (tests/support/maven/pom.xml) into the cache, before pytest starts a broker,
 # so resolution happens once, visibly, and fails with its reason (no java, no mvn, no Maven Central).
-kafka: venv
+kafka: venv system-deps
 	$(VPY) -c 'from tests.support.apache_kafka import kafka_jars, cache_dir; \
 		jars = kafka_jars(); print(f"apache kafka: {len(jars)} jars in {cache_dir()}")'
 
@@ -47,5 +51,5 @@ test: venv kafka
 # stop when everything is committed, and print where the output is and how to read it.
 # DEMO_ARGS='--sink jsonl' uses the JSON-lines sink instead; '--follow' keeps it running.
 DEMO_ARGS ?= --sink spark
-demo: venv
+demo: venv system-deps
 	$(VENV)/bin/kdaemon demo $(DEMO_ARGS)
