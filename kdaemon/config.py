@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from .client.config import ConsumerConfig
+from .protocol.header_match import DEFAULTS as FILTER_DEFAULTS, rule_problems
 
 DEFAULT_PLUGINS = ("header_rules", "ttl", "json")
 ERROR_POLICIES_DESERIALIZE = ("dlq", "skip", "stop")
 ERROR_POLICIES_SINK = ("retry", "dlq", "stop")
-FILTER_OPS = ("equals", "in", "prefix", "regex", "exists", "missing")
 _SECRETS = ("sasl_password", "ssl_password")
 _CONSUMER_FIELDS = {f.name for f in dataclasses.fields(ConsumerConfig)}
 # Consumer options the daemon owns: configuring them would break delivery guarantees.
@@ -265,7 +265,7 @@ def _daemon_section(section: Any, problem) -> DaemonSection:
         values[key] = value
     d = DaemonSection(**values)
     choices = {"assignment": ("group", "static"), "on_deserialize_error": ERROR_POLICIES_DESERIALIZE,
-               "on_sink_error": ERROR_POLICIES_SINK, "filter_default": ("keep", "drop", "auto"),
+               "on_sink_error": ERROR_POLICIES_SINK, "filter_default": FILTER_DEFAULTS,
                "log_level": ("DEBUG", "INFO", "WARNING", "ERROR")}
     for key, allowed in choices.items():
         if getattr(d, key) not in allowed:
@@ -297,10 +297,9 @@ def _filters(entries: Any, problem) -> tuple[FilterConfig, ...]:
         if not isinstance(e, dict):
             problem(where, "must be a table")
             continue
-        unknown = set(e) - {"header", "op", "values", "value", "action", "plugin", "settings"}
-        for k in sorted(unknown):
-            problem(f"{where}.{k}", "unknown key")
         if "plugin" in e:
+            for k in sorted(set(e) - {"plugin", "settings"}):
+                problem(f"{where}.{k}", "unknown key beside plugin (plugin, settings)")
             if not isinstance(e["plugin"], str):
                 problem(f"{where}.plugin", "must be a string")
                 continue
@@ -310,28 +309,14 @@ def _filters(entries: Any, problem) -> tuple[FilterConfig, ...]:
                 settings = {}
             out.append(FilterConfig(plugin=e["plugin"], settings=settings))
             continue
-        header, op = e.get("header"), e.get("op", "equals")
-        if not isinstance(header, str) or not header:
-            problem(f"{where}.header", "required: the header key to test (or give plugin = ...)")
-        if op not in FILTER_OPS:
-            problem(f"{where}.op", f"{op!r} is not one of {', '.join(FILTER_OPS)}")
+        rule = {k: v for k, v in e.items() if k not in ("plugin", "settings")}
+        problems = rule_problems(rule)
+        for field_name, text in problems:
+            problem(f"{where}.{field_name}", text)
+        if problems:
+            continue
+        header, op, action = e["header"], e.get("op", "equals"), e.get("action", "keep")
         values = e.get("values", [e["value"]] if "value" in e else [])
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            problem(f"{where}.values", "must be a list of strings")
-            values = []
-        if op in ("equals", "prefix", "regex") and len(values) != 1:
-            problem(f"{where}.value", f"op {op!r} takes exactly one value")
-        if op == "in" and not values:
-            problem(f"{where}.values", "op 'in' needs at least one value")
-        if op == "regex" and len(values) == 1:
-            import re
-            try:
-                re.compile(values[0])
-            except re.error as exc:
-                problem(f"{where}.value", f"not a valid regular expression: {exc}")
-        action = e.get("action", "keep")
-        if action not in ("keep", "drop"):
-            problem(f"{where}.action", "must be keep or drop")
         out.append(FilterConfig(header=header, op=op, values=tuple(values), action=action))
     return tuple(out)
 

@@ -9,6 +9,12 @@ bytes: a rule given ``str`` values compares their UTF-8 encoding.
 ``native_rules``, a plain-data form the optional C decoder evaluates without calling back into
 Python, so a dropped record never becomes a Python object at all.  Regex rules have no native
 form; a rule list containing one is always evaluated in Python.
+
+This module is also the one vocabulary of a rule written as data (a ``[[filters]]`` entry of
+the daemon's configuration, a ``[[rules]]`` entry of the header_rules plugin's file): the ops,
+the keys of a rule table, what each op takes (``rule_problems``), the table → rule conversion
+(``rule_from_table``) and the "auto" default (``resolve_default``).  Every caller uses these,
+so an op added here is accepted, checked and documented the same way everywhere.
 """
 
 from __future__ import annotations
@@ -18,6 +24,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 Op = Literal["equals", "in", "prefix", "regex", "exists", "missing"]
+OPS: tuple[str, ...] = ("equals", "in", "prefix", "regex", "exists", "missing")
+ONE_VALUE_OPS = ("equals", "prefix", "regex")
+ACTIONS = ("keep", "drop")
+DEFAULTS = ("keep", "drop", "auto")
+RULE_KEYS = ("header", "op", "values", "value", "action")
 _NATIVE_KIND = {"equals": 0, "in": 0, "exists": 1, "missing": 2, "prefix": 3}
 _SMALL_SET = 16
 
@@ -34,15 +45,11 @@ class HeaderRule:
     keep: bool = True
 
     def __post_init__(self) -> None:
-        if self.op not in ("equals", "in", "prefix", "regex", "exists", "missing"):
-            raise ValueError(f"unknown header rule op {self.op!r}")
-        if self.op in ("equals", "prefix", "regex") and len(self.values) != 1:
-            raise ValueError(f"header rule {self.op!r} on {self.key!r} takes exactly one value")
-        if self.op == "in" and not self.values:
-            raise ValueError(f"header rule 'in' on {self.key!r} needs at least one value")
+        for _field, text in _op_problems(self.op, self.values, check_pattern=False):
+            raise ValueError(f"header rule on {self.key!r}: {text}")
         object.__setattr__(self, "values", tuple(_as_bytes(v) for v in self.values))
         if self.op == "regex":
-            re.compile(self.values[0])  # fail at configuration time, not per record
+            re.compile(self.values[0])  # re.error at configuration time, not per record
 
     def matches(self, value_present: bool, value: bytes | None) -> bool:
         op = self.op
@@ -103,3 +110,68 @@ class HeaderRules:
 
     def __repr__(self) -> str:
         return f"HeaderRules({list(self.rules)!r}, default={self.default})"
+
+
+# --- rules written as data ---------------------------------------------------------------------
+
+def _op_problems(op: object, values: tuple | list, *, check_pattern: bool = True) -> list[tuple[str, str]]:
+    """What is wrong with ``op`` and its values, as (field, text) pairs; empty when nothing is."""
+    if op not in OPS:
+        return [("op", f"{op!r} is not one of {', '.join(OPS)}")]
+    if op in ONE_VALUE_OPS and len(values) != 1:
+        return [("value", f"op {op!r} takes exactly one value")]
+    if op == "in" and not values:
+        return [("values", "op 'in' needs at least one value")]
+    if op == "regex" and check_pattern:
+        try:
+            re.compile(_as_bytes(values[0]))   # fail at configuration time, not per record
+        except re.error as exc:
+            return [("value", f"not a valid regular expression: {exc}")]
+    return []
+
+
+def rule_problems(table: dict) -> list[tuple[str, str]]:
+    """Every problem of one rule table (``header``, ``op``, ``value``/``values``, ``action``),
+    as (field, text) pairs naming the key at fault; empty when the table is a valid rule."""
+    out = [(k, f"unknown key (known: {', '.join(RULE_KEYS)})") for k in sorted(set(table) - set(RULE_KEYS))]
+    header = table.get("header")
+    if not isinstance(header, str) or not header:
+        out.append(("header", "required: the header key to test"))
+    if "value" in table and "values" in table:
+        out.append(("values", "give value or values, not both"))
+    values = _table_values(table)
+    if values is None:
+        out.append(("values", "must be a list of strings"))
+        values = []
+    out += _op_problems(table.get("op", "equals"), values)
+    action = table.get("action", "keep")
+    if action not in ACTIONS:
+        out.append(("action", f"must be \"keep\" or \"drop\", not {action!r}"))
+    return out
+
+
+def _table_values(table: dict) -> list[str] | None:
+    values = table.get("values", [table["value"]] if "value" in table else [])
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        return None
+    return values
+
+
+def rule_from_table(table: dict) -> HeaderRule:
+    """A ``HeaderRule`` from a rule table; ValueError("field: text; ...") when it is not valid."""
+    problems = rule_problems(table)
+    if problems:
+        raise ValueError("; ".join(f"{field}: {text}" for field, text in problems))
+    return HeaderRule(table["header"], table.get("op", "equals"), tuple(_table_values(table)),
+                      keep=table.get("action", "keep") == "keep")
+
+
+def resolve_default(setting: str, rules: list[HeaderRule] | tuple[HeaderRule, ...]) -> bool:
+    """What a record no rule matches gets: ``keep``, ``drop``, or ``auto`` — the opposite of the
+    last rule's action, so a list of keep rules is an allowlist and a list of drop rules a
+    blocklist (no rules at all: keep)."""
+    if setting not in DEFAULTS:
+        raise ValueError(f"the default is one of {', '.join(DEFAULTS)}, not {setting!r}")
+    if setting == "auto":
+        return not rules[-1].keep if rules else True
+    return setting == "keep"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config import ConfigError, DaemonConfig, FilterConfig
-from ..protocol.header_match import HeaderRule, HeaderRules
+from ..protocol.header_match import HeaderRule, HeaderRules, resolve_default
 
 
 @dataclass
@@ -50,15 +50,7 @@ class FilterChain:
 
 def _rule_group(rules: list[FilterConfig], default_setting: str) -> HeaderRules:
     compiled = [HeaderRule(r.header, r.op, tuple(r.values), keep=r.action == "keep") for r in rules]
-    if default_setting == "keep":
-        default = True
-    elif default_setting == "drop":
-        default = False
-    else:
-        # "auto": a list of keep rules is an allowlist, a list of drop rules a blocklist; in
-        # general the default is the opposite of the last rule's action.
-        default = not compiled[-1].keep
-    return HeaderRules(compiled, default=default)
+    return HeaderRules(compiled, default=resolve_default(default_setting, compiled))
 
 
 def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False) -> PipelineParts:

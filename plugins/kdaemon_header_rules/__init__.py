@@ -9,7 +9,7 @@ names the file::
 
 and the file holds the same rules as inline ``[[filters]]`` entries, plus an optional default::
 
-    default = "drop"            # "keep" | "drop"; absent: the opposite of the last rule's action
+    default = "drop"            # keep | drop | auto (the default: the opposite of the last rule's action)
     [[rules]]
     header = "tenant"
     op = "in"                   # equals | in | prefix | regex | exists | missing
@@ -23,14 +23,10 @@ is relative to the daemon's working directory, so prefer an absolute one.
 
 from __future__ import annotations
 
-import re
 import tomllib
 
 from kdaemon.plugins import hookimpl
-from kdaemon.protocol.header_match import HeaderRule, HeaderRules
-
-OPS = ("equals", "in", "prefix", "regex", "exists", "missing")
-_RULE_KEYS = {"header", "op", "values", "value", "action"}
+from kdaemon.protocol.header_match import DEFAULTS, HeaderRules, resolve_default, rule_from_table, rule_problems
 
 
 def load_rules(path: str) -> HeaderRules:
@@ -51,46 +47,15 @@ def load_rules(path: str) -> HeaderRules:
     entries = doc.get("rules", [])
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise ValueError(f"{path}: rules must be an array of tables ([[rules]])")
-    rules = [_rule(path, i, e) for i, e in enumerate(entries)]
-
-    default = doc.get("default")
-    if default is None:
-        # Same as the daemon's filter_default = "auto": keep rules form an allowlist, drop
-        # rules a blocklist.  No rules at all keeps everything.
-        keep_by_default = not rules[-1].keep if rules else True
-    elif default in ("keep", "drop"):
-        keep_by_default = default == "keep"
-    else:
-        raise ValueError(f"{path}: default must be \"keep\" or \"drop\", not {default!r}")
-    return HeaderRules(rules, default=keep_by_default)
-
-
-def _rule(path: str, i: int, e: dict) -> HeaderRule:
-    where = f"{path}: rules[{i}]"
-    unknown = sorted(set(e) - _RULE_KEYS)
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)} "
-                         f"(known: {', '.join(sorted(_RULE_KEYS))})")
-    header = e.get("header")
-    if not isinstance(header, str) or not header:
-        raise ValueError(f"{where}.header: required, the header key to test")
-    op = e.get("op", "equals")
-    if op not in OPS:
-        raise ValueError(f"{where}.op: {op!r} is not one of {', '.join(OPS)}")
-    if "value" in e and "values" in e:
-        raise ValueError(f"{where}: give value or values, not both")
-    values = e.get("values", [e["value"]] if "value" in e else [])
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise ValueError(f"{where}.values: must be a list of strings")
-    action = e.get("action", "keep")
-    if action not in ("keep", "drop"):
-        raise ValueError(f"{where}.action: must be \"keep\" or \"drop\", not {action!r}")
-    try:
-        return HeaderRule(header, op, tuple(values), keep=action == "keep")
-    except re.error as exc:
-        raise ValueError(f"{where}.values: not a valid regular expression: {exc}") from None
-    except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+    problems = [f"{path}: rules[{i}].{field}: {text}"
+                for i, e in enumerate(entries) for field, text in rule_problems(e)]
+    if problems:
+        raise ValueError("; ".join(problems))
+    rules = [rule_from_table(e) for e in entries]
+    default = doc.get("default", "auto")
+    if default not in DEFAULTS:
+        raise ValueError(f"{path}: default must be one of {', '.join(DEFAULTS)}, not {default!r}")
+    return HeaderRules(rules, default=resolve_default(default, rules))
 
 
 def rules_file(settings: dict) -> HeaderRules:

@@ -70,16 +70,16 @@ def test_rules_file_with_a_regex_is_evaluated_in_python(tmp_path):
     ("[[rules]\n", "is not valid TOML"),
     ('rule = 1\n', r"unknown key\(s\) rule"),
     ('rules = "x"\n', "rules must be an array of tables"),
-    ('default = "maybe"\n', 'default must be "keep" or "drop"'),
+    ('default = "maybe"\n', "default must be one of keep, drop, auto, not 'maybe'"),
     ('[[rules]]\nop = "exists"\n', r"rules\[0\]\.header: required"),
     ('[[rules]]\nheader = "h"\nop = "like"\nvalues = ["a"]\n', r"rules\[0\]\.op: 'like' is not one of"),
-    ('[[rules]]\nheader = "h"\nvalues = ["a", "b"]\n', r"rules\[0\]: header rule 'equals' on 'h' takes exactly one value"),
+    ('[[rules]]\nheader = "h"\nvalues = ["a", "b"]\n', r"rules\[0\]\.value: op 'equals' takes exactly one value"),
     ('[[rules]]\nheader = "h"\nop = "in"\n', r"needs at least one value"),
     ('[[rules]]\nheader = "h"\nvalues = [1]\n', r"values: must be a list of strings"),
     ('[[rules]]\nheader = "h"\nvalue = "a"\naction = "skip"\n', r"action: must be"),
     ('[[rules]]\nheader = "h"\nvalue = "a"\nvalues = ["b"]\n', "value or values, not both"),
     ('[[rules]]\nheader = "h"\nop = "regex"\nvalue = "(" \n', "not a valid regular expression"),
-    ('[[rules]]\nheader = "h"\nvalue = "a"\ncolour = "red"\n', r"rules\[0\]: unknown key\(s\) colour"),
+    ('[[rules]]\nheader = "h"\nvalue = "a"\ncolour = "red"\n', r"rules\[0\]\.colour: unknown key \(known: header, op, values, value, action\)"),
 ])
 def test_rules_file_problems_are_value_errors_naming_the_file(tmp_path, text, message):
     with pytest.raises(ValueError, match=message) as info:

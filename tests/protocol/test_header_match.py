@@ -240,3 +240,46 @@ def test_values_are_stored_as_bytes():
 def test_repr_names_rules_and_default():
     text = repr(HeaderRules([R("k", "exists")], default=False))
     assert "exists" in text and "default=False" in text
+
+
+# --- one vocabulary: the daemon's [[filters]] and the header_rules plugin's [[rules]] ----------
+
+BAD_TABLES = [
+    ({"header": "h", "op": "like", "value": "a"}, "op", "'like' is not one of equals, in, prefix, regex, exists, missing"),
+    ({"header": "h", "values": ["a", "b"]}, "value", "op 'equals' takes exactly one value"),
+    ({"header": "h", "op": "in"}, "values", "op 'in' needs at least one value"),
+    ({"header": "h", "op": "regex", "value": "("}, "value", "not a valid regular expression"),
+    ({"header": "h", "value": "a", "action": "skip"}, "action", "must be \"keep\" or \"drop\""),
+    ({"op": "exists"}, "header", "required"),
+    ({"header": "h", "values": [1]}, "values", "must be a list of strings"),
+]
+
+
+@pytest.mark.parametrize("table, field, text", BAD_TABLES)
+def test_config_and_rules_file_reject_a_rule_in_the_same_words(tmp_path, table, field, text):
+    from kdaemon.config import ConfigError, parse
+    from kdaemon.protocol.header_match import rule_problems
+    from kdaemon_header_rules import load_rules
+    from kdaemon.config import dump_toml
+
+    assert any(f == field and text in t for f, t in rule_problems(table)), rule_problems(table)
+    with pytest.raises(ConfigError) as config_error:
+        parse({"kafka": {"bootstrap_servers": "x:1"}, "daemon": {"topics": ["t"]},
+               "filters": [table], "sink": {"type": "null"}})
+    rules_path = tmp_path / "rules.toml"
+    rules_path.write_text(dump_toml({"rules": [table]}))
+    with pytest.raises(ValueError) as file_error:
+        load_rules(str(rules_path))
+    assert f"filters[0].{field}: {text}" in str(config_error.value)
+    assert f"rules[0].{field}: {text}" in str(file_error.value)
+
+
+def test_auto_default_is_the_opposite_of_the_last_rule():
+    from kdaemon.protocol.header_match import resolve_default
+    keep, drop = R("k", "exists"), R("k", "exists", keep=False)
+    assert resolve_default("auto", [keep]) is False          # keep rules: an allowlist
+    assert resolve_default("auto", [keep, drop]) is True     # ending with drop: a blocklist
+    assert resolve_default("auto", []) is True
+    assert resolve_default("keep", [keep]) is True and resolve_default("drop", [drop]) is False
+    with pytest.raises(ValueError, match="one of keep, drop, auto"):
+        resolve_default("sometimes", [keep])
