@@ -74,7 +74,7 @@ class _Request:
 
 class BrokerConnection:
     def __init__(self, node_id: int, host: str, port: int, config: ConsumerConfig,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, observers: list | None = None) -> None:
         self.node_id = node_id
         self.host = host
         self.port = port
@@ -82,6 +82,7 @@ class BrokerConnection:
         self.state = DISCONNECTED
         self.sock: socket.socket | None = None
         self._ssl_context = ssl_context
+        self._observers = observers if observers is not None else []   # see NetworkClient.observers
         # Not strict: real brokers sometimes pad responses (librdkafka's mock cluster adds a byte
         # to Metadata); what we read is complete, the rest is logged and ignored.
         self._proto = KafkaConnection(client_id=config.client_id, max_frame_size=config.max_frame_bytes,
@@ -243,6 +244,7 @@ class BrokerConnection:
     def _write_internal(self, api: Api, version: int, body: dict, now: float) -> None:
         req = _Request(api, body, Future(), now + self.config.request_timeout_ms / 1000, None, None, True)
         self._out += self._proto.send(api, version, body, context=req)
+        self._observe(api, version, body, False)
         self._in_flight.append(req)
 
     def _on_api_versions(self, body: dict, version: int, now: float) -> None:
@@ -359,6 +361,7 @@ class BrokerConnection:
                 req.future.failure(exc)
                 continue
             self._out += data
+            self._observe(req.api, version, req.body, False)
             self._in_flight.append(req)
             self.last_activity = now
 
@@ -417,6 +420,7 @@ class BrokerConnection:
                 self._connect_failed(now, f"protocol error: {exc}")
                 return completed
             for resp in responses:
+                self._observe(resp.api, resp.version, resp.body, True)
                 req = self._in_flight.popleft()
                 assert req is resp.context
                 if resp.trailing:
@@ -433,6 +437,10 @@ class BrokerConnection:
         if self.state == READY and self._pending:
             self._flush_pending(now)
         return completed
+
+    def _observe(self, api: Api, version: int, body: dict, response: bool) -> None:
+        for observer in self._observers:
+            observer(self.node_id, api, version, body, response)
 
     def _on_internal(self, resp, now: float) -> None:
         key = resp.api.key

@@ -62,6 +62,13 @@ class NetworkClient:
         # Bumped whenever something happened that may let a waiting caller make progress: a
         # response arrived or a connection became ready.  Callers wait on it instead of sleeping.
         self.progress = 0
+        # Observers of the wire, for tests and tools: each is called as
+        # ``observer(node_id, api, version, body, response)`` for every request written to a
+        # broker (``response`` False) and every response read (True), connection set-up
+        # (ApiVersions, SASL) included, under the client's lock.  It shows what the client really
+        # speaks, e.g. that no version Kafka 4 removed (KIP-896) ever goes out.  An observer must
+        # not raise and must not change ``body``.
+        self.observers: list[Callable[[int, Api, int, dict, bool], None]] = []
 
     # -- nodes ----------------------------------------------------------------------------------
 
@@ -111,7 +118,8 @@ class NetworkClient:
         conn = self._conns.get(node_id)
         if conn is None:
             host, port = self._nodes[node_id]
-            conn = BrokerConnection(node_id, host, port, self.config, self._ssl_context)
+            conn = BrokerConnection(node_id, host, port, self.config, self._ssl_context,
+                                    observers=self.observers)
             self._conns[node_id] = conn
         return conn
 
