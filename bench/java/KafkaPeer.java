@@ -9,27 +9,37 @@
 //            [--group G] [--assignor range|roundrobin|sticky|cooperative-sticky] [--instance-id I]
 //            [--group-protocol classic|consumer] [--isolation read_committed|read_uncommitted]
 //            [--reset earliest|latest|none] [--until-end] [--max-records N] [--idle-ms MS]
-//            [--commit sync|none] [--print] [--set key=value ...]
+//            [--commit sync|none] [--print] [--commands] [--set key=value ...]
 //     Prints {"event":"assigned"|"revoked"|"lost", "partitions":[[t,p],...]} from the rebalance
 //     listener, each record (with --print) as {"topic","partition","offset","timestamp",
 //     "timestamp_type","leader_epoch","key","value","headers"} (bytes as base64, null kept), and
 //     last {"event":"end","count","positions":[[t,p,offset],...],"committed":[[t,p,offset],...]}.
 //     --until-end (assign mode): stop once every position reached the end offset read at start
 //     (the last stable offset under read_committed).  SIGTERM stops polling, commits when asked,
-//     and closes (leaving the group).
+//     and closes (leaving the group).  --commands: JSON lines on stdin, run between polls on the
+//     consumer's thread: {"op":"committed","partitions":[[t,p],...]} prints {"event":"read",
+//     "offsets":[[t,p,offset,metadata],...]} (offset -1 and metadata null when none), and
+//     {"op":"commit","offsets":[[t,p,offset,metadata],...]} commits them (commitSync) and prints
+//     {"event":"commit_done"}.
 //   times    --bootstrap B --query t:p:timestamp,...  [--isolation ...]
 //     Prints {"topic","partition","timestamp","offset","leader_epoch","found_timestamp"} per query
 //     (offset null when nothing is at or after the timestamp), then beginning and end offsets.
 //   produce  --bootstrap B --topic T [--compression C] [--transactional-id ID] [--set k=v ...]
 //     Reads JSON lines on stdin: records {"partition","key","value","headers","timestamp"} (bytes as
-//     base64, null kept), and {"txn":"begin"|"commit"|"abort"}, {"flush":true}.  Prints one
-//     {"partition","offset"} per record in input order once it is acknowledged.
+//     base64, null kept), and {"txn":"begin"|"commit"|"abort"}, {"flush":true}, and
+//     {"compression":C} (non-transactional only: close the producer, go on with a new one using
+//     codec C, so one run writes batches of every codec).  Prints one {"partition","offset"} per
+//     record in input order once it is acknowledged.
 //   bench    --bootstrap B --assign t:p,... --mode raw|json|filter --expected n0,n1,...
-//            [--header type --value V] [--set k=v ...]
+//            [--header type --value V] [--max-seconds S] [--samples] [--set k=v ...]
 //     The benchmark workload of bench/consume.py: raw = value length, json = parse every value
 //     with Jackson and add up "id", filter = keep records whose header equals V, parse those.
-//     Steady-state timing as the Python clients: from the end of the first poll that returned
-//     records to the last expected record.  Prints one result object.
+//     Assigned from offset 0; stops when every partition has had its expected count of records
+//     (more is an error), or after S seconds ("capped").  Steady-state timing as the Python
+//     clients: from the end of the first poll that returned records to the last expected record.
+//     Prints one result object with bench/consume.py's field names (records_per_s, steady_cpu_s,
+//     first_record_s, rss_peak_mb, ...) and the JVM's own costs (construct_s, jit_compile_s,
+//     gc_s); --samples adds [t, records, cpu_s, run-queue wait_s] after every poll (bench/daemon.py).
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -242,8 +252,22 @@ public final class KafkaPeer {
         }
         long count = 0;
         long lastRecord = System.nanoTime();
+        java.util.concurrent.BlockingQueue<String> commands = new java.util.concurrent.LinkedBlockingQueue<>();
+        if (a.containsKey("commands")) {
+            Thread reader = new Thread(() -> {
+                try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+                    String line;
+                    while ((line = in.readLine()) != null) if (!line.isBlank()) commands.add(line);
+                } catch (Exception ignored) {
+                    // stdin closed with the process
+                }
+            });
+            reader.setDaemon(true);
+            reader.start();
+        }
         try {
             while (!stopping.get()) {
+                for (String line; (line = commands.poll()) != null; ) runCommand(consumer, JSON.readTree(line));
                 if (end != null && reachedEnd(consumer, end)) break;
                 if (maxRecords >= 0 && count >= maxRecords) break;
                 if (idleMs >= 0 && (System.nanoTime() - lastRecord) / 1_000_000 > idleMs) break;
@@ -273,6 +297,36 @@ public final class KafkaPeer {
             emit(done);
         } finally {
             consumer.close(CloseOptions.timeout(Duration.ofSeconds(30)));
+        }
+    }
+
+    // A --commands line, on the consumer's own thread (KafkaConsumer is single-threaded).
+    private static void runCommand(KafkaConsumer<byte[], byte[]> consumer, JsonNode cmd) {
+        String op = cmd.get("op").asText();
+        if (op.equals("committed")) {
+            Set<TopicPartition> tps = new HashSet<>();
+            for (JsonNode tp : cmd.get("partitions")) tps.add(new TopicPartition(tp.get(0).asText(), tp.get(1).asInt()));
+            Map<TopicPartition, OffsetAndMetadata> found = consumer.committed(tps, Duration.ofSeconds(30));
+            List<TopicPartition> sorted = new ArrayList<>(tps);
+            sorted.sort(Comparator.comparing(TopicPartition::topic).thenComparingInt(TopicPartition::partition));
+            ObjectNode o = event("read");
+            ArrayNode arr = o.putArray("offsets");
+            for (TopicPartition tp : sorted) {
+                OffsetAndMetadata om = found.get(tp);
+                ArrayNode row = arr.addArray().add(tp.topic()).add(tp.partition()).add(om == null ? -1L : om.offset());
+                if (om == null) row.addNull(); else row.add(om.metadata());
+            }
+            emit(o);
+        } else if (op.equals("commit")) {
+            Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+            for (JsonNode r : cmd.get("offsets")) {
+                offsets.put(new TopicPartition(r.get(0).asText(), r.get(1).asInt()),
+                            new OffsetAndMetadata(r.get(2).asLong(), r.get(3).isNull() ? "" : r.get(3).asText()));
+            }
+            consumer.commitSync(offsets);
+            emit(event("commit_done"));
+        } else {
+            throw new IllegalArgumentException("unknown command " + op);
         }
     }
 
@@ -359,7 +413,8 @@ public final class KafkaPeer {
         applySets(a, p);
         String topic = req(a, "topic");
         List<Future<RecordMetadata>> pending = new ArrayList<>();
-        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+        KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p);
+        try {
             if (txnId != null) producer.initTransactions();
             BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
             String line;
@@ -376,6 +431,13 @@ public final class KafkaPeer {
                 }
                 if (o.has("flush")) {
                     producer.flush();
+                    continue;
+                }
+                if (o.has("compression")) {
+                    if (txnId != null) throw new IllegalArgumentException("a codec switch needs a non-transactional producer");
+                    producer.close();  // sends and acknowledges everything queued: the futures complete
+                    p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, o.get("compression").asText());
+                    producer = new KafkaProducer<>(p);
                     continue;
                 }
                 Integer partition = o.hasNonNull("partition") ? o.get("partition").asInt() : null;
@@ -403,41 +465,66 @@ public final class KafkaPeer {
                 }
                 emit(r);
             }
+        } finally {
+            producer.close();
         }
     }
 
     // --- bench ---------------------------------------------------------------------------------
 
+    // The timing matches bench/consume.py's Tally: the clock starts after the consumer is built,
+    // assigned and positioned (just before the first poll call); the steady-state window runs
+    // from the end of the first poll that returned records to the last expected record, and the
+    // records of that first poll are not counted in it.  CPU is the whole JVM's (every thread:
+    // the consumer's network thread, GC, the JIT compilers), as RUSAGE_SELF is for the Python
+    // children.  Nothing is warmed up first: the JIT compiles while the records stream, as the
+    // Python clients get no warm-up either; jit_compile_s and first_record_s say what it cost.
     private static void bench(Map<String, List<String>> a) throws Exception {
         String mode = req(a, "mode");
+        if (!mode.equals("raw") && !mode.equals("json") && !mode.equals("filter")) {
+            throw new IllegalArgumentException("--mode is raw, json or filter, got " + mode);
+        }
+        boolean raw = mode.equals("raw"), json = mode.equals("json");
         String headerName = opt(a, "header", "type");
         byte[] target = opt(a, "value", "order.shipped").getBytes(StandardCharsets.UTF_8);
+        double maxSeconds = Double.parseDouble(opt(a, "max-seconds", "300"));
+        boolean sampling = a.containsKey("samples");
         List<TopicPartition> tps = partitions(req(a, "assign"));
         String[] exp = req(a, "expected").split(",");
-        long[] remaining = new long[tps.size()];
-        long expectedTotal = 0;
-        for (int i = 0; i < exp.length; i++) { remaining[i] = Long.parseLong(exp[i]); expectedTotal += remaining[i]; }
+        if (exp.length != tps.size()) {
+            throw new IllegalArgumentException("--expected has " + exp.length + " counts for " + tps.size() + " partitions");
+        }
+        long[] expected = new long[tps.size()];
+        long[] counts = new long[tps.size()];
+        long left = 0;
+        for (int i = 0; i < exp.length; i++) { expected[i] = Long.parseLong(exp[i]); left += expected[i]; }
         Map<TopicPartition, Integer> index = new HashMap<>();
         for (int i = 0; i < tps.size(); i++) index.put(tps.get(i), i);
-        Properties p = consumerProps(a);
-        var threads = ManagementFactory.getThreadMXBean();
         var os = (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
-        long wallStart = System.nanoTime(), cpuStart = os.getProcessCpuTime();
-        long first = -1, steadyStart = 0, steadyCpu = 0, counted = 0, kept = 0, check = 0, firstRecords = 0;
-        long left = expectedTotal;
-        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
+        var runtime = ManagementFactory.getRuntimeMXBean();
+        var jit = ManagementFactory.getCompilationMXBean();
+        long constructStart = System.nanoTime(), cpuConstruct = os.getProcessCpuTime();
+        ArrayNode samples = JSON.createArrayNode();
+        long t0, cpu0, tFirst = 0, cpuFirst = 0, tLast, cpuEnd, counted = 0, firstBatch = 0, kept = 0, check = 0;
+        double jvmUptime, constructS, rssSetup, jit0;
+        boolean capped = false;
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps(a))) {
             consumer.assign(tps);
-            consumer.seekToBeginning(tps);
-            while (left > 0) {
-                ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(500));
-                if (recs.isEmpty()) continue;
-                int n = 0;
+            for (TopicPartition tp : tps) consumer.seek(tp, 0L);
+            rssSetup = peakRssMb();
+            jvmUptime = runtime.getUptime() / 1e3;
+            jit0 = jit.getTotalCompilationTime() / 1e3;
+            t0 = System.nanoTime();
+            cpu0 = os.getProcessCpuTime();
+            constructS = (t0 - constructStart) / 1e9;
+            if (sampling) sample(samples, 0, 0, 0.0);
+            while (true) {
+                ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(1000));
                 for (ConsumerRecord<byte[], byte[]> r : recs) {
-                    n++;
-                    if (mode.equals("raw")) {
+                    if (raw) {
                         check += r.value().length;
                         kept++;
-                    } else if (mode.equals("json")) {
+                    } else if (json) {
                         check += JSON.readTree(r.value()).get("id").asLong();
                         kept++;
                     } else {
@@ -449,36 +536,91 @@ public final class KafkaPeer {
                     }
                 }
                 for (TopicPartition tp : recs.partitions()) {
+                    int i = index.get(tp);
                     int c = recs.records(tp).size();
-                    remaining[index.get(tp)] -= c;
+                    counts[i] += c;
+                    if (counts[i] > expected[i]) {
+                        throw new IllegalStateException("partition " + tp + ": " + counts[i] + " records counted, only "
+                                                        + expected[i] + " were produced (duplicates?)");
+                    }
+                    counted += c;
                     left -= c;
                 }
-                if (first < 0) {
-                    first = System.nanoTime() - wallStart;
-                    steadyStart = System.nanoTime();
-                    steadyCpu = os.getProcessCpuTime();
-                    firstRecords = n;
-                } else {
-                    counted += n;
+                long now = System.nanoTime();
+                if (tFirst == 0 && counted > 0) {
+                    tFirst = now;
+                    cpuFirst = os.getProcessCpuTime();
+                    firstBatch = counted;
+                }
+                if (sampling) sample(samples, (now - t0) / 1e9, counted, (os.getProcessCpuTime() - cpu0) / 1e9);
+                if (left == 0 || (now - t0) / 1e9 > maxSeconds) {
+                    tLast = now;
+                    cpuEnd = os.getProcessCpuTime();
+                    capped = left > 0;
+                    break;
                 }
             }
         }
-        long steadyNs = System.nanoTime() - steadyStart;
-        long cpuNs = os.getProcessCpuTime() - steadyCpu;
+        double seconds = (tLast - t0) / 1e9, steady = tFirst == 0 ? 0 : (tLast - tFirst) / 1e9;
+        long gcCount = 0, gcMs = 0;
+        for (var gc : ManagementFactory.getGarbageCollectorMXBeans()) {
+            gcCount += Math.max(0, gc.getCollectionCount());
+            gcMs += Math.max(0, gc.getCollectionTime());
+        }
         ObjectNode out = JSON.createObjectNode();
         out.put("mode", mode);
-        out.put("records", expectedTotal);
-        out.put("steady_records", counted);
-        out.put("first_poll_records", firstRecords);
-        out.put("kept", kept);
+        out.put("records", counted);
+        out.put("seconds", seconds);
+        out.put("rate_incl_setup", seconds > 0 ? counted / seconds : 0.0);
+        if (tFirst == 0) out.putNull("first_record_s"); else out.put("first_record_s", (tFirst - t0) / 1e9);
+        out.put("first_batch", firstBatch);
+        out.put("steady_seconds", steady);
+        if (counted > firstBatch && steady > 0) out.put("records_per_s", (counted - firstBatch) / steady);
+        else out.putNull("records_per_s");
+        out.put("cpu_s", (cpuEnd - cpu0) / 1e9);
+        if (tFirst == 0) out.putNull("steady_cpu_s"); else out.put("steady_cpu_s", (cpuEnd - cpuFirst) / 1e9);
         out.put("check", check);
-        out.put("steady_seconds", steadyNs / 1e9);
-        out.put("steady_cpu_seconds", cpuNs / 1e9);
-        out.put("total_seconds", (System.nanoTime() - wallStart) / 1e9);
-        out.put("total_cpu_seconds", (os.getProcessCpuTime() - cpuStart) / 1e9);
-        out.put("first_records_seconds", first / 1e9);
-        out.put("peak_rss_mb", peakRssMb());
+        out.put("kept", kept);
+        out.put("capped", capped);
+        ArrayNode cs = out.putArray("counts");
+        for (long c : counts) cs.add(c);
+        out.put("rss_setup_mb", rssSetup);
+        out.put("rss_peak_mb", peakRssMb());
+        // What the JVM spent before the first poll, and on itself while consuming.
+        out.put("jvm_uptime_at_first_poll_s", jvmUptime);
+        out.put("construct_s", constructS);
+        out.put("construct_cpu_s", (cpu0 - cpuConstruct) / 1e9);
+        out.put("jit_compile_s", jit.getTotalCompilationTime() / 1e3 - jit0);
+        out.put("gc_count", gcCount);
+        out.put("gc_s", gcMs / 1e3);
+        out.put("max_heap_mb", Runtime.getRuntime().maxMemory() / 1048576.0);
+        out.put("java", System.getProperty("java.vm.name") + " " + System.getProperty("java.version"));
+        if (sampling) out.set("samples", samples);
         emit(out);
+    }
+
+    // One progress point: (seconds since the first poll call, records counted, CPU seconds, seconds
+    // this process's threads spent runnable but waiting for a CPU), as bench/daemon.py's
+    // SampledTally records after every poll of a Python peer.
+    private static void sample(ArrayNode samples, double t, long counted, double cpu) {
+        samples.addArray().add(t).add(counted).add(cpu).add(runDelaySeconds());
+    }
+
+    private static double runDelaySeconds() {
+        long total = 0;
+        try (var tasks = Files.list(Paths.get("/proc/self/task"))) {
+            for (var task : (Iterable<java.nio.file.Path>) tasks::iterator) {
+                try {
+                    String[] f = Files.readString(task.resolve("schedstat")).trim().split(" ");
+                    total += Long.parseLong(f[1]);
+                } catch (Exception ignored) {
+                    // a thread that ended between the listing and the read
+                }
+            }
+        } catch (Exception ignored) {
+            return 0.0;  // not Linux, or no schedstat: no wait figure
+        }
+        return total / 1e9;
     }
 
     private static double peakRssMb() {

@@ -8,7 +8,7 @@ and returns the ``java`` command line that runs it.  Tests and benchmarks use:
   the records (``JavaRecord``, the fields of a Java ``ConsumerRecord``) and the end event;
 * ``JavaConsumerProcess`` for a long-running group member: events as they come (assigned,
   revoked, lost, committed), ``stop()`` by SIGTERM (the peer commits if asked and closes, leaving
-  the group);
+  the group); with ``commands=True`` its ``committed()`` and ``commit()`` run on the live consumer;
 * ``java_offsets_for_times(bootstrap, [(t, p, ts)])``;
 * ``java_produce(bootstrap, topic, ops)``: records and transaction markers through the Java
   producer, returning the acknowledgements in input order.
@@ -127,7 +127,8 @@ def _consume_args(bootstrap: str, *, assign: Iterable[tuple[str, int]] | None = 
                   group_protocol: str = "classic", isolation: str = "read_uncommitted",
                   reset: str = "earliest", until_end: bool = False, max_records: int | None = None,
                   idle_ms: int | None = None, commit: bool = False, print_records: bool = True,
-                  client_id: str | None = None, settings: dict[str, str] | None = None) -> list[str]:
+                  client_id: str | None = None, commands: bool = False,
+                  settings: dict[str, str] | None = None) -> list[str]:
     args = ["consume", "--bootstrap", bootstrap, "--isolation", isolation, "--reset", reset,
             "--group-protocol", group_protocol]
     if assign is not None:
@@ -148,6 +149,8 @@ def _consume_args(bootstrap: str, *, assign: Iterable[tuple[str, int]] | None = 
         args += ["--commit", "sync"]
     if print_records:
         args.append("--print")
+    if commands:
+        args.append("--commands")
     for k, v in (settings or {}).items():
         args += ["--set", f"{k}={v}"]
     return args
@@ -185,8 +188,10 @@ class JavaConsumerProcess:
 
     def __init__(self, bootstrap: str, **options) -> None:
         options.setdefault("print_records", True)
+        self._commands = options.get("commands", False)
         self.proc = subprocess.Popen(peer_command() + _consume_args(bootstrap, **options),
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stdin=subprocess.PIPE if self._commands else subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.records: list[JavaRecord] = []
         self.events: "queue.Queue[dict]" = queue.Queue()
@@ -227,6 +232,24 @@ class JavaConsumerProcess:
             self.seen.append(event)
             if event["event"] == name and (predicate is None or predicate(event)):
                 return event
+
+    def _command(self, command: dict, reply: str, timeout: float) -> dict:
+        if not self._commands:
+            raise ValueError("start the JavaConsumerProcess with commands=True to send it commands")
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        return self.wait_event(reply, timeout)
+
+    def committed(self, partitions: Iterable[tuple[str, int]], timeout: float = 60.0
+                  ) -> dict[tuple[str, int], tuple[int, str] | None]:
+        """The running consumer's ``committed()`` (commands=True): (offset, metadata) or None."""
+        event = self._command({"op": "committed", "partitions": [list(tp) for tp in partitions]}, "read", timeout)
+        return {(t, p): None if o < 0 else (o, m) for t, p, o, m in event["offsets"]}
+
+    def commit(self, offsets: dict[tuple[str, int], tuple[int, str]], timeout: float = 60.0) -> None:
+        """``commitSync(offsets)`` with metadata on the running consumer (commands=True)."""
+        self._command({"op": "commit", "offsets": [[t, p, o, m] for (t, p), (o, m) in offsets.items()]},
+                      "commit_done", timeout)
 
     def stop(self, timeout: float = 60.0) -> dict:
         """SIGTERM (the peer stops polling, commits if asked, closes and leaves); its end event."""
@@ -290,6 +313,10 @@ class JavaProduceOps:
     def flush(self) -> None:
         self.lines.append('{"flush": true}')
 
+    def compression(self, codec: str) -> None:
+        """From here on, a new (non-transactional) producer with ``codec``: one run, every codec."""
+        self.lines.append(json.dumps({"compression": codec}))
+
 
 def java_produce(bootstrap: str, topic: str, ops: JavaProduceOps, *, compression: str = "none",
                  transactional_id: str | None = None, settings: dict[str, str] | None = None,
@@ -315,12 +342,19 @@ def java_produce(bootstrap: str, topic: str, ops: JavaProduceOps, *, compression
 
 def java_bench(bootstrap: str, topic: str, expected: Sequence[int], mode: str, *, header: str = "type",
                value: str = "order.shipped", settings: dict[str, str] | None = None,
+               max_seconds: float = 300.0, samples: bool = False,
                heap: str = "512m", timeout: float = 900.0) -> dict:
-    """bench/consume.py's workload in the Java consumer; the result object the peer prints."""
+    """bench/consume.py's workload in the Java consumer (assigned from offset 0, until every
+    partition had its ``expected`` count); the result object the peer prints, with
+    bench/consume.py's field names (``records_per_s``, ``steady_cpu_s``, ``first_record_s``,
+    ``rss_peak_mb``, ``counts``, ...) and the JVM's own costs (``construct_s``, ``jit_compile_s``,
+    ``gc_s``).  ``samples=True`` adds ``samples``: [t, records, cpu_s, wait_s] after every poll."""
     cmd = peer_command(heap) + ["bench", "--bootstrap", bootstrap, "--mode", mode,
                                 "--assign", ",".join(f"{topic}:{p}" for p in range(len(expected))),
                                 "--expected", ",".join(str(n) for n in expected),
-                                "--header", header, "--value", value]
+                                "--header", header, "--value", value, "--max-seconds", repr(float(max_seconds))]
+    if samples:
+        cmd.append("--samples")
     for k, v in (settings or {}).items():
         cmd += ["--set", f"{k}={v}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
