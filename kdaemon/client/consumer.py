@@ -26,6 +26,7 @@ from .network import NetworkClient
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetLookup
 from .subscription import EARLIEST, LATEST, SubscriptionState
 from .types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from .validation import PositionValidator
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,8 @@ class Consumer:
         self._metadata = ClusterMetadata(config.metadata_max_age_ms, config.retry_backoff_ms,
                                          config.allow_auto_create_topics)
         self._subscriptions = SubscriptionState(config.auto_offset_reset)
-        self._fetcher = Fetcher(config, self._network, self._metadata, self._subscriptions)
+        self._validator = PositionValidator(config, self._network, self._metadata, self._subscriptions)
+        self._fetcher = Fetcher(config, self._network, self._metadata, self._subscriptions, self._validator)
         self._offsets = OffsetLookup(config, self._network, self._metadata, self._subscriptions)
         self._coordinator = None
         if config.group_id is not None:
@@ -258,6 +260,9 @@ class Consumer:
             for tp in needing:
                 self._subscriptions.request_reset(tp)
         self._offsets.reset_positions()
+        # After a leader change, positions are checked against the new leader's log (KIP-320);
+        # raises LogTruncationError when it was truncated under us and auto_offset_reset is none.
+        self._validator.validate_positions()
 
     def _drive(self, timeout_s: float, until) -> None:
         """Run the network loop (with metadata upkeep) for blocking calls."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..protocol.errors import BrokerError
 
 __all__ = ["KafkaClientError", "KafkaTimeoutError", "NoBrokersAvailableError", "AuthenticationError",
-           "NoOffsetForPartitionError", "OffsetOutOfRangeError", "UnknownTopicError",
+           "NoOffsetForPartitionError", "OffsetOutOfRangeError", "LogTruncationError", "UnknownTopicError",
            "ConsumerClosedError", "WakeupError", "ConnectionFailedError", "BrokerError",
            "RecordTooLargeError", "CommitFailedError", "RebalanceInProgressError",
            "FencedInstanceIdError", "GroupError"]
@@ -56,6 +56,34 @@ class OffsetOutOfRangeError(KafkaClientError):
         self.offsets = dict(offsets)
         names = ", ".join(f"{tp}@{off}" for tp, off in sorted(self.offsets.items()))
         super().__init__(f"fetch position out of range and auto_offset_reset='none': {names}")
+
+
+class LogTruncationError(OffsetOutOfRangeError):
+    """The log was truncated under our position (an unclean leader election, KIP-320) and
+    ``auto_offset_reset`` is ``none``.
+
+    ``offsets`` maps each partition to our position; ``divergent_offsets`` to the first offset
+    the new leader's log no longer agrees with (an ``OffsetAndMetadata`` carrying that offset's
+    leader epoch), or ``None`` when the leader could not say.  Records from there up to our
+    position were consumed but are gone or different now.  ``seek`` to the divergent offset to
+    read what the log holds now, or anywhere else; until then the partition is not fetched.
+    """
+
+    def __init__(self, truncations) -> None:
+        truncations = dict(truncations)
+        self.offsets = {tp: position for tp, (position, _) in truncations.items()}
+        self.divergent_offsets = {tp: divergent for tp, (_, divergent) in truncations.items()}
+        parts = []
+        for tp, (position, divergent) in sorted(truncations.items()):
+            if divergent is None:
+                parts.append(f"{tp} at offset {position} (the leader does not know the epoch of "
+                             f"our last record: the divergent offset is unknown)")
+            else:
+                parts.append(f"{tp} at offset {position}, divergent offset {divergent.offset} "
+                             f"(leader epoch {divergent.leader_epoch})")
+        KafkaClientError.__init__(
+            self, "log truncation detected and auto_offset_reset='none': " + "; ".join(parts)
+            + "; seek() to go on")
 
 
 class UnknownTopicError(KafkaClientError):

@@ -29,6 +29,7 @@ from .metadata import ClusterMetadata
 from .network import NetworkClient
 from .subscription import SubscriptionState
 from .types import TopicPartition
+from .validation import PositionValidator
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class CompletedFetch:
     """One partition's answer from one Fetch response, drained lazily, batch by batch."""
 
     __slots__ = ("tp", "fetch_offset", "data", "reader", "_buffered", "_batch_next", "initialized",
-                 "consumed", "error_code", "size", "_pending_error", "_end")
+                 "consumed", "error_code", "size", "_pending_error", "_end", "last_epoch")
 
     def __init__(self, tp: TopicPartition, fetch_offset: int, data: dict, size: int) -> None:
         self.tp = tp
@@ -81,6 +82,9 @@ class CompletedFetch:
         self.size = size
         self._pending_error: CorruptRecordError | None = None
         self._end: int | None | bool = False  # False: not computed yet
+        # Leader epoch of the batch the position is in or after once take() returned (Java's
+        # lastEpoch): taken from every batch read, filtered, control or aborted ones included.
+        self.last_epoch: int | None = None
 
     def end_offset(self) -> int | None:
         """Where the position will be after this answer is drained, if it can be known now."""
@@ -120,6 +124,9 @@ class CompletedFetch:
                     break
                 self._buffered = batch
                 self._batch_next = reader.next_offset
+                info = reader.last_batch
+                if info is not None and info.leader_epoch >= 0:
+                    self.last_epoch = info.leader_epoch
                 if not batch:
                     position = max(position, self._batch_next)
                     continue
@@ -138,11 +145,12 @@ class CompletedFetch:
 
 class Fetcher:
     def __init__(self, config: ConsumerConfig, network: NetworkClient, metadata: ClusterMetadata,
-                 subscriptions: SubscriptionState) -> None:
+                 subscriptions: SubscriptionState, validator: PositionValidator | None = None) -> None:
         self.config = config
         self.network = network
         self.metadata = metadata
         self.subscriptions = subscriptions
+        self.validator = validator or PositionValidator(config, network, metadata, subscriptions)
         self.completed: deque[CompletedFetch] = deque()
         self._next_in_line: CompletedFetch | None = None
         self._sessions: dict[int, FetchSessionHandler] = {}
@@ -190,6 +198,9 @@ class Fetcher:
         ``waiting_for_nodes`` tells the caller that some partition could not be fetched only
         because its leader is unknown or not connected yet: it should not wait long for data.
         """
+        # A leader change since the last check puts positions with an epoch into validation
+        # (KIP-320): they are not fetched until the new leader confirmed them.
+        self.validator.check_leaders()
         now = time.monotonic()
         buffered = self._buffered_partitions()
         # Fetch-ahead (what librdkafka's prefetching does, where the Java consumer idles): a
@@ -388,6 +399,11 @@ class Fetcher:
                 if st.position != cf.fetch_offset:
                     cf.consumed = True  # a seek happened while this was buffered
                     continue
+                if st.awaiting_validation:
+                    # Fetched before a leader change: dropped (as Java drains it), fetched again
+                    # once the new leader confirmed the position.
+                    cf.consumed = True
+                    continue
                 before_filtered = cf.reader.filtered if cf.reader else 0
                 try:
                     records, position = cf.take(remaining)
@@ -400,8 +416,9 @@ class Fetcher:
                     cf.consumed = True
                     raise exc.located(tp.topic, tp.partition) if exc.topic is None else exc
                 st.position = position
+                if cf.last_epoch is not None:
+                    st.position_epoch = cf.last_epoch
                 if records:
-                    st.position_epoch = records[-1].leader_epoch
                     out.setdefault(tp, []).extend(records)
                     remaining -= len(records)
                     n = len(records)
@@ -425,7 +442,7 @@ class Fetcher:
         if not self.subscriptions.is_assigned(tp):
             return False
         st = self.subscriptions.state(tp)
-        if st.position is None or st.position != cf.fetch_offset:
+        if st.position is None or st.position != cf.fetch_offset or st.awaiting_validation:
             log.debug("discarding stale fetch of %s at %s (position %s)", tp, cf.fetch_offset, st.position)
             return False
         p = cf.data
@@ -437,6 +454,13 @@ class Fetcher:
                 st.last_stable_offset = p["last_stable_offset"]
             if p.get("log_start_offset", -1) >= 0:
                 st.log_start_offset = p["log_start_offset"]
+            diverging = p.get("diverging_epoch")
+            if diverging is not None and (diverging["epoch"] >= 0 or diverging["end_offset"] >= 0):
+                # The leader's log does not hold our last fetched epoch up to the position (we
+                # send it as last_fetched_epoch): decided as a validation answer; may raise.
+                self.validator.on_diverging_epoch(tp, cf.fetch_offset, diverging["epoch"],
+                                                  diverging["end_offset"])
+                return False
             replica = p.get("preferred_read_replica", -1)
             if replica >= 0 and replica != st.preferred_read_replica:
                 st.preferred_read_replica = replica

@@ -3,7 +3,10 @@
 Positions are local (seed 004): they advance when ``poll`` hands records out — including past
 records the header filter dropped and past control markers — and they are what gets committed.
 A partition without a position is either waiting for its committed offset (group mode) or for a
-reset through ListOffsets (``auto_offset_reset``, ``seek_to_beginning``/``seek_to_end``).
+reset through ListOffsets (``auto_offset_reset``, ``seek_to_beginning``/``seek_to_end``).  A
+partition with a position may be *awaiting validation* (KIP-320, ``validation.py``): its leader
+changed since the position was taken, and it is not fetched until the new leader confirmed that
+its log still holds what we read.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ LATEST = "latest"
 @dataclass(slots=True)
 class PartitionState:
     position: int | None = None
-    position_epoch: int | None = None   # leader epoch of the last record handed out, if known
+    position_epoch: int | None = None   # leader epoch of the batch the position is in or after
+    # (leader id, leader epoch) the position was last checked against (Java's currentLeader);
+    # None after a seek, so the next check records it (and validates if position_epoch is known).
+    position_leader: tuple[int, int] | None = None
+    awaiting_validation: bool = False
+    validation_in_flight: bool = False
+    next_validation_attempt: float = 0.0
     paused: bool = False
     reset_strategy: str | None = None    # EARLIEST / LATEST while a ListOffsets reset is wanted
     awaiting_committed: bool = False     # group mode: OffsetFetch before any reset
@@ -35,7 +44,7 @@ class PartitionState:
 
     @property
     def has_valid_position(self) -> bool:
-        return self.position is not None and self.reset_strategy is None
+        return self.position is not None and self.reset_strategy is None and not self.awaiting_validation
 
     def lag(self, read_committed: bool) -> int | None:
         end = self.last_stable_offset if read_committed else self.high_watermark
@@ -52,6 +61,9 @@ class SubscriptionState:
         self.subscribed_pattern: re.Pattern | None = None
         self.user_assigned = False
         self.assignment_version = 0
+        # Bumped by every seek and assignment change: the validator re-checks positions against
+        # their leaders only when this or the metadata version moved.
+        self.positions_version = 0
 
     # -- assignment -----------------------------------------------------------------------------
 
@@ -72,6 +84,7 @@ class SubscriptionState:
             new[tp] = self._assignment.get(tp) or PartitionState()
         self._assignment = new
         self.assignment_version += 1
+        self.positions_version += 1
 
     def subscribe(self, topics: Iterable[str] | None = None, pattern: str | re.Pattern | None = None) -> None:
         if self.user_assigned:
@@ -126,11 +139,17 @@ class SubscriptionState:
         st.reset_strategy = None
         st.awaiting_committed = False
         st.reset_in_flight = False
+        st.position_leader = None
+        st.awaiting_validation = False
+        st.validation_in_flight = False
+        self.positions_version += 1
 
     def request_reset(self, tp: TopicPartition, strategy: str | None = None) -> None:
         st = self.state(tp)
         st.reset_strategy = strategy or self.default_reset
         st.reset_in_flight = False
+        st.awaiting_validation = False
+        st.validation_in_flight = False
         st.next_reset_attempt = 0.0
 
     def fetchable(self) -> list[TopicPartition]:
@@ -139,6 +158,10 @@ class SubscriptionState:
     def needing_position(self) -> list[TopicPartition]:
         return [tp for tp, st in self._assignment.items()
                 if st.position is None and st.reset_strategy is None and not st.awaiting_committed]
+
+    def needing_validation(self, now: float) -> list[TopicPartition]:
+        return [tp for tp, st in self._assignment.items()
+                if st.awaiting_validation and not st.validation_in_flight and now >= st.next_validation_attempt]
 
     def needing_reset(self) -> list[TopicPartition]:
         return [tp for tp, st in self._assignment.items() if st.reset_strategy is not None]
