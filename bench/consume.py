@@ -546,6 +546,12 @@ def java_settings(spec: dict) -> dict[str, str]:
             "max.partition.fetch.bytes": str(MAX_PARTITION_FETCH_BYTES), "client.id": "bench-java"}
 
 
+def prepare_java() -> None:
+    """Compile the Java peer now (javac, once per source hash), so no run's figures include it."""
+    from tests.support.java_peer import peer_command
+    peer_command()
+
+
 def run_java(spec: dict, *, samples: bool = False) -> dict:
     """The Java KafkaConsumer doing ``spec``'s mode (bench/java/KafkaPeer.java ``bench``): the
     result has a Python worker's fields (``records_per_s``, ``steady_cpu_s``, ...), plus the
@@ -693,6 +699,8 @@ def consume_benchmark(args, log_dir: Path) -> dict:
                                   "expected": produced["expected"], "poll_records": args.poll_records,
                                   "max_seconds": args.max_seconds})
         results: dict[tuple[str, str], list[dict]] = {}
+        if any(spec["client"] == "java" for spec in specs):
+            prepare_java()
         for rep in range(args.repeats):
             for spec in specs:
                 key = (spec["run"], spec["mode"])

@@ -905,6 +905,8 @@ def main(argv: list[str] | None = None) -> int:
             produced = consume.produce(broker.bootstrap, args.records, compression=args.compression)
             print(f"  {produced['seconds']:.1f} s; per partition {produced['expected']}", flush=True)
             broker_idle = broker.idle_cpu()
+            if "java" in args.peers:
+                consume.prepare_java()
             print(f"{broker.name} at rest (no client): {broker_idle:.1%} of a core", flush=True)
             n = 0
             for rep in range(args.repeats):

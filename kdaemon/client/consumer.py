@@ -477,14 +477,25 @@ class Consumer:
             return
         with self._owner:
             try:
+                timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+                deadline = time.monotonic() + min(timeout, 30_000) / 1000
                 if self._coordinator is not None:
-                    timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
-                    deadline = time.monotonic() + min(timeout, 30_000) / 1000
                     self._coordinator.close(deadline, self._drive, self._invoke_listener)
                     self._coordinator.invoke_completed_commit_callbacks()
+                self._close_fetch_sessions(deadline)
             finally:
                 self._closed = True
                 self._network.close()
+
+    def _close_fetch_sessions(self, deadline: float) -> None:
+        """Close the fetch sessions (KIP-227, as Java's ``Fetcher.close``) and wait for the
+        answers until ``deadline``: disconnecting first would leave each broker holding a
+        session slot for nothing until it evicts it."""
+        futures = self._fetcher.close_sessions()
+        done = lambda: all(f.done for f in futures)  # noqa: E731
+        while not done() and time.monotonic() < deadline:
+            self._network.clear_wakeup()   # a pending wakeup() must not cut the wait short
+            self._network.poll(deadline - time.monotonic(), until=done)
 
     def __enter__(self) -> "Consumer":
         return self

@@ -105,6 +105,20 @@ class FetchSessionHandler:
         self.epoch = 1 if self.epoch == 0x7FFFFFFF else self.epoch + 1
         return True
 
+    def build_close(self) -> FetchRequestData | None:
+        """The request that closes this session, or None if there is none to close.
+
+        As the Java consumer does on close (``FetchSessionHandler.notifyClose``): the session's
+        id with epoch FINAL_EPOCH (-1) and no partitions.  The broker removes the session and
+        answers sessionless, so its cache slot is free at once instead of when it is evicted.
+        The handler is reset: nothing is sent in this session afterwards.
+        """
+        if self.session_id == INVALID_SESSION_ID:
+            return None
+        req = FetchRequestData(self.session_id, FINAL_EPOCH, {}, [], True, {})
+        self.reset()
+        return req
+
     def handle_error(self) -> None:
         """A request failed (disconnect, timeout): the broker's epoch is now unknown."""
         self.reset()

@@ -533,5 +533,25 @@ class Fetcher:
         if self._next_in_line is not None and self._next_in_line.tp in parts:
             self._next_in_line = None
 
-    def close_sessions(self) -> None:
+    def close_sessions(self) -> list:
+        """Send every open fetch session its closing request (see
+        ``FetchSessionHandler.build_close``) and forget the sessions; return the futures so
+        the caller can wait for the answers before it disconnects.  A node that is not
+        connected is skipped, as in Java: a broker that lost the connection may still hold the
+        session until it evicts it, which costs it a cache slot, not us a record.
+        """
+        futures = []
+        for node, session in self._sessions.items():
+            uses_ids = session.uses_topic_ids
+            req = session.build_close()
+            if req is None or not self.network.is_ready(node):
+                continue
+            try:
+                version = self.network.api_version(node, FETCH, max_version=None if uses_ids else 12)
+            except Exception as exc:  # no usable Fetch version: there was no session either
+                log.debug("not closing the fetch session on node %s: %s", node, exc)
+                continue
+            body = self._request_body(req, uses_ids=version >= 13)
+            futures.append(self.network.send(node, FETCH, body, min_version=version, max_version=version))
         self._sessions.clear()
+        return futures
