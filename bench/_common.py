@@ -173,7 +173,9 @@ class KafkaBroker(_Broker):
 
     name = "Apache Kafka"
 
-    def __init__(self, directory: Path, *, heap: str | None = None, timeout: float = 120.0) -> None:
+    # Kafka's own scripts start a broker with a 1 GiB heap (KAFKA_HEAP_OPTS); the test launcher's
+    # default is smaller, for the suite's sake.
+    def __init__(self, directory: Path, *, heap: str | None = "1g", timeout: float = 120.0) -> None:
         self.directory = Path(directory)
         self._heap = heap
         self._timeout = timeout
@@ -227,8 +229,21 @@ class KafkaBroker(_Broker):
             raise BrokerUnavailable(f"Apache Kafka did not start: {exc}") from None
         return self
 
+    def jvm_options(self) -> list[str]:
+        """The heap and GC flags the broker's JVM runs with, read from its command line."""
+        out = []
+        for pid in self.pids:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    args = f.read().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            out += [a for a in args if a.startswith(("-Xm", "-XX:")) and a not in out]
+        return out
+
     def describe(self) -> str:
-        return f"{super().describe().replace(self.name, f'{self.name} {self.version}', 1)}, log {self.log_path}"
+        return (f"{super().describe().replace(self.name, f'{self.name} {self.version}', 1)}, JVM "
+                f"{' '.join(self.jvm_options()) or '(flags unknown)'}, log {self.log_path}")
 
     def stop(self, timeout: float = 5.0) -> None:
         if self._cluster is not None:
