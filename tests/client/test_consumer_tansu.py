@@ -151,28 +151,6 @@ def test_seek_while_data_is_buffered_discards_stale_fetch(broker):
         assert [r.offset for r in got] == list(range(400, 500))
 
 
-def test_offsets_for_times_agrees_with_librdkafka(broker):
-    # Tansu answers a timestamp look-up with offset 0 whatever the timestamp (its time index is
-    # not the records' timestamps), so here we check we ask the same question librdkafka asks
-    # and read the same answer; the semantics are tested on the mock cluster.
-    from confluent_kafka import Consumer as RdConsumer, TopicPartition as RdTopicPartition
-    topic = _topic("times")
-    create_topic(broker.bootstrap, topic)
-    base = 1_700_000_000_000
-    produce(broker.bootstrap, topic, [{"value": b"x", "timestamp": base + 1000 * i} for i in range(10)], partition=0)
-    tp = TopicPartition(topic, 0)
-    rd = RdConsumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{uuid.uuid4().hex}"})
-    try:
-        with _consumer(broker) as c:
-            for ts in (base, base + 4500, base + 10**9):
-                ours = c.offsets_for_times({tp: ts})[tp]
-                theirs = rd.offsets_for_times([RdTopicPartition(topic, 0, ts)], 10)[0].offset
-                assert (ours.offset if ours is not None else -1) == theirs
-            assert c.beginning_offsets([tp]) == {tp: 0}
-    finally:
-        rd.close()
-
-
 def test_header_filter_drops_records_and_still_advances_position(broker):
     topic = _topic("filter")
     create_topic(broker.bootstrap, topic)

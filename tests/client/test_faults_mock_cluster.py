@@ -15,8 +15,8 @@ hard limit, so a hang fails the test with the stuck stack instead of blocking th
 What the mock cluster (librdkafka 2.16) does not do, and how that shapes the tests:
 * no fetch sessions: it answers every Fetch with session id 0, so the consumer stays on full
   fetches (checked below); incremental sessions are tested in test_fetch_session.py;
-* no ListOffsets by timestamp: any timestamp gets offset -1, so offsets_for_times can only
-  answer None here (test_consumer_tansu.py checks real look-ups);
+* no ListOffsets by timestamp: any timestamp gets offset -1, so offsets_for_times is tested
+  against Apache Kafka's time index instead (tests/kafka/test_offsets_for_times_kafka.py);
 * injected Fetch errors are set on the whole response (the top-level error code), not on one
   partition; a partition-level NOT_LEADER_OR_FOLLOWER comes from really moving the leader;
 * flexible Metadata responses carry one trailing byte too many (the client logs and ignores it).
@@ -597,27 +597,6 @@ def test_end_offsets_beginning_offsets_and_lag(mock_cluster):
             for _ in range(3):
                 poll(c, ledger)
             assert ledger.values == {k: v for k, v in writer.delivered.items() if k[1] >= ends[k[0]]}
-    within(SCENARIO_LIMIT_S, scenario)
-
-
-def test_offsets_for_times_on_the_mock(mock_cluster):
-    """The mock answers offset -1 for every timestamp (not implemented), which must come back as
-    None, not as an error or a bogus offset; should a later librdkafka implement it, the answer
-    must then be the right one."""
-    def scenario():
-        mock_cluster.topic_create(TOPIC, 1, 1)
-        base = 1_700_000_000_000
-        producer = Producer({"bootstrap.servers": mock_cluster.bootstrap})
-        for i in range(10):
-            producer.produce(TOPIC, value=b"%d" % i, partition=0, timestamp=base + i * 100)
-        assert producer.flush(10) == 0
-        tp = TopicPartition(TOPIC, 0)
-        with new_consumer(mock_cluster.bootstrap, [tp]) as c:
-            found = c.offsets_for_times({tp: base + 450})[tp]
-            assert found is None or (found.offset, found.timestamp) == (5, base + 500)
-            assert c.offsets_for_times({tp: base + 10_000}) == {tp: None}
-            with pytest.raises(ValueError):
-                c.offsets_for_times({tp: -5})
     within(SCENARIO_LIMIT_S, scenario)
 
 

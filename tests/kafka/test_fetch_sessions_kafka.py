@@ -171,7 +171,10 @@ def test_incremental_requests_after_the_full_one_and_their_size(kafka):
     c = observed_consumer(kafka, rec, auto_offset_reset="earliest", fetch_max_wait_ms=100)
     got: dict = {}
     try:
-        c.assign([TopicPartition(topic, p) for p in range(partitions)])
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        c.assign(tps)
+        for tp in tps:   # every position known at once: the first request lists all 1,000
+            c.seek(tp, 0)
         consume(c, got, lambda g: total(g) >= 20 * len(with_data), what="200 records")
         steady = lambda _g: sum(1 for b in fetches(rec)[-3:] if not b["topics"]) == 3  # noqa: E731
         consume(c, got, steady, what="three incremental requests with nothing changed")

@@ -25,6 +25,9 @@ from tests.support.produce import Record, create_topic, produce
 pytestmark = pytest.mark.kafka
 
 BASE = 1_700_000_000_000
+# Years-old timestamps: without this, time-based retention deletes the partitions' segments at the
+# broker's next retention check (every 5 minutes), under the test's feet.
+KEEP = {"retention.ms": "-1"}
 
 
 def _topic(prefix: str) -> str:
@@ -63,9 +66,13 @@ def _ours(bootstrap: str, queries: list[tuple[str, int, int]]) -> list[tuple]:
 
 
 def _compare(bootstrap: str, records, queries: list[tuple[str, int, int]]) -> None:
-    java, _ = java_offsets_for_times(bootstrap, queries)
+    java, bounds = java_offsets_for_times(bootstrap, queries)
     theirs = [(a["offset"], a["found_timestamp"], a["leader_epoch"]) for a in java]
     ours = _ours(bootstrap, queries)
+    tps = sorted({TopicPartition(t, p) for t, p, _ in queries})
+    with Consumer(bootstrap) as c:
+        assert [[t, p, o] for (t, p), o in sorted(c.beginning_offsets(tps).items())] == bounds["beginning"]
+        assert [[t, p, o] for (t, p), o in sorted(c.end_offsets(tps).items())] == bounds["end"]
     diffs = [(q, o, t) for q, o, t in zip(queries, ours, theirs, strict=True) if o != t]
     assert not diffs, f"{len(diffs)} of {len(queries)} answers differ (query, kdaemon, java): {diffs[:10]}"
     # Kafka's definition, from the records read back.
@@ -83,7 +90,7 @@ def test_create_time_look_ups_match_java(kafka):
     """p0 in order with runs of equal timestamps; p1 out of order inside and across batches (the
     Java producer's); p2 2,000 records over a dense time index (index.interval.bytes=512)."""
     topic = _topic("times")
-    create_topic(kafka.bootstrap, topic, 3, config={"index.interval.bytes": "512"})
+    create_topic(kafka.bootstrap, topic, 3, config={"index.interval.bytes": "512", **KEEP})
     p0 = [BASE + 10 * (i // 3) for i in range(30)]
     produce(kafka.bootstrap, topic, [Record(None, b"a%d" % i, (), ts) for i, ts in enumerate(p0[:15])], partition=0)
     produce(kafka.bootstrap, topic, [Record(None, b"b%d" % i, (), ts) for i, ts in enumerate(p0[15:])], partition=0)

@@ -27,6 +27,10 @@ BIG = 1024 * 1024                # one record's value: above max_partition_fetch
 SMALL_FETCH = 64 * 1024          # max_partition_fetch_bytes for both consumers
 TOPIC_MAX_MESSAGE_BYTES = str(4 * 1024 * 1024)
 BASE_TS = 1_700_000_000_000
+# The records carry timestamps years old: time-based retention (7 days by default) would delete
+# their segments (the active one included, rolled for it) at the broker's next retention check,
+# and a consumer that comes later starts at the new log start offset.
+KEEP = {"retention.ms": "-1"}
 
 
 def _topic(prefix: str) -> str:
@@ -77,7 +81,7 @@ def test_every_codec_and_shape_from_both_producers(kafka):
     returns it whole anyway (at least one batch), and kdaemon must deliver it like Java."""
     topic = _topic("parity")
     n = 2 * len(CODECS)
-    create_topic(kafka.bootstrap, topic, n, config={"max.message.bytes": TOPIC_MAX_MESSAGE_BYTES})
+    create_topic(kafka.bootstrap, topic, n, config={"max.message.bytes": TOPIC_MAX_MESSAGE_BYTES, **KEEP})
     rng = random.Random(2)
     expected: dict[int, list[tuple[int, Record]]] = {}
     for p, codec in enumerate(CODECS):
@@ -136,7 +140,7 @@ def test_log_append_time_topic(kafka):
 
 def test_100k_records_over_8_partitions(kafka):
     topic = _topic("parity-100k")
-    create_topic(kafka.bootstrap, topic, 8)
+    create_topic(kafka.bootstrap, topic, 8, config=KEEP)
     n = 100_000
     records = [Record(b"key-%d" % i if i % 11 else None, b"value-%07d-" % i + os.urandom(i % 40),
                       (("seq", b"%d" % i),) if i % 5 == 0 else (), BASE_TS + i)
