@@ -103,6 +103,9 @@ class Consumer:
             self._coordinator.request_rejoin("subscription changed")
 
     def subscription(self) -> set[str]:
+        """The subscribed topics; under a pattern, the known topics it matches (as Java)."""
+        if self._coordinator is not None and self._subscriptions.subscribed_pattern is not None:
+            return self._coordinator.subscribed_topics()
         return set(self._subscriptions.subscribed_topics)
 
     def unsubscribe(self) -> None:
@@ -432,6 +435,12 @@ class Consumer:
         if c is None or c.generation < 0:
             return None
         return c.generation, c.member_id
+
+    def group_leader(self) -> str | None:
+        """The member id of the group's leader (the member that computed the assignment) as of
+        this member's last JoinGroup, or None before the first one."""
+        c = self._coordinator
+        return None if c is None else c.leader_id
 
     # -- observability --------------------------------------------------------------------------
 

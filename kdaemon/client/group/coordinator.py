@@ -195,16 +195,24 @@ class GroupCoordinator:
 
     # -- joining --------------------------------------------------------------------------------
 
-    def _subscribed_topics(self) -> set[str]:
+    def subscribed_topics(self) -> set[str]:
+        """The topics this member subscribes to: the given ones, or every known topic a pattern
+        matches.  A pattern matches a topic's *whole* name, as Java's
+        ``Pattern.matcher(topic).matches()`` (``pat-a.*`` does not take ``xpat-abc``), and skips
+        internal topics (``__consumer_offsets``) unless ``exclude_internal_topics`` is off:
+        members of one group must agree on what a pattern means, or the leader assigns topics
+        that another client's member does not fetch."""
         subs = self.subscriptions
         if subs.subscribed_pattern is not None:
-            return {t for t in self.metadata.topics if subs.subscribed_pattern.search(t)}
+            pattern, skip_internal = subs.subscribed_pattern, self.config.exclude_internal_topics
+            return {name for name, t in self.metadata.topics.items()
+                    if pattern.fullmatch(name) and not (skip_internal and t.is_internal)}
         return set(subs.subscribed_topics)
 
     def needs_rejoin(self) -> bool:
         if self.need_rejoin or self.member.state != MemberState.STABLE:
             return True
-        if self._subscribed_topics() != self._joined_subscription:
+        if self.subscribed_topics() != self._joined_subscription:
             return True
         # Partition count changes of subscribed topics also trigger a rebalance.
         for topic, count in self._assignment_snapshot.items():
@@ -217,7 +225,7 @@ class GroupCoordinator:
         """Partition counts of our subscription are known (or the topics are known missing):
         joining earlier would make a leader assign nothing for them."""
         md = self.metadata
-        return all(t in md.topics or t in md.missing_topics for t in self._subscribed_topics()) \
+        return all(t in md.topics or t in md.missing_topics for t in self.subscribed_topics()) \
             and (self.subscriptions.subscribed_pattern is None or md.version > 0)
 
     def ensure_active_group(self, deadline: float, drive, invoke_listener) -> bool:
@@ -247,7 +255,7 @@ class GroupCoordinator:
                     return False
                 continue
             if self._join_future is None and not self._metadata_ready():
-                self.metadata.want(self._subscribed_topics())
+                self.metadata.want(self.subscribed_topics())
                 self.metadata.maybe_update(self.network)
                 drive(min(0.1, max(0.0, deadline - time.monotonic())), lambda: self._metadata_ready())
                 if time.monotonic() >= deadline:
@@ -293,7 +301,7 @@ class GroupCoordinator:
             if owned:
                 invoke_listener("on_partitions_revoked", owned)
                 self.subscriptions.set_group_assignment([])
-        self._joined_subscription = self._subscribed_topics()
+        self._joined_subscription = self.subscribed_topics()
         self.metadata.want(self._joined_subscription)
 
     def _subscription_bytes(self, assignor) -> bytes:

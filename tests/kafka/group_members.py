@@ -1,0 +1,413 @@
+"""Group members of three clients side by side, for the mixed-group suites on Apache Kafka.
+
+Every member records the same things in the same shape, so a test can compare them:
+
+* ``events``: the rebalance listener calls in order, ``(kind, frozenset of (topic, partition))``
+  with kind ``assigned`` / ``revoked`` / ``lost``;
+* ``assignment()``: what the member owns now, folded from those events (eager listeners revoke
+  everything and assign everything; cooperative ones revoke and assign only what moves, so one
+  rule fits both: owned = owned - revoked - lost + assigned);
+* ``records``: (topic, partition, offset) of every record handed to the application.
+
+``KdMember`` (kdaemon) and ``RdMember`` (librdkafka) each poll in their own thread, as a consumer
+belongs to one thread; anything else a test wants from them (a commit, a look-up) goes through
+``call(fn)``, which runs ``fn(consumer)`` on that thread between polls.  ``JavaMember`` wraps the
+Java peer process (tests/support/java_peer.py), whose events come over a pipe.
+
+``describe_members(bootstrap, group)`` names every member's client id, which is how a test learns
+whether the Java peer (whose member id it never sees) is the group's leader.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from confluent_kafka import Consumer as RdConsumer
+from confluent_kafka import KafkaException
+from confluent_kafka import TopicPartition as RdTopicPartition
+from confluent_kafka.admin import AdminClient
+
+from kdaemon.client import Consumer, TopicPartition
+from tests.support.java_peer import JavaConsumerProcess
+
+TP = tuple[str, int]
+SESSION = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
+KD_OPTIONS = dict(session_timeout_ms=6000, heartbeat_interval_ms=500, fetch_max_wait_ms=200,
+                  auto_offset_reset="earliest", enable_auto_commit=False, retry_backoff_ms=50,
+                  request_timeout_ms=15_000)
+
+
+def _tps(partitions: Iterable) -> frozenset[TP]:
+    return frozenset((tp[0], tp[1]) if isinstance(tp, tuple) else (tp.topic, tp.partition)
+                     for tp in partitions)
+
+
+class _Events:
+    """The listener calls of one member and the assignment they add up to."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, frozenset[TP]]] = []
+        self._lock = threading.Lock()
+
+    def note(self, kind: str, partitions: Iterable) -> None:
+        with self._lock:
+            self.events.append((kind, _tps(partitions)))
+
+    def assignment(self) -> frozenset[TP]:
+        owned: set[TP] = set()
+        with self._lock:
+            for kind, parts in self.events:
+                if kind == "assigned":
+                    owned |= parts
+                else:
+                    owned -= parts
+        return frozenset(owned)
+
+    def since(self, mark: int) -> list[tuple[str, frozenset[TP]]]:
+        with self._lock:
+            return list(self.events[mark:])
+
+    def mark(self) -> int:
+        with self._lock:
+            return len(self.events)
+
+
+class _PollingMember(threading.Thread):
+    """A consumer polling on its own thread; ``call`` runs work on that thread."""
+
+    client = "?"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.log = _Events()
+        self.records: list[tuple[str, int, int]] = []
+        self._calls: "queue.Queue[tuple[Callable, queue.Queue]]" = queue.Queue()
+        self._stop_flag = threading.Event()
+        self.error: BaseException | None = None
+        self.close_on_stop = True
+
+    @property
+    def events(self) -> list[tuple[str, frozenset[TP]]]:
+        return self.log.events
+
+    def assignment(self) -> frozenset[TP]:
+        return self.log.assignment()
+
+    def call(self, fn: Callable, timeout: float = 60.0):
+        """``fn(consumer)`` on the member's own thread; its result, or its exception re-raised."""
+        if self.error is not None:
+            raise AssertionError(f"{self.name} failed earlier") from self.error
+        reply: queue.Queue = queue.Queue()
+        self._calls.put((fn, reply))
+        try:
+            ok, value = reply.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"{self.name} did not run the call within {timeout} s "
+                                 f"(error: {self.error!r})") from None
+        if not ok:
+            raise value
+        return value
+
+    def _run_calls(self, consumer) -> None:
+        while True:
+            try:
+                fn, reply = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                reply.put((True, fn(consumer)))
+            except BaseException as exc:  # handed to the caller
+                reply.put((False, exc))
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop polling and close (leaving the group, unless static); re-raise a poll error."""
+        self._stop_flag.set()
+        self.join(timeout)
+        assert not self.is_alive(), f"{self.name} did not stop within {timeout} s"
+        if self.error is not None:
+            raise self.error
+
+
+class KdMember(_PollingMember):
+    client = "kdaemon"
+
+    def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str] | None = None,
+                 pattern: str | None = None, assignor: str = "range", name: str = "kd",
+                 **options) -> None:
+        super().__init__(name)
+        opts = dict(KD_OPTIONS)
+        opts.update(options)
+        opts.setdefault("client_id", name)
+        self.consumer = Consumer(bootstrap, group_id=group, partition_assignment_strategy=(assignor,), **opts)
+        self.topics = None if topics is None else list(topics)
+        self.pattern = pattern
+        self.start()
+
+    # The rebalance listener: runs inside poll on this thread.
+    def on_partitions_assigned(self, partitions) -> None:
+        self.log.note("assigned", partitions)
+
+    def on_partitions_revoked(self, partitions) -> None:
+        self.log.note("revoked", partitions)
+
+    def on_partitions_lost(self, partitions) -> None:
+        self.log.note("lost", partitions)
+
+    def run(self) -> None:
+        c = self.consumer
+        try:
+            c.subscribe(self.topics, pattern=self.pattern, listener=self)
+            while not self._stop_flag.is_set():
+                for batch in c.poll(100).values():
+                    self.records.extend((r.topic, r.partition, r.offset) for r in batch)
+                self._run_calls(c)
+        except BaseException as exc:  # surfaced by stop() and call()
+            self.error = exc
+        finally:
+            if self.close_on_stop:
+                c.close()
+
+    def member_id(self) -> str | None:
+        g = self.consumer.group_generation()
+        return None if g is None else g[1]
+
+
+class RdMember(_PollingMember):
+    client = "librdkafka"
+
+    def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str], assignor: str = "range",
+                 name: str = "rd", **conf) -> None:
+        super().__init__(name)
+        config = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
+                  "partition.assignment.strategy": assignor, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 2000,
+                  "fetch.wait.max.ms": 200, **SESSION}
+        config.update(conf)
+        self.consumer = RdConsumer(config)
+        self.topics = list(topics)
+        self.start()
+
+    def run(self) -> None:
+        c = self.consumer
+        # librdkafka applies the assignment itself when the callbacks do not (incrementally
+        # under cooperative-sticky).
+        on_assign = lambda _c, ps: self.log.note("assigned", [(p.topic, p.partition) for p in ps])  # noqa: E731
+        on_revoke = lambda _c, ps: self.log.note("revoked", [(p.topic, p.partition) for p in ps])  # noqa: E731
+        on_lost = lambda _c, ps: self.log.note("lost", [(p.topic, p.partition) for p in ps])  # noqa: E731
+        try:
+            c.subscribe(self.topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+            while not self._stop_flag.is_set():
+                msg = c.poll(0.1)
+                if msg is not None:
+                    if msg.error():
+                        raise KafkaException(msg.error())
+                    self.records.append((msg.topic(), msg.partition(), msg.offset()))
+                self._run_calls(c)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            if self.close_on_stop:
+                c.close()
+
+    def member_id(self) -> str | None:
+        return self.call(lambda c: c.memberid())
+
+
+class JavaMember:
+    """The Java KafkaConsumer in the group (the peer process); SIGTERM leaves, SIGKILL does not."""
+
+    client = "java"
+
+    def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str] | None = None,
+                 pattern: str | None = None, assignor: str = "range", name: str = "java",
+                 instance_id: str | None = None, commit: bool = False, settings: dict | None = None) -> None:
+        self.name = name
+        conf = dict(SESSION)
+        conf.update(settings or {})
+        kw = dict(pattern=pattern) if pattern is not None else dict(topics=list(topics or ()))
+        self.proc = JavaConsumerProcess(bootstrap, group=group, assignor=assignor, instance_id=instance_id,
+                                        commit=commit, client_id=name, settings=conf, commands=True, **kw)
+        self._log = _Events()
+        self._taken = 0
+
+    def _pump(self) -> None:
+        while True:
+            try:
+                event = self.proc.events.get_nowait()
+            except queue.Empty:
+                break
+            self.proc.seen.append(event)
+        for event in self.proc.seen[self._taken:]:
+            if event["event"] in ("assigned", "revoked", "lost"):
+                self._log.note(event["event"], [tuple(tp) for tp in event["partitions"]])
+        self._taken = len(self.proc.seen)
+
+    @property
+    def log(self) -> _Events:
+        self._pump()
+        return self._log
+
+    @property
+    def events(self) -> list[tuple[str, frozenset[TP]]]:
+        return self.log.events
+
+    def assignment(self) -> frozenset[TP]:
+        return self.log.assignment()
+
+    @property
+    def records(self) -> list[tuple[str, int, int]]:
+        return [(r.topic, r.partition, r.offset) for r in list(self.proc.records)]
+
+    def committed(self, partitions: Iterable[TP]) -> dict[TP, tuple[int, str] | None]:
+        """``committed()`` of the live Java consumer: (offset, metadata), None where none."""
+        return self.proc.committed(partitions)
+
+    def commit(self, offsets: dict[TP, tuple[int, str]]) -> None:
+        self.proc.commit(offsets)
+
+    @property
+    def error(self) -> BaseException | None:
+        code = self.proc.proc.poll()
+        if code is None:
+            return None
+        return AssertionError(f"the Java member {self.name} exited {code}:\n{self.proc.stderr[-3000:]}")
+
+    def stop(self) -> dict:
+        return self.proc.stop()
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, members=(),
+               also: Callable[[], str] | None = None) -> None:
+    """Poll ``predicate`` until true; fail naming ``what``, every member's state and ``also()``
+    (e.g. what the broker logged about the group), or at once when a member has died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for m in members:
+            if m.error is not None:
+                raise AssertionError(f"{m.name} failed while waiting for {what}") from m.error
+        if predicate():
+            return
+        if time.monotonic() > deadline:
+            state = "; ".join(f"{m.name}: owns {sorted(m.assignment())}, events {m.events[-6:]}"
+                              for m in members)
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}: {state}"
+                                 + (f"\n{also()}" if also else ""))
+        time.sleep(0.1)
+
+
+def all_partitions(topic: str, n: int) -> frozenset[TP]:
+    return frozenset((topic, p) for p in range(n))
+
+
+def split_is_complete(members, expected: frozenset[TP]) -> bool:
+    """Every member owns something, no partition twice, and together all of ``expected``."""
+    owned = [m.assignment() for m in members]
+    return all(owned) and sum(map(len, owned)) == len(expected) and frozenset().union(*owned) == expected
+
+
+def group_log(cluster, group: str, lines: int = 40) -> str:
+    """The brokers' log lines about ``group`` (joins, rebalances and their reasons), the last few."""
+    found = []
+    for node in cluster.nodes.values():
+        try:
+            text = node.log_path.read_text(errors="replace")
+        except OSError as exc:
+            found.append(f"(log of node {node.node_id}: {exc})")
+            continue
+        found += [line for line in text.splitlines() if group in line]
+    return "broker log for the group:\n" + "\n".join(found[-lines:])
+
+
+def describe_members(bootstrap: str, group: str) -> dict[str, str]:
+    """member id -> client id, as the coordinator describes the group."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    desc = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    return {m.member_id: m.client_id for m in desc.members}
+
+
+def rd_committed_of(consumer, partitions: Iterable[TP]) -> dict[TP, int | None]:
+    """librdkafka's ``committed()`` offsets (run it on the member's thread), None where nothing is
+    committed.  Not the metadata: confluent-kafka treats it as a NUL-terminated C string both ways
+    (it commits the NUL, and reads up to one), so metadata another client committed comes back
+    with whatever bytes follow it in memory."""
+    found = consumer.committed([RdTopicPartition(t, p) for t, p in partitions], timeout=30)
+    return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in found}
+
+
+def kd_committed_of(consumer: Consumer, partitions: Iterable[TP]) -> dict[TP, tuple[int, str] | None]:
+    """kdaemon's ``committed()`` (run it on the member's thread): (offset, metadata) per
+    partition, None where nothing is committed."""
+    found = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout_ms=30_000)
+    return {(tp.topic, tp.partition): (None if om is None else (om.offset, om.metadata))
+            for tp, om in found.items()}
+
+
+class KdProcessMember:
+    """A kdaemon member in a child process (tests/kafka/kd_member_main.py), so a test can SIGKILL
+    it: no close, no LeaveGroup, no last commit, as a crashed worker."""
+
+    client = "kdaemon"
+
+    def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str], assignor: str = "range",
+                 name: str = "kd-proc", **options) -> None:
+        self.name = name
+        opts = dict(KD_OPTIONS)
+        opts.update(options)
+        opts.setdefault("client_id", name)
+        spec = {"bootstrap": bootstrap, "group": group, "topics": list(topics), "assignor": assignor,
+                "options": opts}
+        root = Path(__file__).resolve().parents[2]
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.kafka.kd_member_main", json.dumps(spec)],
+                                     cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.log = _Events()
+        self.generations: list[tuple[int, str]] = []
+        self.member_ids: list[str] = []
+        self._stderr: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=lambda: self._stderr.extend(self.proc.stderr), daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            o = json.loads(line)
+            if o["event"] == "generation":
+                self.generations.append((o["generation"], o["member_id"]))
+            else:
+                self.log.note(o["event"], [tuple(tp) for tp in o["partitions"]])
+
+    @property
+    def events(self) -> list[tuple[str, frozenset[TP]]]:
+        return self.log.events
+
+    def assignment(self) -> frozenset[TP]:
+        return self.log.assignment()
+
+    @property
+    def error(self) -> BaseException | None:
+        code = self.proc.poll()
+        if code is None or code == -9:
+            return None
+        return AssertionError(f"the kdaemon member process {self.name} exited {code}:\n"
+                              f"{''.join(self._stderr)[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL: the member vanishes without a word to the coordinator."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(30)
