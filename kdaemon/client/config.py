@@ -76,7 +76,15 @@ class ConsumerConfig:
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     ssl_password: str | None = field(default=None, repr=False)
+    # The broker's certificate is always verified: against ssl_cafile, or the system's trust
+    # store when that is unset.  ssl_check_hostname=False skips only the name check (Java's
+    # ssl.endpoint.identification.algorithm=""); the chain is still verified.
     ssl_check_hostname: bool = True
+    # False turns server certificate verification off altogether (chain and name): anyone on
+    # the path can then pose as the broker.  Only ever by this name, never implied by another
+    # setting; logged as a warning when a consumer starts with it (librdkafka's
+    # enable.ssl.certificate.verification; Java has no switch and needs a trust-all truststore).
+    ssl_certificate_verification: bool = True
     sasl_mechanism: str = "PLAIN"
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
@@ -111,6 +119,9 @@ class ConsumerConfig:
         for f in fields(self):
             if f.type == "int" and not isinstance(getattr(self, f.name), int):
                 problems.append(f"{f.name} must be an integer, got {getattr(self, f.name)!r}")
+        for name in ("ssl_check_hostname", "ssl_certificate_verification"):
+            if not isinstance(getattr(self, name), bool):   # "false" would be true
+                problems.append(f"{name} must be true or false, got {getattr(self, name)!r}")
         positive = ("fetch_max_bytes", "max_partition_fetch_bytes", "max_poll_records",
                     "request_timeout_ms", "max_in_flight_requests_per_connection", "max_frame_bytes",
                     "session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms",

@@ -28,11 +28,16 @@ log = logging.getLogger(__name__)
 
 
 def build_ssl_context(config: ConsumerConfig) -> ssl.SSLContext:
+    """The TLS context for SSL and SASL_SSL.  The broker's certificate chain is verified against
+    ``ssl_cafile``, or the system trust store when it is unset; only
+    ``ssl_certificate_verification=False`` turns that off (``ssl_check_hostname=False`` skips the
+    name check alone)."""
     ctx = ssl.create_default_context(cafile=config.ssl_cafile)
-    ctx.check_hostname = config.ssl_check_hostname
-    if not config.ssl_check_hostname:
-        # Hostname checking off still verifies the chain unless no CA was configured at all.
-        ctx.verify_mode = ssl.CERT_REQUIRED if config.ssl_cafile else ssl.CERT_NONE
+    ctx.check_hostname = config.ssl_check_hostname and config.ssl_certificate_verification
+    if not config.ssl_certificate_verification:
+        ctx.verify_mode = ssl.CERT_NONE
+        log.warning("TLS server certificate verification is off (ssl_certificate_verification=False): "
+                    "the broker's identity is not checked")
     if config.ssl_certfile:
         ctx.load_cert_chain(config.ssl_certfile, config.ssl_keyfile, config.ssl_password)
     return ctx
