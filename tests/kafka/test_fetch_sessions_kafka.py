@@ -30,7 +30,7 @@ import pytest
 from kdaemon.client.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID
 from kdaemon.client.types import TopicPartition
 from kdaemon.protocol import messages
-from kdaemon.protocol.apis import FETCH, METADATA
+from kdaemon.protocol.apis import FETCH
 from kdaemon.protocol.errors import Errors
 from tests.kafka.test_protocol_kafka import CLIENT_ID, Recorder, Wire, observed_consumer
 from tests.support.apache_kafka import start_kafka
@@ -72,12 +72,6 @@ def produce_range(kafka, topic: str, partitions, start: int, end: int) -> None:
     for p in partitions:
         produce(kafka.bootstrap, topic, [(None, f"{p}/{i}".encode()) for i in range(start, end)],
                 partition=p)
-
-
-def topic_id(kafka, topic: str):
-    with Wire(kafka.host, kafka.port) as w:
-        md = w.exchange(METADATA, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})[1]
-    return md["topics"][0]["topic_id"]
 
 
 def fetches(rec: Recorder, response: bool = False) -> list[dict]:

@@ -531,7 +531,6 @@ def test_fetch_uses_topic_ids_and_answers_are_matched_by_id(kafka):
     answer carries ids only, and each record comes back under its own topic."""
     assert offered(kafka, FETCH)[1] >= 13
     topics = [f"by-id-{i}-{uuid.uuid4().hex[:8]}" for i in range(2)]
-    ids = {}
     for t in topics:
         create_topic(kafka.bootstrap, t, 2)
         for p in range(2):
