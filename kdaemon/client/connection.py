@@ -1,10 +1,14 @@
 """One broker connection: a non-blocking socket around the sans-IO ``KafkaConnection``.
 
-States: disconnected -> connecting (TCP) -> tls (handshake) -> api_versions -> sasl -> ready.
-Requests submitted before ``ready`` wait in ``_pending`` and go out in order once it is; at most
-``max_in_flight_requests_per_connection`` are on the wire at a time.  Any I/O error, a request timeout (Kafka answers in
-order, so one late answer stalls everything behind it) or a protocol error closes the
-connection and fails every request on it with ``ConnectionFailedError`` so callers can retry.
+The states and every transition between them are in ``_TRANSITIONS`` below.  Requests submitted
+while the connection is not ``ready`` (connecting, or re-authenticating) wait in ``_pending`` and
+go out in order once it is; at most ``max_in_flight_requests_per_connection`` are on the wire at a
+time.  A SASL connection re-authenticates before the session the broker granted runs out
+(KIP-368), on the same socket and never interleaved with requests.
+
+Any I/O error, a request timeout (Kafka answers in order, so one late answer stalls everything
+behind it) or a protocol error closes the connection and fails every request on it with
+``ConnectionFailedError`` so callers can retry.
 Authentication failures are different: they are permanent and fail requests with
 ``AuthenticationError``; reconnecting would only lock the account.
 """
@@ -57,6 +61,41 @@ TLS = "tls"
 API_VERSIONS_STATE = "api_versions"
 SASL = "sasl"
 READY = "ready"
+REAUTH_WAIT = "reauth_wait"
+REAUTH = "reauth"
+
+# Every transition a connection makes; ``_enter`` refuses any other.  Any state may also drop to
+# disconnected (a failure, a timeout, close()).
+#
+#   disconnected -> connecting        connect(): a non-blocking TCP connect is under way
+#   connecting   -> tls               TCP is up and the listener speaks TLS
+#   connecting   -> api_versions      TCP is up, plaintext
+#   tls          -> api_versions      the TLS handshake completed
+#   api_versions -> sasl              versions known, SASL_* protocol: SaslHandshake sent
+#   api_versions -> ready             versions known, nothing to authenticate
+#   sasl         -> ready             authenticated
+#   ready        -> reauth_wait       the SASL session is nearly spent (KIP-368) but requests are
+#                                     in flight: nothing new is sent until they are answered
+#   ready        -> reauth            the session is nearly spent, nothing in flight: SaslHandshake
+#   reauth_wait  -> reauth            the last answer arrived: SaslHandshake
+#   reauth       -> ready             re-authenticated; the requests held meanwhile go out
+_TRANSITIONS = {
+    DISCONNECTED: {CONNECTING},
+    CONNECTING: {TLS, API_VERSIONS_STATE},
+    TLS: {API_VERSIONS_STATE},
+    API_VERSIONS_STATE: {SASL, READY},
+    SASL: {READY},
+    READY: {REAUTH_WAIT, REAUTH},
+    REAUTH_WAIT: {REAUTH},
+    REAUTH: {READY},
+}
+
+# KIP-368: Kafka tells a SASL client how long its session lasts (session_lifetime_ms in
+# SaslAuthenticate v1+) and closes the connection on the first request after that unless it
+# was re-authenticated.  Like the Java client, re-authenticate at a random point between 85%
+# and 95% of the lifetime: room for a request in flight to finish and for clock drift, and
+# spread so a client's many connections do not all re-authenticate at once.
+REAUTH_WINDOW = (0.85, 0.95)
 
 _RECV_CHUNK = 256 * 1024
 
@@ -105,6 +144,9 @@ class BrokerConnection:
         self.last_activity = time.monotonic()
         self.auth_error: AuthenticationError | None = None
         self._sasl = None
+        self._session_lifetime_ms = 0       # what the broker granted at the last authentication
+        self._reauth_at: float | None = None  # when to re-authenticate (monotonic), if ever
+        self.reauthentications = 0          # completed on this connection, for tests and logs
         self._api_versions_attempt = API_VERSIONS.max_version
         # What the TLS handshake waits for: asking for writability while it waits to read would
         # make the selector report the socket at once, forever, and the poll loop spin.
@@ -130,6 +172,12 @@ class BrokerConnection:
     @property
     def wants_write(self) -> bool:
         return bool(self._out) or self.state == CONNECTING or (self.state == TLS and self._tls_wants_write)
+
+    def _enter(self, state: str) -> None:
+        """Move to ``state`` if ``_TRANSITIONS`` allows it (anything may drop to disconnected)."""
+        if state != DISCONNECTED and state not in _TRANSITIONS[self.state]:
+            raise RuntimeError(f"node {self.node_id}: no transition {self.state} -> {state}")
+        self.state = state
 
     def can_attempt(self, now: float) -> bool:
         return self.state == DISCONNECTED and self.auth_error is None and now >= self.next_attempt
@@ -175,7 +223,7 @@ class BrokerConnection:
             self._connect_failed(now, f"connect to {_address(addr)} failed: {errno.errorcode.get(rc, rc)}")
             return
         self.sock = sock
-        self.state = CONNECTING
+        self._enter(CONNECTING)
         self._connect_deadline = now + self.config.socket_connection_setup_timeout_ms / 1000
         self.last_activity = now
 
@@ -212,7 +260,7 @@ class BrokerConnection:
             assert self.sock is not None
             self.sock = self._ssl_context.wrap_socket(
                 self.sock, server_hostname=self.host, do_handshake_on_connect=False)
-            self.state = TLS
+            self._enter(TLS)
             self._tls_step(now)
             return
         self._start_api_versions(now)
@@ -237,7 +285,7 @@ class BrokerConnection:
         self._start_api_versions(now)
 
     def _start_api_versions(self, now: float) -> None:
-        self.state = API_VERSIONS_STATE
+        self._enter(API_VERSIONS_STATE)
         body = {"client_software_name": "kdaemon", "client_software_version": _version()}
         self._write_internal(API_VERSIONS, self._api_versions_attempt, body, now)
 
@@ -271,8 +319,10 @@ class BrokerConnection:
         else:
             self._become_ready(now)
 
-    def _start_sasl(self, now: float) -> None:
-        self.state = SASL
+    def _start_sasl(self, now: float, state: str = SASL) -> None:
+        """SaslHandshake, to authenticate (``state`` sasl) or re-authenticate (reauth)."""
+        self._enter(state)
+        self._session_lifetime_ms = 0
         self._sasl = make_mechanism(self.config.sasl_mechanism, self.config.sasl_username or "",
                                     self.config.sasl_password or "")
         try:
@@ -295,6 +345,8 @@ class BrokerConnection:
         self._write_internal(SASL_AUTHENTICATE, version, {"auth_bytes": self._sasl.first_message()}, now)
 
     def _on_sasl_authenticate(self, body: dict, now: float) -> None:
+        if body.get("session_lifetime_ms"):
+            self._session_lifetime_ms = body["session_lifetime_ms"]
         if body["error_code"]:
             self._auth_failed(f"SASL {self._sasl.name} authentication failed: "
                               f"{body.get('error_message') or BrokerError(body['error_code']).name}")
@@ -307,7 +359,41 @@ class BrokerConnection:
         if reply is not None:
             self._write_internal(SASL_AUTHENTICATE, self.version_for(SASL_AUTHENTICATE), {"auth_bytes": reply}, now)
         elif self._sasl.done:
-            self._become_ready(now)
+            self._authenticated(now)
+
+    def _authenticated(self, now: float) -> None:
+        """Note when the session the broker granted must be renewed, then serve requests."""
+        lifetime = self._session_lifetime_ms
+        again = self.state == REAUTH
+        if again:
+            self.reauthentications += 1
+        if lifetime > 0:
+            self._reauth_at = now + lifetime / 1000 * random.uniform(*REAUTH_WINDOW)
+            log.debug("node %s: %s with %s; session lifetime %d ms, re-authenticating in %.1f s",
+                      self.node_id, "re-authenticated" if again else "authenticated", self._sasl.name,
+                      lifetime, self._reauth_at - now)
+        else:
+            self._reauth_at = None
+            log.debug("node %s: %s with %s; the session does not expire", self.node_id,
+                      "re-authenticated" if again else "authenticated", self._sasl.name)
+        self._become_ready(now)
+
+    def _maybe_reauthenticate(self, now: float) -> bool:
+        """Start re-authenticating once it is due; True while that holds requests back.
+
+        Nothing new is sent once it is due: the requests in flight are answered first
+        (reauth_wait), then SaslHandshake and SaslAuthenticate go out alone (reauth), and the
+        held requests follow once the broker accepted the new session.
+        """
+        if self.state == READY and self._reauth_at is not None and now >= self._reauth_at:
+            self._reauth_at = None
+            if self._in_flight:
+                self._enter(REAUTH_WAIT)
+            else:
+                self._start_sasl(now, REAUTH)
+        elif self.state == REAUTH_WAIT and not self._in_flight:
+            self._start_sasl(now, REAUTH)
+        return self.state in (REAUTH_WAIT, REAUTH)
 
     def _refused_by_alert(self, exc: BaseException) -> bool:
         """If ``exc`` is a TLS alert refusing us, fail for good (see ``_tls_refusal``)."""
@@ -332,7 +418,7 @@ class BrokerConnection:
         self.close(self.auth_error)
 
     def _become_ready(self, now: float) -> None:
-        self.state = READY
+        self._enter(READY)
         self._failures = 0
         self._sasl = None
         self._flush_pending(now)
@@ -351,6 +437,8 @@ class BrokerConnection:
         return fut
 
     def _flush_pending(self, now: float) -> None:
+        if self._maybe_reauthenticate(now):
+            return
         limit = self.config.max_in_flight_requests_per_connection
         while self._pending and len(self._in_flight) < limit:
             req = self._pending.popleft()
@@ -434,8 +522,8 @@ class BrokerConnection:
                     return completed
             if len(data) < _RECV_CHUNK and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
                 break
-        if self.state == READY and self._pending:
-            self._flush_pending(now)
+        if self.state in (READY, REAUTH_WAIT):
+            self._flush_pending(now)   # also starts a re-authentication that waited for answers
         return completed
 
     def _observe(self, api: Api, version: int, body: dict, response: bool) -> None:
@@ -452,6 +540,9 @@ class BrokerConnection:
             self._on_sasl_authenticate(resp.body, now)
 
     def check_timeouts(self, now: float) -> None:
+        """Called every round of the poll loop: deadlines, and a re-authentication that is due
+        on a connection with nothing to send (the broker would close it on the next request)."""
+        self._maybe_reauthenticate(now)
         if self.state in (CONNECTING, TLS) and now >= self._connect_deadline:
             what = f"connect to {self._trying()}" if self.state == CONNECTING and self._addresses \
                 else "connection setup"
@@ -475,7 +566,8 @@ class BrokerConnection:
             except OSError:
                 pass
         self.sock = None
-        self.state = DISCONNECTED
+        self._reauth_at = None
+        self._enter(DISCONNECTED)
 
     def close(self, reason: BaseException | None = None) -> None:
         self._drop_socket()
