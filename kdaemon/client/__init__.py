@@ -6,11 +6,11 @@ The only layer that touches sockets; it builds on ``kdaemon.protocol`` and nothi
 from .config import ConsumerConfig
 from .consumer import Consumer
 from .errors import (AuthenticationError, ConsumerClosedError, KafkaClientError, KafkaTimeoutError,
-                     NoBrokersAvailableError, NoOffsetForPartitionError, OffsetOutOfRangeError,
-                     RecordTooLargeError, UnknownTopicError, WakeupError)
+                     LogTruncationError, NoBrokersAvailableError, NoOffsetForPartitionError,
+                     OffsetOutOfRangeError, RecordTooLargeError, UnknownTopicError, WakeupError)
 from .types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Consumer", "ConsumerConfig", "ConsumerRecord", "TopicPartition", "OffsetAndMetadata",
            "OffsetAndTimestamp", "KafkaClientError", "KafkaTimeoutError", "NoBrokersAvailableError",
-           "AuthenticationError", "NoOffsetForPartitionError", "OffsetOutOfRangeError", "UnknownTopicError",
-           "WakeupError", "ConsumerClosedError", "RecordTooLargeError"]
+           "AuthenticationError", "NoOffsetForPartitionError", "OffsetOutOfRangeError", "LogTruncationError",
+           "UnknownTopicError", "WakeupError", "ConsumerClosedError", "RecordTooLargeError"]
