@@ -88,9 +88,9 @@ def _compare(bootstrap: str, records, queries: list[tuple[str, int, int]]) -> No
 
 def test_create_time_look_ups_match_java(kafka):
     """p0 in order with runs of equal timestamps; p1 out of order inside and across batches (the
-    Java producer's); p2 2,000 records over a dense time index (index.interval.bytes=512)."""
+    Java producer's); p2 2,000 records over a dense time index (index.interval.bytes=512); p3 empty."""
     topic = _topic("times")
-    create_topic(kafka.bootstrap, topic, 3, config={"index.interval.bytes": "512", **KEEP})
+    create_topic(kafka.bootstrap, topic, 4, config={"index.interval.bytes": "512", **KEEP})
     p0 = [BASE + 10 * (i // 3) for i in range(30)]
     produce(kafka.bootstrap, topic, [Record(None, b"a%d" % i, (), ts) for i, ts in enumerate(p0[:15])], partition=0)
     produce(kafka.bootstrap, topic, [Record(None, b"b%d" % i, (), ts) for i, ts in enumerate(p0[15:])], partition=0)
@@ -110,6 +110,7 @@ def test_create_time_look_ups_match_java(kafka):
     queries = [(topic, 0, ts) for ts in _questions(p0)]
     queries += [(topic, 1, ts) for ts in _questions([ts for b in p1_batches for ts in b])]
     queries += [(topic, 2, ts) for ts in _questions(p2[::97] + p2[-3:])]
+    queries += [(topic, 3, ts) for ts in (0, BASE)]
     _compare(kafka.bootstrap, records, queries)
 
 

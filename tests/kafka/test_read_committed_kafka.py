@@ -13,6 +13,7 @@ before an open transaction until it commits.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import pytest
@@ -43,11 +44,13 @@ class TxnProducer:
     def begin(self) -> None:
         self.producer.begin_transaction()
 
-    def send(self, topic: str, partition: int, value: bytes, key: bytes | None = None) -> None:
+    def send(self, topic: str, partition: int, value: bytes, key: bytes | None = None,
+             timestamp: int | None = None) -> None:
         def report(err, msg):
             if err is not None:
                 self.errors.append(f"{value!r}: {err}")
-        self.producer.produce(topic, key=key, value=value, partition=partition, on_delivery=report)
+        kw = {} if timestamp is None else {"timestamp": timestamp}
+        self.producer.produce(topic, key=key, value=value, partition=partition, on_delivery=report, **kw)
 
     def flush(self) -> None:
         """Everything sent is on the log (an abort then leaves aborted records behind)."""
@@ -130,6 +133,13 @@ def test_interleaved_transactions_match_java_in_both_isolation_levels(kafka):
     rc = read_to_end(kafka.bootstrap, parts, isolation="read_committed")
     rc_java = java_consume(kafka.bootstrap, assign=parts, until_end=True, isolation="read_committed")
     assert first_difference(rc.records, rc_java.records) is None, first_difference(rc.records, rc_java.records)
+    # Small fetches (an abort marker often in a later response than its transaction's records)
+    # and few records per poll (positions inside batches) change nothing.
+    rc_small = read_to_end(kafka.bootstrap, parts, isolation="read_committed", max_partition_fetch_bytes=300,
+                           max_poll_records=5)
+    assert first_difference(rc_small.records, rc_java.records) is None, first_difference(rc_small.records,
+                                                                                         rc_java.records)
+    assert rc_small.positions == rc.positions
     ru = read_to_end(kafka.bootstrap, parts, isolation="read_uncommitted")
     ru_java = java_consume(kafka.bootstrap, assign=parts, until_end=True, isolation="read_uncommitted")
     assert first_difference(ru.records, ru_java.records) is None, first_difference(ru.records, ru_java.records)
@@ -174,14 +184,15 @@ def test_open_transaction_holds_read_committed_at_the_lso(kafka):
     topic = _topic("rc-open")
     create_topic(kafka.bootstrap, topic, 2)
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    t0 = int(time.time() * 1000) - 60_000  # recent: Kafka refuses timestamps far in the future
     for p in (0, 1):
-        produce(kafka.bootstrap, topic, [(None, b"before:%d:%d" % (p, i)) for i in range(5)], partition=p)
+        produce(kafka.bootstrap, topic, [(None, b"before:%d:%d" % (p, i), (), t0 + i) for i in range(5)], partition=p)
     rd = TxnProducer(kafka.bootstrap)
     rd.begin()
     for i in range(4):
-        rd.send(topic, 0, b"open:%d" % i)
+        rd.send(topic, 0, b"open:%d" % i, timestamp=t0 + 100 + i)
     rd.flush()
-    produce(kafka.bootstrap, topic, [(None, b"after:0:%d" % i) for i in range(3)], partition=0)
+    produce(kafka.bootstrap, topic, [(None, b"after:0:%d" % i, (), t0 + 200 + i) for i in range(3)], partition=0)
     produce(kafka.bootstrap, topic, [(None, b"after:1:%d" % i) for i in range(2)], partition=1)
 
     with Consumer(kafka.bootstrap, auto_offset_reset="earliest", isolation_level="read_committed",
@@ -191,9 +202,17 @@ def test_open_transaction_holds_read_committed_at_the_lso(kafka):
         lso = c.end_offsets([tp0, tp1])
         assert lso == {tp0: 5, tp1: 7}
         assert ru.end_offsets([tp0, tp1]) == {tp0: 12, tp1: 7}
-        _, java_bounds = java_offsets_for_times(kafka.bootstrap, [(topic, 0, 0), (topic, 1, 0)],
-                                                isolation="read_committed")
+        # Timestamp look-ups under read_committed only see offsets below the LSO, too.
+        queries = [(topic, 0, ts) for ts in (0, t0 + 4, t0 + 101, t0 + 201)] + [(topic, 1, t0 + 4)]
+        java_times, java_bounds = java_offsets_for_times(kafka.bootstrap, queries, isolation="read_committed")
         assert {(t, p): o for t, p, o in java_bounds["end"]} == {tuple(tp): o for tp, o in lso.items()}
+        ours_times = []
+        for t, p, ts in queries:
+            a = c.offsets_for_times({TopicPartition(t, p): ts})[TopicPartition(t, p)]
+            ours_times.append(None if a is None else (a.offset, a.timestamp))
+        assert ours_times == [None if a["offset"] is None else (a["offset"], a["found_timestamp"])
+                              for a in java_times]
+        assert ours_times == [(0, t0), (4, t0 + 4), None, None, (4, t0 + 4)]
 
         held = drain_until(c, lambda: c.position(tp0) >= 5 and c.position(tp1) >= 7, what="the LSO")
         java_held = java_consume(kafka.bootstrap, assign=[(topic, 0), (topic, 1)], until_end=True,
@@ -212,6 +231,7 @@ def test_open_transaction_holds_read_committed_at_the_lso(kafka):
         released = drain_until(c, lambda: c.position(tp0) >= 13, what="the commit marker")
         assert [r.value for r in released] == [b"open:%d" % i for i in range(4)] + [b"after:0:%d" % i for i in range(3)]
         assert c.end_offsets([tp0]) == {tp0: 13}
+        assert c.offsets_for_times({tp0: t0 + 201})[tp0][:2] == (10, t0 + 201)
         m = c.metrics()["partitions"][tp0]
         assert (m["last_stable_offset"], m["high_watermark"], m["records_lag"]) == (13, 13, 0)
     java_all = java_consume(kafka.bootstrap, assign=[(topic, 0), (topic, 1)], until_end=True,
