@@ -154,6 +154,8 @@ class Fetcher:
         self.completed: deque[CompletedFetch] = deque()
         self._next_in_line: CompletedFetch | None = None
         self._sessions: dict[int, FetchSessionHandler] = {}
+        # When a leader last named each partition's preferred read replica (KIP-392).
+        self._replica_named_at: dict[TopicPartition, float] = {}
         self._pending_nodes: set[int] = set()
         self._partition_max_bytes: dict[TopicPartition, int] = {}
         self.stats = FetchStats()
@@ -184,11 +186,21 @@ class Fetcher:
         return total
 
     def _fetch_node(self, tp: TopicPartition, st, now: float) -> int | None:
+        """The partition's preferred read replica while it serves, else its leader (Java's
+        selectReadReplica).  A replica is dropped when it is missing from metadata (which is then
+        refreshed), when its time is up, and when a connection to it failed after the leader
+        named it (Java's handleFetchFailure): the leader decides again, and may name it again
+        once it is back in the ISR.  While its reconnect backoff runs the fetch waits for it
+        (the leader would only redirect again); a failure from before the naming is no reason to
+        avoid it, or a follower that once went down would never be read from again."""
         replica = st.preferred_read_replica
         if replica is not None:
-            if now < st.preferred_read_replica_expiry and replica in self.metadata.brokers \
-                    and not self.network.connection_failed(replica):
+            known = replica in self.metadata.brokers
+            failed = self.network.connection_failed_at(replica) > self._replica_named_at.get(tp, 0.0)
+            if now < st.preferred_read_replica_expiry and known and not failed:
                 return replica
+            if not known:
+                self.metadata.request_update()
             st.preferred_read_replica = None
         return self.metadata.leader_for(tp)
 
@@ -464,7 +476,8 @@ class Fetcher:
             replica = p.get("preferred_read_replica", -1)
             if replica >= 0 and replica != st.preferred_read_replica:
                 st.preferred_read_replica = replica
-                st.preferred_read_replica_expiry = time.monotonic() + self.config.metadata_max_age_ms / 1000
+                now = self._replica_named_at[tp] = time.monotonic()
+                st.preferred_read_replica_expiry = now + self.config.metadata_max_age_ms / 1000
                 return False  # the records come from the replica; this answer has none
             aborted = None
             if self.config.read_committed:

@@ -160,6 +160,12 @@ class NetworkClient:
         conn = self._conns.get(node_id)
         return conn is not None and conn.state == DISCONNECTED and conn._failures > 0
 
+    def connection_failed_at(self, node_id: int) -> float:
+        """When (monotonic) an attempt to connect to the node last failed or its connection last
+        dropped; 0.0 if never."""
+        conn = self._conns.get(node_id)
+        return 0.0 if conn is None else conn.last_error_at
+
     def in_flight(self, node_id: int) -> int:
         conn = self._conns.get(node_id)
         return 0 if conn is None else conn.in_flight + conn.pending
