@@ -1,10 +1,12 @@
 """Cluster metadata: brokers, partition leaders with their epochs, topic ids.
 
-Refreshed on age (``metadata_max_age_ms``) and on demand (``request_update``), which the fetcher
+Refreshed on age (``metadata_max_age_ms``), on demand (``request_update``), which the fetcher
 and coordinator call on NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH
-and disconnects.  A response whose leader epoch for a partition is *older* than the one we hold
-is stale (it came from a broker that has not seen the latest leader change) and is ignored for
-that partition, as the Java client does.
+and failed requests, and after any broker connection failed or was dropped (a killed leader is
+otherwise never asked again, so nothing would say its partitions moved).  A response whose
+leader epoch for a partition is *older* than the one we hold is stale (it came from a broker
+that has not seen the latest leader change) and is ignored for that partition, as the Java
+client does.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class ClusterMetadata:
     _last_refresh: float = 0.0
     _last_attempt: float = 0.0
     _in_flight: Future | None = None
+    _failure_seen: float = 0.0
 
     # -- what to fetch --------------------------------------------------------------------------
 
@@ -109,6 +112,11 @@ class ClusterMetadata:
     def maybe_update(self, network, now: float | None = None) -> Future | None:
         """Send a Metadata request to the least loaded node if one is due."""
         now = time.monotonic() if now is None else now
+        failure = network.last_connection_failure_at()
+        if failure > self._failure_seen:
+            # A broker connection failed since the last look: its partitions may have moved.
+            self._failure_seen = failure
+            self._need_update = True
         if not self.update_due(now):
             return self._in_flight
         node = network.least_loaded_node()

@@ -207,6 +207,15 @@ class NetworkClient:
             failed = [c for c in self._conns.values() if c.last_error]
             return max(failed, key=lambda c: c.last_error_at).last_error if failed else None
 
+    def last_connection_failure_at(self) -> float:
+        """When (monotonic) a connection to a broker last failed or was dropped; 0.0 if never.
+
+        Metadata refreshes after each one, as Java's ``handleServerDisconnect`` does: the broker
+        may be gone and its partitions led elsewhere.  Nothing else would ask, since no request
+        reaches a leader whose connection keeps failing, and no answer says it moved."""
+        with self._lock:
+            return max((c.last_error_at for c in self._conns.values()), default=0.0)
+
     def auth_error(self) -> AuthenticationError | None:
         for conn in self._conns.values():
             if conn.auth_error is not None:
