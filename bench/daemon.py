@@ -683,7 +683,7 @@ def build_rows(results: dict, modes, worker_counts, peers) -> list[dict]:
             else:
                 row.update({"workers_cpu": r.get("window_cpu"), "cpu_wait": r.get("window_cpu_wait"),
                             "consume_py_rate": r["records_per_s_consume_py"]})
-                for k in ("jit_compile_s", "gc_s", "jvm_uptime_at_first_poll_s", "java"):
+                for k in ("jit_compile_s", "gc_count", "gc_s", "jvm_uptime_at_first_poll_s", "java"):
                     if k in r:
                         row[k] = r[k]
             if row.get("workers_cpu"):
