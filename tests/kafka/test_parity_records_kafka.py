@@ -39,7 +39,8 @@ def _topic(prefix: str) -> str:
 
 def _varied(tag: str, rng: random.Random, big: bool) -> list[list[Record]]:
     """Groups of records (each group written as its own batches): null and empty keys and values,
-    headers with null values, repeated and non-ASCII keys, explicit timestamps out of order and
+    headers with null values, repeated, empty and non-ASCII keys, long and many headers, explicit
+    timestamps out of order and
     broker-chosen ones (None: the producer's clock), and one 1 MiB record when ``big``."""
     t = tag.encode()
     groups = [[
@@ -52,6 +53,10 @@ def _varied(tag: str, rng: random.Random, big: bool) -> list[list[Record]]:
         Record(b"ts", b"explicit", (), BASE_TS + 5_000),
         Record(b"ts-earlier", b"out of order", (("n", None),), BASE_TS + 1_000),
         Record(b"ts-one", b"near the epoch", (), 1),  # (0 is "now" to librdkafka)
+        # Multi-byte varints everywhere: 70 headers, an empty header key, a 20 KiB header value,
+        # a 10 KiB key.
+        Record(b"K" * 10_240, b"wide", tuple((f"x{j}", b"%d" % j) for j in range(70)) + (("", b"empty key"),)),
+        Record(b"hv", None, (("big", rng.randbytes(20_480)), ("after", b"big"))),
     ]]
     if big:
         groups.append([Record(b"big " + t, rng.randbytes(BIG), (("size", b"1MiB"),), BASE_TS + 7_000)])

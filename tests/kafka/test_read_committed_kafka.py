@@ -202,6 +202,13 @@ def test_open_transaction_holds_read_committed_at_the_lso(kafka):
         lso = c.end_offsets([tp0, tp1])
         assert lso == {tp0: 5, tp1: 7}
         assert ru.end_offsets([tp0, tp1]) == {tp0: 12, tp1: 7}
+        # A reset to the end lands on the LSO under read_committed, on the high watermark otherwise.
+        ru.assign([tp0])
+        ru.seek_to_end(tp0)
+        assert ru.position(tp0) == 12
+        with Consumer(kafka.bootstrap, auto_offset_reset="latest", isolation_level="read_committed") as latest:
+            latest.assign([tp0])
+            assert latest.position(tp0) == 5
         # Timestamp look-ups under read_committed only see offsets below the LSO, too.
         queries = [(topic, 0, ts) for ts in (0, t0 + 4, t0 + 101, t0 + 201)] + [(topic, 1, t0 + 4)]
         java_times, java_bounds = java_offsets_for_times(kafka.bootstrap, queries, isolation="read_committed")
