@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ..protocol.apis import FETCH
 from ..protocol.errors import BrokerError, CorruptRecordError, Errors
 from ..protocol.primitives import ZERO_UUID
-from ..protocol.records import ConsumerRecord, RecordSetReader, record_set_end_offset
+from ..protocol.records import ConsumerRecord, RecordSetReader, record_set_end
 from .config import ConsumerConfig
 from .errors import OffsetOutOfRangeError, RecordTooLargeError
 from .fetch_session import FetchRequestData, FetchSessionHandler, PartitionFetch
@@ -86,13 +86,14 @@ class CompletedFetch:
         # lastEpoch): taken from every batch read, filtered, control or aborted ones included.
         self.last_epoch: int | None = None
 
-    def end_offset(self) -> int | None:
-        """Where the position will be after this answer is drained, if it can be known now."""
+    def end(self) -> tuple[int, int] | None:
+        """Where the position will be after this answer is drained, and the leader epoch of the
+        last batch (-1: none), if it can be known now."""
         if self.error_code or self.size == 0 or self._pending_error is not None:
             return None
         if self._end is False:
-            end = record_set_end_offset(self.data["records"])
-            self._end = end if end is not None and end > self.fetch_offset else None
+            end = record_set_end(self.data["records"])
+            self._end = end if end is not None and end[0] > self.fetch_offset else None
         return self._end
 
     def take(self, max_records: int) -> tuple[list[ConsumerRecord], int]:
@@ -165,10 +166,11 @@ class Fetcher:
 
     # -- sending --------------------------------------------------------------------------------
 
-    def _buffered_partitions(self) -> dict[TopicPartition, int | None]:
-        """Partitions with undrained data → the offset a fetch-ahead may start from (None: no
-        fetch-ahead for it: an error, an empty answer, or already one answer queued behind)."""
-        out: dict[TopicPartition, int | None] = {}
+    def _buffered_partitions(self) -> dict[TopicPartition, tuple[int, int] | None]:
+        """Partitions with undrained data → the offset a fetch-ahead may start from and its
+        epoch (None: no fetch-ahead for it: an error, an empty answer, or already one answer
+        queued behind)."""
+        out: dict[TopicPartition, tuple[int, int] | None] = {}
         pending = list(self.completed)
         if self._next_in_line is not None and not self._next_in_line.consumed:
             pending.insert(0, self._next_in_line)
@@ -176,7 +178,7 @@ class Fetcher:
             if cf.tp in out:
                 out[cf.tp] = None  # at most one answer fetched ahead per partition
                 continue
-            out[cf.tp] = cf.end_offset()
+            out[cf.tp] = cf.end()
         return out
 
     def _buffered_bytes(self) -> int:
@@ -226,14 +228,18 @@ class Fetcher:
         self.waiting_for_nodes = False
         for tp in self.subscriptions.fetchable():
             st = self.subscriptions.state(tp)
-            fetch_offset = st.position
+            fetch_offset, fetched_epoch = st.position, st.position_epoch
             if tp in buffered:
-                fetch_offset = buffered[tp] if ahead_allowed else None
-                if fetch_offset is None:
+                ahead = buffered[tp] if ahead_allowed else None
+                if ahead is None:
                     node = self._fetch_node(tp, st, now)
                     if node is not None:
                         held_back.add(node)
                     continue
+                # The epoch of the buffered answer's last batch, not the position's: with an
+                # older epoch the leader sees that epoch end before the fetch offset and answers
+                # diverging_epoch, a log truncation that never happened (after a leader change).
+                fetch_offset, fetched_epoch = ahead
             node = self._fetch_node(tp, st, now)
             if node is None:
                 self.metadata.request_update()
@@ -245,7 +251,7 @@ class Fetcher:
                 self.metadata.topic_id(tp.topic), fetch_offset, -1,
                 self._partition_max_bytes.get(tp, self.config.max_partition_fetch_bytes),
                 self.metadata.leader_epoch(tp),
-                st.position_epoch if st.position_epoch is not None else -1)
+                fetched_epoch if fetched_epoch is not None else -1)
         sent = 0
         for node, wanted in per_node.items():
             if node in held_back:

@@ -1,20 +1,30 @@
 """What the client does when a partition's leader moves, found against a three-node Apache Kafka
 (tests/kafka/test_cluster_faults_kafka.py) and pinned here without a broker.
 
-A killed leader is never asked anything again, so no error says its partitions moved: the
-metadata must refresh because its connection failed (Java: ``handleServerDisconnect``).
-Before, the consumer went on reconnecting to the dead broker until ``metadata_max_age_ms``
-(5 minutes) and its partitions delivered nothing.
+1. A killed leader is never asked anything again, so no error says its partitions moved: the
+   metadata must refresh because its connection failed (Java: ``handleServerDisconnect``).
+   Before, the consumer went on reconnecting to the dead broker until ``metadata_max_age_ms``
+   (5 minutes) and its partitions delivered nothing.
+2. A fetch-ahead (the next Fetch sent while an answer is still buffered) starts at that answer's
+   end and must carry the epoch of its last batch as ``last_fetched_epoch``.  With the
+   position's older epoch, the leader elected meanwhile saw that epoch end before the fetch
+   offset and answered ``diverging_epoch``: a log truncation that never happened, and the
+   records since were delivered twice.
 """
 
 from __future__ import annotations
 
 import uuid
 
+from kdaemon.client import ConsumerConfig
+from kdaemon.client.fetcher import Fetcher
 from kdaemon.client.future import Future
 from kdaemon.client.metadata import ClusterMetadata
+from kdaemon.client.subscription import SubscriptionState
 from kdaemon.client.types import TopicPartition
-from kdaemon.protocol.apis import METADATA
+from kdaemon.protocol.apis import FETCH, METADATA
+from kdaemon.protocol.builder import RecordSpec, build_batch
+from kdaemon.protocol.records import record_set_end, record_set_end_offset
 
 TOPIC_ID = uuid.UUID(int=7)
 TP = TopicPartition("t", 0)
@@ -93,3 +103,41 @@ def test_a_failed_broker_connection_makes_the_metadata_refresh():
     net.failure_at = 103.5
     assert md.maybe_update(net, 104.0) is not None and len(net.requests(METADATA)) == 3
 
+
+def test_record_set_end_gives_the_last_complete_batch_and_its_epoch():
+    data = build_batch([RecordSpec(value=b"a")] * 2, base_offset=10, leader_epoch=4) + \
+        build_batch([RecordSpec(value=b"b")] * 3, base_offset=12, leader_epoch=6)
+    assert record_set_end(data) == (15, 6) and record_set_end_offset(data) == 15
+    assert record_set_end(data[:-1]) == (12, 4)     # the last batch is cut off
+    assert record_set_end(b"") is None and record_set_end(None) is None
+
+
+def test_a_fetch_ahead_carries_the_epoch_of_the_buffered_answer_not_the_positions():
+    net = FakeNetwork()
+    md = fresh_metadata(net, now=100.0)
+    md.handle_response(metadata_body(leader=1, epoch=1), 101.0)   # the leader moved: epoch 1
+    subs = SubscriptionState("earliest")
+    subs.assign([TP])
+    subs.seek(TP, 302)
+    subs.state(TP).position_epoch = 0          # read under the old leader up to 302
+    fetcher = Fetcher(ConsumerConfig(fetch_max_wait_ms=0), net, md, subs)
+    fetcher.validator.check_leaders()
+    subs.state(TP).awaiting_validation = False   # the new leader confirmed 302 (epoch 0 ends there)
+    subs.state(TP).position_leader = (1, 1)
+
+    assert fetcher.send_fetches() == 1
+    first = net.requests(FETCH)[-1]["topics"][0]["partitions"][0]
+    assert (first["fetch_offset"], first["last_fetched_epoch"]) == (302, 0)
+    # The new leader's records, 302-328, written in epoch 1, arrive and stay buffered.
+    records = build_batch([RecordSpec(value=b"x")] * 27, base_offset=302, leader_epoch=1)
+    net.sent[-1][3].success((13, {
+        "throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+        "responses": [{"topic_id": TOPIC_ID, "topic": "", "partitions": [{
+            "partition_index": 0, "error_code": 0, "high_watermark": 329, "last_stable_offset": 329,
+            "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
+            "records": records}]}]}))
+
+    assert fetcher.send_fetches() == 1     # the fetch-ahead, sent before the answer is drained
+    ahead = net.requests(FETCH)[-1]["topics"][0]["partitions"][0]
+    assert ahead["fetch_offset"] == 329
+    assert ahead["last_fetched_epoch"] == 1, "the epoch 0 of the position would read as a truncation"
