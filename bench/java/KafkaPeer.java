@@ -13,7 +13,8 @@
 //     Prints {"event":"assigned"|"revoked"|"lost", "partitions":[[t,p],...]} from the rebalance
 //     listener, each record (with --print) as {"topic","partition","offset","timestamp",
 //     "timestamp_type","leader_epoch","key","value","headers"} (bytes as base64, null kept), and
-//     last {"event":"end","count","positions":[[t,p,offset],...],"committed":[[t,p,offset],...]}.
+//     last {"event":"end","count","positions":[[t,p,offset],...],"lags":[[t,p,currentLag|null],...],
+//     "committed":[[t,p,offset],...]}.
 //     --until-end (assign mode): stop once every position reached the end offset read at start
 //     (the last stable offset under read_committed).  SIGTERM stops polling, commits when asked,
 //     and closes (leaving the group).  --commands: JSON lines on stdin, run between polls on the
@@ -292,6 +293,15 @@ public final class KafkaPeer {
             Map<TopicPartition, Long> positions = new HashMap<>();
             for (TopicPartition tp : consumer.assignment()) positions.put(tp, consumer.position(tp));
             done.set("positions", offsetArray(positions));
+            // currentLag: from the last fetch's high watermark or (read_committed) last stable offset.
+            ArrayNode lags = done.putArray("lags");
+            List<TopicPartition> assigned = new ArrayList<>(consumer.assignment());
+            assigned.sort(Comparator.comparing(TopicPartition::topic).thenComparingInt(TopicPartition::partition));
+            for (TopicPartition tp : assigned) {
+                OptionalLong lag = consumer.currentLag(tp);
+                ArrayNode row = lags.addArray().add(tp.topic()).add(tp.partition());
+                if (lag.isPresent()) row.add(lag.getAsLong()); else row.addNull();
+            }
             if (commit) consumer.commitSync();
             if (consumerPropsHaveGroup(a)) done.set("committed", offsetArray(committedOf(consumer, consumer.assignment())));
             emit(done);

@@ -65,6 +65,10 @@ class KdaemonRun:
     end_offsets: dict[tuple[str, int], int]
     metrics: dict
 
+    def lags(self) -> dict[tuple[str, int], int | None]:
+        """records_lag per partition at the end, keyed as JavaRun.lags()."""
+        return {tuple(tp): m["records_lag"] for tp, m in self.metrics["partitions"].items()}
+
 
 def read_to_end(bootstrap: str, partitions: Iterable[tuple[str, int]], *,
                 isolation: str = "read_uncommitted", deadline_s: float = READ_DEADLINE_S,

@@ -114,6 +114,7 @@ def test_every_codec_and_shape_from_both_producers(kafka):
     assert first_difference(ours.records, theirs.records) is None, first_difference(ours.records, theirs.records)
     _produced_check(ours.records, expected)
     assert ours.positions == theirs.positions() == ours.end_offsets
+    assert ours.lags() == theirs.lags() == {tp: 0 for tp in parts}
     # fetch_max_bytes below the record too: Kafka still returns the first batch whole (KIP-74),
     # and handing records out a few at a time splits batches across polls.
     tight = read_to_end(kafka.bootstrap, parts, max_partition_fetch_bytes=SMALL_FETCH, fetch_max_bytes=SMALL_FETCH,

@@ -158,6 +158,7 @@ def test_interleaved_transactions_match_java_in_both_isolation_levels(kafka):
     # caught up with the high watermark, and the lag is 0.
     for run, java in ((rc, rc_java), (ru, ru_java)):
         assert run.positions == java.positions() == run.end_offsets
+        assert run.lags() == java.lags() == {tp: 0 for tp in parts}
     assert rc.end_offsets == ru.end_offsets
     for tp, m in rc.metrics["partitions"].items():
         assert m["last_stable_offset"] == m["high_watermark"] == rc.end_offsets[tuple(tp)]
@@ -226,6 +227,7 @@ def test_open_transaction_holds_read_committed_at_the_lso(kafka):
                                  isolation="read_committed")
         assert first_difference(held, java_held.records) is None, first_difference(held, java_held.records)
         assert java_held.positions() == {(topic, 0): 5, (topic, 1): 7}
+        assert java_held.lags() == {(topic, 0): 0, (topic, 1): 0}, "Java's lag counts to the LSO"
         # Held: more fetches come back and nothing past the LSO is returned.
         seen = c.metrics()["fetch_responses_total"]
         more = drain_until(c, lambda: c.metrics()["fetch_responses_total"] >= seen + 3, what="3 more fetches")
@@ -233,6 +235,7 @@ def test_open_transaction_holds_read_committed_at_the_lso(kafka):
         assert (c.position(tp0), c.position(tp1)) == (5, 7)
         m = c.metrics()["partitions"][tp0]
         assert (m["last_stable_offset"], m["high_watermark"], m["records_lag"]) == (5, 12, 0)
+        assert c.metrics()["partitions"][tp1]["records_lag"] == 0
 
         rd.commit()
         released = drain_until(c, lambda: c.position(tp0) >= 13, what="the commit marker")

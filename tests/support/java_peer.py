@@ -117,6 +117,10 @@ class JavaRun:
     def positions(self) -> dict[tuple[str, int], int]:
         return {(t, p): o for t, p, o in self.end.get("positions", [])}
 
+    def lags(self) -> dict[tuple[str, int], int | None]:
+        """``KafkaConsumer.currentLag`` per partition at the end (None: not known yet)."""
+        return {(t, p): lag for t, p, lag in self.end.get("lags", [])}
+
     def committed(self) -> dict[tuple[str, int], int]:
         return {(t, p): o for t, p, o in self.end.get("committed", [])}
 
