@@ -1,8 +1,9 @@
 """SASL mechanisms as pure state machines: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, 7677).
 
 Each mechanism produces the bytes to send in SaslAuthenticate and consumes the broker's answers;
-the connection layer does the I/O.  Credentials are held in objects whose ``repr`` hides them and
-never appear in error messages.
+the connection layer does the I/O.  One object serves one exchange: a re-authentication (KIP-368,
+see connection.py) starts a new one, so SCRAM gets a fresh nonce each time.  Credentials are held
+in objects whose ``repr`` hides them and never appear in error messages.
 """
 
 from __future__ import annotations
@@ -41,7 +42,14 @@ def _saslname(name: str) -> str:
 
 
 class ScramMechanism:
-    """SCRAM-SHA-256 / SCRAM-SHA-512 client (no channel binding, as Kafka uses it)."""
+    """SCRAM-SHA-256 / SCRAM-SHA-512 client (no channel binding, as Kafka uses it).
+
+    The exchange, one step per state (a message in any other state is a SaslError):
+
+        start       first_message()            -> client-first sent    -> sent-first
+        sent-first  receive(server-first)      -> client-final sent    -> sent-final
+        sent-final  receive(server-final)      -> signature verified   -> done
+    """
 
     MIN_ITERATIONS = 4096
     # Kafka brokers accept 4096..16384; a larger count from a broker is a way to make us burn
