@@ -12,7 +12,9 @@ Every member records the same things in the same shape, so a test can compare th
 ``KdMember`` (kdaemon) and ``RdMember`` (librdkafka) each poll in their own thread, as a consumer
 belongs to one thread; anything else a test wants from them (a commit, a look-up) goes through
 ``call(fn)``, which runs ``fn(consumer)`` on that thread between polls.  ``JavaMember`` wraps the
-Java peer process (tests/support/java_peer.py), whose events come over a pipe.
+Java peer process (tests/support/java_peer.py), whose events come over a pipe, and runs its
+``committed()`` / ``commit()`` on the live consumer.  ``KdProcessMember`` is a kdaemon member in
+a child process (tests/kafka/kd_member_main.py), for a SIGKILL that leaves no LeaveGroup behind.
 
 ``describe_members(bootstrap, group)`` names every member's client id, which is how a test learns
 whether the Java peer (whose member id it never sees) is the group's leader.

@@ -1,0 +1,53 @@
+"""A kdaemon group member as a process of its own (``KdProcessMember`` in group_members.py).
+
+``python -m tests.kafka.kd_member_main '<json spec>'`` subscribes as the spec says and polls until
+SIGTERM (then closes) or SIGKILL (the point: a member that dies without leaving).  Prints one JSON
+object a line: the rebalance listener calls ``{"event": "assigned"|"revoked"|"lost",
+"partitions": [[t, p], ...]}`` and, whenever it changes, ``{"event": "generation",
+"generation": g, "member_id": m}``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+
+from kdaemon.client import Consumer
+
+
+def main(spec: dict) -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def emit(**o) -> None:
+        print(json.dumps(o), flush=True)
+
+    class Listener:
+        def on_partitions_assigned(self, ps):
+            emit(event="assigned", partitions=sorted([tp.topic, tp.partition] for tp in ps))
+
+        def on_partitions_revoked(self, ps):
+            emit(event="revoked", partitions=sorted([tp.topic, tp.partition] for tp in ps))
+
+        def on_partitions_lost(self, ps):
+            emit(event="lost", partitions=sorted([tp.topic, tp.partition] for tp in ps))
+
+    c = Consumer(spec["bootstrap"], group_id=spec["group"],
+                 partition_assignment_strategy=(spec["assignor"],), **spec["options"])
+    c.subscribe(spec["topics"], listener=Listener())
+    last = None
+    try:
+        while not stop.is_set():
+            c.poll(100)
+            generation = c.group_generation()
+            if generation is not None and generation != last:
+                last = generation
+                emit(event="generation", generation=generation[0], member_id=generation[1])
+    finally:
+        c.close()
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
