@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..protocol.apis.offset_for_leader_epoch import CONSUMER_MIN_VERSION, OFFSET_FOR_LEADER_EPOCH
 from ..protocol.errors import BrokerError, Errors, UnsupportedVersionError
@@ -93,6 +94,14 @@ class CheckedPosition:
         return cls(st.position, st.position_epoch, st.position_leader)
 
 
+class Truncation(NamedTuple):
+    """A truncation to report (``auto_offset_reset`` none): our position and the divergent offset
+    with its epoch, or None when the leader could not say where our epoch ends."""
+
+    position: int
+    divergent: OffsetAndMetadata | None
+
+
 def finding(position: int, epoch: int, end_offset: int) -> str:
     """Judge the leader's answer (``epoch``, ``end_offset``) for our epoch against ``position``."""
     if epoch == UNDEFINED or end_offset == UNDEFINED:
@@ -127,12 +136,9 @@ def skip_validation(st: PartitionState) -> None:
 
 
 def apply_answer(st: PartitionState, tp: TopicPartition, epoch: int, end_offset: int,
-                 has_policy: bool, request_reset) -> OffsetAndMetadata | None | bool:
-    """Act on the leader's answer for the position ``st`` holds now.
-
-    Returns False when nothing is to be raised, else the divergent offset to report (None when
-    the leader could not say).  ``request_reset(tp)`` asks for a reset by the policy.
-    """
+                 has_policy: bool, request_reset) -> Truncation | None:
+    """Act on the leader's answer for the position ``st`` holds now; the truncation to raise,
+    if any.  ``request_reset(tp)`` asks for a reset by the policy."""
     position = st.position
     assert position is not None
     found = finding(position, epoch, end_offset)
@@ -143,7 +149,7 @@ def apply_answer(st: PartitionState, tp: TopicPartition, epoch: int, end_offset:
         if epoch != UNDEFINED and st.position_epoch is not None and epoch < st.position_epoch:
             # The leader never had our epoch; the one it has at our position is this.
             st.position_epoch = epoch
-        return False
+        return None
     if action == SEEK_TO_END:
         log.warning("log truncation detected for %s: position %s (epoch %s) is past the end %s of "
                     "that epoch in the leader's log; going on from %s (epoch %s)",
@@ -153,18 +159,18 @@ def apply_answer(st: PartitionState, tp: TopicPartition, epoch: int, end_offset:
         st.position_epoch = epoch
         st.position_leader = leader     # validated against this leader: no second check
         st.awaiting_validation = False
-        return False
+        return None
     if action == RESET:
         log.warning("log truncation detected for %s at position %s (epoch %s), and the leader does "
                     "not know that epoch; resetting by auto_offset_reset", tp, position, st.position_epoch)
         request_reset(tp)
-        return False
+        return None
     # RAISE: stay awaiting validation (not fetched); asked again after the retry delay.
     log.warning("log truncation detected for %s at position %s (epoch %s); leader's end offset "
                 "for it: %s (epoch %s); auto_offset_reset is none", tp, position, st.position_epoch,
                 end_offset, epoch)
     st.awaiting_validation = True
-    return None if found == UNKNOWN else OffsetAndMetadata(end_offset, "", epoch)
+    return Truncation(position, None if found == UNKNOWN else OffsetAndMetadata(end_offset, "", epoch))
 
 
 # -- the driver: requests, answers, the fetcher's diverging epochs -------------------------------
@@ -280,10 +286,10 @@ class PositionValidator:
             p = answers.get(tp)
             code = Errors.UNKNOWN_SERVER_ERROR if p is None else p["error_code"]
             if code == Errors.NONE:
-                divergent = apply_answer(st, tp, p["leader_epoch"], p["end_offset"], self._has_policy,
-                                         self.subscriptions.request_reset)
-                if divergent is not False:
-                    truncations[tp] = (checked.offset, divergent)
+                truncation = apply_answer(st, tp, p["leader_epoch"], p["end_offset"], self._has_policy,
+                                          self.subscriptions.request_reset)
+                if truncation is not None:
+                    truncations[tp] = truncation
                 continue
             st.validation_in_flight = False
             if code == Errors.TOPIC_AUTHORIZATION_FAILED:
@@ -321,8 +327,8 @@ class PositionValidator:
         st = self.subscriptions.state(tp)
         if st.position != fetch_offset:
             return
-        divergent = apply_answer(st, tp, epoch, end_offset, self._has_policy,
-                                 self.subscriptions.request_reset)
-        if divergent is not False:
+        truncation = apply_answer(st, tp, epoch, end_offset, self._has_policy,
+                                  self.subscriptions.request_reset)
+        if truncation is not None:
             st.next_validation_attempt = time.monotonic() + self.config.request_timeout_ms / 1000
-            raise LogTruncationError({tp: (fetch_offset, divergent)})
+            raise LogTruncationError({tp: truncation})

@@ -20,8 +20,8 @@ from kdaemon.client.metadata import ClusterMetadata
 from kdaemon.client.subscription import EARLIEST, LATEST, SubscriptionState
 from kdaemon.client.types import OffsetAndMetadata, TopicPartition
 from kdaemon.client.validation import (COMPLETE, DECISIONS, RAISE, RESET, SEEK_TO_END, TRUNCATED, UNKNOWN,
-                                       VALID, CheckedPosition, PositionValidator, apply_answer, finding,
-                                       leader_changed, skip_validation)
+                                       VALID, CheckedPosition, PositionValidator, Truncation, apply_answer,
+                                       finding, leader_changed, skip_validation)
 from kdaemon.protocol.builder import RecordSpec, build_batch
 from kdaemon.protocol.errors import Errors, UnsupportedVersionError
 from kdaemon.protocol.records import RecordSetReader
@@ -151,7 +151,7 @@ def _awaiting(policy: str = EARLIEST, position: int = 100, epoch: int = 3):
 
 def test_valid_answer_resumes_fetching():
     subs, st = _awaiting()
-    assert apply_answer(st, TP, 3, 100, True, subs.request_reset) is False
+    assert apply_answer(st, TP, 3, 100, True, subs.request_reset) is None
     assert st.has_valid_position and (st.position, st.position_epoch) == (100, 3)
 
 
@@ -159,14 +159,14 @@ def test_valid_answer_for_an_epoch_the_leader_never_had_takes_its_epoch():
     # The leader answers with the largest epoch <= ours it knows: our next Fetch must carry that
     # one as last_fetched_epoch, or the broker would answer diverging_epoch for ever.
     subs, st = _awaiting()
-    assert apply_answer(st, TP, 2, 150, True, subs.request_reset) is False
+    assert apply_answer(st, TP, 2, 150, True, subs.request_reset) is None
     assert (st.position, st.position_epoch, st.has_valid_position) == (100, 2, True)
 
 
 @pytest.mark.parametrize("policy", [EARLIEST, LATEST])
 def test_truncation_with_a_policy_goes_to_the_divergent_offset(policy):
     subs, st = _awaiting(policy)
-    assert apply_answer(st, TP, 4, 70, True, subs.request_reset) is False
+    assert apply_answer(st, TP, 4, 70, True, subs.request_reset) is None
     assert (st.position, st.position_epoch) == (70, 4)
     assert st.position_leader == (1, 5)              # validated: no second round
     assert st.has_valid_position and st.reset_strategy is None
@@ -174,7 +174,7 @@ def test_truncation_with_a_policy_goes_to_the_divergent_offset(policy):
 
 def test_truncation_without_a_policy_reports_the_divergent_offset_and_stays_unfetched():
     subs, st = _awaiting("none")
-    assert apply_answer(st, TP, 4, 70, False, subs.request_reset) == OffsetAndMetadata(70, "", 4)
+    assert apply_answer(st, TP, 4, 70, False, subs.request_reset) == Truncation(100, OffsetAndMetadata(70, "", 4))
     assert st.awaiting_validation and not st.validation_in_flight
     assert (st.position, st.position_epoch) == (100, 3)   # untouched until the application seeks
     assert subs.fetchable() == []
@@ -182,10 +182,10 @@ def test_truncation_without_a_policy_reports_the_divergent_offset_and_stays_unfe
 
 def test_unknown_epoch_resets_by_the_policy_or_raises_without_one():
     subs, st = _awaiting(LATEST)
-    assert apply_answer(st, TP, -1, -1, True, subs.request_reset) is False
+    assert apply_answer(st, TP, -1, -1, True, subs.request_reset) is None
     assert st.reset_strategy == LATEST and not st.awaiting_validation
     subs, st = _awaiting("none")
-    assert apply_answer(st, TP, -1, -1, False, subs.request_reset) is None
+    assert apply_answer(st, TP, -1, -1, False, subs.request_reset) == Truncation(100, None)
     assert st.awaiting_validation and st.reset_strategy is None
 
 
