@@ -374,6 +374,7 @@ class KdProcessMember:
                                      cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.log = _Events()
+        self.records: list[tuple[str, int, int]] = []
         self.generations: list[tuple[int, str]] = []
         self.member_ids: list[str] = []
         self._stderr: list[str] = []
@@ -385,6 +386,8 @@ class KdProcessMember:
             o = json.loads(line)
             if o["event"] == "generation":
                 self.generations.append((o["generation"], o["member_id"]))
+            elif o["event"] == "records":
+                self.records.extend(tuple(r) for r in o["records"])
             else:
                 self.log.note(o["event"], [tuple(tp) for tp in o["partitions"]])
 

@@ -3,8 +3,9 @@
 ``python -m tests.kafka.kd_member_main '<json spec>'`` subscribes as the spec says and polls until
 SIGTERM (then closes) or SIGKILL (the point: a member that dies without leaving).  Prints one JSON
 object a line: the rebalance listener calls ``{"event": "assigned"|"revoked"|"lost",
-"partitions": [[t, p], ...]}`` and, whenever it changes, ``{"event": "generation",
-"generation": g, "member_id": m}``.
+"partitions": [[t, p], ...]}``, the records each poll returned ``{"event": "records", "records":
+[[t, p, offset], ...]}`` and, whenever it changes, ``{"event": "generation", "generation": g,
+"member_id": m}``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ def main(spec: dict) -> None:
     last = None
     try:
         while not stop.is_set():
-            c.poll(100)
+            batches = c.poll(100)
+            if batches:
+                emit(event="records", records=[[r.topic, r.partition, r.offset]
+                                               for batch in batches.values() for r in batch])
             generation = c.group_generation()
             if generation is not None and generation != last:
                 last = generation

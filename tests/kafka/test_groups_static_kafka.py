@@ -20,7 +20,7 @@ import pytest
 
 from tests.kafka.group_members import (JavaMember, KdMember, KdProcessMember, RdMember, all_partitions,
                                        describe_members, group_log, split_is_complete, wait_until)
-from tests.support.produce import create_topic
+from tests.support.produce import create_topic, produce
 
 pytestmark = pytest.mark.kafka
 
@@ -45,6 +45,18 @@ def _quiet_period(members, marks, seconds: float, also) -> None:
             seen = m.log.since(marks[m.name])
             assert seen == [], f"{m.name} saw a rebalance: {seen}\n{also()}"
         time.sleep(0.1)
+
+
+def _all_consume_new_records(bootstrap: str, topic: str, members) -> None:
+    """The group still works (not wedged, as Tansu was): a record produced to every partition now
+    reaches the member that owns it."""
+    owned = {tp: m for m in members for tp in m.assignment()}
+    ends = {}
+    for (t, p) in sorted(owned):
+        [delivered] = produce(bootstrap, t, [(None, b"after the restart")], partition=p)
+        ends[(t, p)] = delivered.offset
+    wait_until(lambda: all((t, p, o) in owned[(t, p)].records for (t, p), o in ends.items()), WAIT,
+               "every member to read the record produced to its partitions after the restart", members)
 
 
 @pytest.mark.parametrize("victim", ["leader", "follower"])
@@ -91,6 +103,7 @@ def test_killed_static_kdaemon_member_comes_back_without_a_rebalance(kafka, vict
         assert [kind for kind, _ in back.log.events] == ["assigned"]
         described = describe_members(bootstrap, group)
         assert len(described) == 4 and old_member_id not in described and back.generations[-1][1] in described
+        _all_consume_new_records(bootstrap, topic, [back, other, java, rd])
     finally:
         for m in [*procs.values(), *[x for x in (java, rd) if x is not None]]:
             m.stop()
@@ -132,6 +145,7 @@ def test_killed_static_java_member_comes_back_without_a_rebalance(kafka):
         _quiet_period(kds, marks, QUIET, lambda: group_log(kafka, group))
         assert [k.consumer.group_generation()[0] for k in kds] == generations
         assert [e[0] for e in java.events] == ["assigned"]
+        _all_consume_new_records(bootstrap, topic, [java, *kds])
     finally:
         for m in [java, *kds]:
             m.stop()
