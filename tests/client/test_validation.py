@@ -1,14 +1,17 @@
-"""Position validation after a leader change (KIP-320), pure: no broker, no sockets.
+"""Position validation after a leader change (KIP-320).
 
-The state machine of ``kdaemon/client/validation.py`` on real ``SubscriptionState`` and
-``ClusterMetadata`` objects, answers given as the decoded bodies a broker sends, and the epoch a
-position carries after draining real record batches.  The broker side (an unclean election that
-truncates a log under a consumer) is tests/kafka/test_truncation_kafka.py.
+Pure, no broker, no sockets: the state machine of ``kdaemon/client/validation.py`` on real
+``SubscriptionState`` and ``ClusterMetadata`` objects, answers given as the decoded bodies a broker
+sends, and the epoch a position carries after draining real record batches.  Last, one test on
+librdkafka's mock cluster, which has no OffsetForLeaderEpoch: validation is skipped there, not
+waited for.  The Kafka side
+(an unclean election that truncates a log under a consumer) is tests/kafka/test_truncation_kafka.py.
 """
 
 from __future__ import annotations
 
 import struct
+import time
 import uuid
 
 import pytest
@@ -403,3 +406,43 @@ def test_position_epoch_follows_a_control_batch_and_a_partial_take():
     assert (position, cf.last_epoch) == (11, 2)
     records, position = cf.take(10)
     assert (position, cf.last_epoch) == (13, 4)
+
+
+# -- a broker that cannot answer: librdkafka's mock cluster has no OffsetForLeaderEpoch -----------
+
+def test_a_leader_change_on_a_broker_without_the_api_is_not_waited_for(mock_cluster, caplog):
+    """Java skips validation when the leader cannot answer OffsetForLeaderEpoch v3+; so do we,
+    and the partition is fetched on at once instead of stalling."""
+    from kdaemon.client import Consumer
+    from tests.support.produce import Record, produce
+
+    topic = f"validation-{uuid.uuid4().hex[:8]}"
+    tp = TopicPartition(topic, 0)
+    mock_cluster.topic_create(topic, 1, replication=3)
+    mock_cluster.partition_set_leader(topic, 0, 1)
+    produce(mock_cluster.bootstrap, topic, [Record(value=b"a%d" % i) for i in range(3)], partition=0)
+    sent = []
+    caplog.set_level("INFO", logger="kdaemon.client.validation")
+    with Consumer(mock_cluster.bootstrap, auto_offset_reset="earliest", metadata_max_age_ms=500) as c:
+        c._network.observers.append(lambda node, api, version, body, response: sent.append(api.name))
+        c.assign([tp])
+        got = []
+
+        def read(n: int) -> None:
+            deadline = time.monotonic() + 30
+            while len(got) < n and time.monotonic() < deadline:
+                got.extend(r for rs in c.poll(200).values() for r in rs)
+
+        read(3)
+        state = c._subscriptions.state(tp)
+        before = state.position_leader
+        assert state.position_epoch is not None and before is not None and before[0] == 1
+        mock_cluster.partition_set_leader(topic, 0, 2)
+        produce(mock_cluster.bootstrap, topic, [Record(value=b"b%d" % i) for i in range(3)], partition=0)
+        read(6)
+        assert [r.offset for r in got] == list(range(6))
+        assert state.position_leader[0] == 2 and state.position_leader[1] >= 0
+        assert not state.awaiting_validation
+    assert "OffsetForLeaderEpoch" not in sent
+    # It did enter validation (an epoch on both sides), and skipped it.
+    assert "broker 2 cannot validate positions" in caplog.text
