@@ -4,8 +4,8 @@ Pure, no broker, no sockets: the state machine of ``kdaemon/client/validation.py
 ``SubscriptionState`` and ``ClusterMetadata`` objects, answers given as the decoded bodies a broker
 sends, and the epoch a position carries after draining real record batches.  Last, one test on
 librdkafka's mock cluster, which has no OffsetForLeaderEpoch: validation is skipped there, not
-waited for.  The Kafka side
-(an unclean election that truncates a log under a consumer) is tests/kafka/test_truncation_kafka.py.
+waited for.  The Kafka side (an unclean election that truncates a log under a consumer) is
+tests/kafka/test_truncation_kafka.py.
 """
 
 from __future__ import annotations
