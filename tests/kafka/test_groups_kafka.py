@@ -2,12 +2,15 @@
 group (classic protocol), for every assignor all three implement.
 
 What must hold whichever client leads (the leader is the first member to join an empty group, so
-join order picks it; the test checks who it was from the coordinator's member list):
+join order picks it — kdaemon for range, Java for roundrobin, librdkafka for cooperative-sticky —
+and the test checks who it was from the coordinator's member list; when it leaves, the
+coordinator makes one of the other two the leader, and the check runs again):
 
 * the assignment is complete and disjoint, and for range and roundrobin it is exactly what
   kdaemon's own assignor computes from the same member list — the three implementations agree;
-* offsets one client commits are what the others' ``committed()`` read, metadata included, and
-  a member that takes over a partition resumes at the offset another client committed;
+* offsets one client commits are what the others' ``committed()`` read (kdaemon and Java: with
+  the metadata, byte for byte; librdkafka: the offsets, see ``rd_committed_of``), and a member
+  that takes over a partition resumes at the offset another client committed;
 * under cooperative-sticky, a member joining moves only what it must: the others keep their
   unmoved partitions without a revoke, and revoke exactly what moves (kdaemon's listener calls,
   Java's events and librdkafka's callbacks all checked).
@@ -56,6 +59,21 @@ def _stop_all(members) -> None:
         raise errors[0]
 
 
+def _split_as_ours(described: dict[str, str], names: dict[str, str], members: dict, assignor: str,
+                   topic: str, n: int) -> dict[str, frozenset]:
+    """Client -> what its member owns, for the members the coordinator describes; for range and
+    roundrobin also the check that whichever client led computed what kdaemon's own assignor
+    computes from the same member list (cooperative-sticky results depend on history)."""
+    client_of = {mid: next(c for c, name in names.items() if name == cid) for mid, cid in described.items()}
+    owned = {client_of[mid]: members[client_of[mid]].assignment() for mid in described}
+    if assignor != "cooperative-sticky":
+        ours = get_assignor(assignor).assign({topic: n}, {mid: MemberSubscription(mid, topics=[topic])
+                                                          for mid in described})
+        assert {client_of[mid]: frozenset((tp.topic, tp.partition) for tp in tps) for mid, tps in ours.items()} \
+            == owned, f"the leader's {assignor} split differs from kdaemon's"
+    return owned
+
+
 @pytest.mark.parametrize("assignor,leader", [("range", "kdaemon"), ("roundrobin", "java"),
                                              ("cooperative-sticky", "librdkafka")])
 def test_mixed_group_assignment_commits_and_takeover(kafka, assignor, leader):
@@ -86,15 +104,8 @@ def test_mixed_group_assignment_commits_and_takeover(kafka, assignor, leader):
         leader_id = kd.call(lambda c: c.group_leader())
         assert described.get(leader_id) == names[leader], \
             f"leader {leader_id} is {described.get(leader_id)}, expected the first member {names[leader]}"
-        client_of = {mid: next(c for c in clients if names[c] == cid) for mid, cid in described.items()}
-        owned = {client_of[mid]: members[client_of[mid]].assignment() for mid in described}
-        sizes = sorted(map(len, owned.values()))
-        assert sizes == [2, 2, 3], f"unbalanced split {owned}"
-        if assignor != "cooperative-sticky":
-            subs = {mid: MemberSubscription(mid, topics=[topic]) for mid in described}
-            ours = get_assignor(assignor).assign({topic: n}, subs)
-            assert {client_of[mid]: frozenset((tp.topic, tp.partition) for tp in tps)
-                    for mid, tps in ours.items()} == owned, f"{leader} as leader assigned differently"
+        owned = _split_as_ours(described, names, members, assignor, topic, n)
+        assert sorted(map(len, owned.values())) == [2, 2, 3], f"unbalanced split {owned}"
 
         # Records are produced now that the split is stable: each member reads exactly its own.
         counts = {p: 3 + p for p in range(n)}
@@ -130,6 +141,12 @@ def test_mixed_group_assignment_commits_and_takeover(kafka, assignor, leader):
         first.stop()
         survivors = [m for c, m in members.items() if c != leader]
         wait_until(lambda: split_is_complete(survivors, everything), WAIT, "the survivors' split", survivors)
+        # One of the other two clients leads now (the coordinator picks it); its split must be
+        # kdaemon's too.
+        described = describe_members(bootstrap, group)
+        assert sorted(described.values()) == sorted(names[c] for c in clients[1:])
+        owned = _split_as_ours(described, names, members, assignor, topic, n)
+        assert sorted(map(len, owned.values())) == [3, 4], f"unbalanced split {owned}"
         more = {p: 2 for p in range(n)}
         for p, k in more.items():
             produce(bootstrap, topic, [(None, f"{p}-late-{i}".encode()) for i in range(k)], partition=p)
