@@ -92,13 +92,19 @@ def wait_partitions(bootstrap: str, topic: str, predicate: Callable[[dict[int, d
 
 
 def wait_full_isr(bootstrap: str, topic: str, replicas: int, timeout: float = TIMEOUT) -> dict[int, dict]:
-    return wait_partitions(bootstrap, topic,
-                           lambda ps: all(len(d["isr"]) == replicas and d["leader"] >= 0 for d in ps.values()),
-                           f"all {replicas} replicas in sync", timeout)
+    def in_sync(ps: dict[int, dict]) -> bool:
+        return all(len(d["isr"]) == replicas and d["leader"] >= 0 for d in ps.values())
+    return wait_partitions(bootstrap, topic, in_sync, f"all {replicas} replicas in sync", timeout)
 
 
 def find_coordinator(cluster: KafkaCluster, group: str, timeout: float = TIMEOUT) -> int:
-    """The node id coordinating ``group`` (FindCoordinator v4, asked of a live node)."""
+    """The node id coordinating ``group``."""
+    return find_coordinators(cluster, [group], timeout)[group]
+
+
+def find_coordinators(cluster: KafkaCluster, groups: list[str], timeout: float = TIMEOUT) -> dict[str, int]:
+    """group -> the node id coordinating it, all from one FindCoordinator v4 request (one broker's
+    view at one moment: two look-ups could straddle a leader change of __consumer_offsets)."""
     deadline = time.monotonic() + timeout
     last = None
     while True:
@@ -107,18 +113,19 @@ def find_coordinator(cluster: KafkaCluster, group: str, timeout: float = TIMEOUT
                 continue
             try:
                 body = request(HOST, node.port, FIND_COORDINATOR, 4,
-                               {"key_type": 0, "coordinator_keys": [group]}).body
+                               {"key_type": 0, "coordinator_keys": list(groups)}).body
             except OSError as exc:
                 last = exc
                 continue
-            entry = body["coordinators"][0]
-            if entry["error_code"] == 0:
-                return entry["node_id"]
-            last = f"error code {entry['error_code']} from node {node.node_id}"
-            if entry["error_code"] not in (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR):
-                raise RuntimeError(f"FindCoordinator({group}): {last}")
+            entries = {e["key"]: e for e in body["coordinators"]}
+            codes = {g: entries[g]["error_code"] for g in groups}
+            if not any(codes.values()):
+                return {g: entries[g]["node_id"] for g in groups}
+            last = f"error codes {codes} from node {node.node_id}"
+            if set(codes.values()) - {0, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}:
+                raise RuntimeError(f"FindCoordinator({groups}): {last}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"no coordinator for group {group} within {timeout} s (last: {last})")
+            raise AssertionError(f"no coordinator for {groups} within {timeout} s (last: {last})")
         time.sleep(0.2)
 
 
