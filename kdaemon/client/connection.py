@@ -74,9 +74,10 @@ REAUTH = "reauth"
 #   api_versions -> sasl              versions known, SASL_* protocol: SaslHandshake sent
 #   api_versions -> ready             versions known, nothing to authenticate
 #   sasl         -> ready             authenticated
-#   ready        -> reauth_wait       the SASL session is nearly spent (KIP-368) but requests are
-#                                     in flight: nothing new is sent until they are answered
-#   ready        -> reauth            the session is nearly spent, nothing in flight: SaslHandshake
+#   ready        -> reauth_wait       a request is to be sent, the SASL session is nearly spent
+#                                     (KIP-368), requests are in flight: nothing new is sent
+#                                     until they are answered
+#   ready        -> reauth            the same with nothing in flight: SaslHandshake
 #   reauth_wait  -> reauth            the last answer arrived: SaslHandshake
 #   reauth       -> ready             re-authenticated; the requests held meanwhile go out
 _TRANSITIONS = {
@@ -381,11 +382,16 @@ class BrokerConnection:
     def _maybe_reauthenticate(self, now: float) -> bool:
         """Start re-authenticating once it is due; True while that holds requests back.
 
+        Called before requests are sent, so, as in the Java client, only a connection with
+        something to send renews its session: Kafka checks the session when a request arrives
+        (and takes a SaslHandshake after it ran out as a re-authentication), so an idle
+        connection is left idle rather than woken every session lifetime for a login that costs
+        the broker a PBKDF2 with SCRAM, and connections_max_idle_ms can still close it.
         Nothing new is sent once it is due: the requests in flight are answered first
         (reauth_wait), then SaslHandshake and SaslAuthenticate go out alone (reauth), and the
         held requests follow once the broker accepted the new session.
         """
-        if self.state == READY and self._reauth_at is not None and now >= self._reauth_at:
+        if self.state == READY and self._pending and self._reauth_at is not None and now >= self._reauth_at:
             self._reauth_at = None
             if self._in_flight:
                 self._enter(REAUTH_WAIT)
@@ -540,9 +546,6 @@ class BrokerConnection:
             self._on_sasl_authenticate(resp.body, now)
 
     def check_timeouts(self, now: float) -> None:
-        """Called every round of the poll loop: deadlines, and a re-authentication that is due
-        on a connection with nothing to send (the broker would close it on the next request)."""
-        self._maybe_reauthenticate(now)
         if self.state in (CONNECTING, TLS) and now >= self._connect_deadline:
             what = f"connect to {self._trying()}" if self.state == CONNECTING and self._addresses \
                 else "connection setup"

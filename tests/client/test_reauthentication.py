@@ -5,7 +5,8 @@ session lifetimes on a real broker; this one pins down the order on the wire, wh
 cannot be made to show deterministically: once re-authentication is due, no request goes out
 until the requests in flight are answered, then SaslHandshake and SaslAuthenticate go out alone,
 and the requests held meanwhile follow once the broker accepted the new session.  The clock is
-the test's own (``now`` is passed in), so nothing waits.
+the test's own (``now`` is passed in), so nothing waits.  Like the Java client, a connection
+renews its session only when it has a request to send.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from kdaemon.protocol.messages import decode_request, encode_response
 LIFETIME_MS = 10_000
 PASSWORD = "s3cret-pw"
 METADATA_BODY = {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+METADATA_ANSWER = {"throttle_time_ms": 0, "brokers": [], "cluster_id": None, "controller_id": 1, "topics": []}
 
 
 class ScriptedBroker:
@@ -130,17 +132,15 @@ def test_reauthentication_waits_for_requests_in_flight_and_holds_new_ones(harnes
     first = h.conn.submit(METADATA, METADATA_BODY, h.now)
     (api, header1, _), = h.expect("Metadata")
 
-    # 95% of the lifetime later it is due at the latest; nothing is sent while the answer to
-    # the request in flight is outstanding, not even the handshake.
+    # 95% of the lifetime later it is due at the latest.  The next request is not sent, nor is
+    # the handshake, while the answer to the request in flight is outstanding.
     h.now += LIFETIME_MS / 1000 * 0.95
-    h.conn.check_timeouts(h.now)
-    assert h.conn.state == REAUTH_WAIT
     held = h.conn.submit(METADATA, METADATA_BODY, h.now)
+    assert h.conn.state == REAUTH_WAIT
     h.expect()
 
     # The answer arrives: only then does re-authentication start, alone on the wire.
-    h.broker.answer(api, header1, {"throttle_time_ms": 0, "brokers": [], "cluster_id": None,
-                                   "controller_id": 1, "topics": []})
+    h.broker.answer(api, header1, METADATA_ANSWER)
     h.pump()
     assert first.done and not first.failed
     assert h.conn.state == REAUTH
@@ -149,27 +149,43 @@ def test_reauthentication_waits_for_requests_in_flight_and_holds_new_ones(harnes
 
     # The request held meanwhile goes out now.
     (api, header2, _), = h.expect("Metadata")
-    h.broker.answer(api, header2, {"throttle_time_ms": 0, "brokers": [], "cluster_id": None,
-                                   "controller_id": 1, "topics": []})
+    h.broker.answer(api, header2, METADATA_ANSWER)
     h.pump()
     assert held.done and not held.failed
 
 
-def test_an_idle_connection_reauthenticates_when_due_and_not_before(harness):
+def test_a_request_before_the_window_goes_out_at_once(harness):
     h = harness
     h.now += LIFETIME_MS / 1000 * 0.84   # before the earliest point of the 85-95% window
+    fut = h.conn.submit(METADATA, METADATA_BODY, h.now)
+    assert h.conn.state == READY
+    (api, header, _), = h.expect("Metadata")
+    h.broker.answer(api, header, METADATA_ANSWER)
+    h.pump()
+    assert fut.done and not fut.failed and h.conn.reauthentications == 0
+
+
+def test_an_idle_connection_renews_only_when_it_has_something_to_send(harness):
+    """As the Java client: nothing is sent on an idle connection, however long past its session
+    (Kafka checks the session when a request arrives, and takes a SaslHandshake after it ran
+    out as a re-authentication); the next request waits for the renewal."""
+    h = harness
+    h.now += 3 * LIFETIME_MS / 1000
     h.conn.check_timeouts(h.now)
+    h.pump()
     assert h.conn.state == READY
     h.expect()
-    h.now += LIFETIME_MS / 1000 * 0.11
-    h.conn.check_timeouts(h.now)
+    fut = h.conn.submit(METADATA, METADATA_BODY, h.now)
     assert h.conn.state == REAUTH
     h.authenticate(lifetime_ms=0)   # a session that no longer expires: no further renewal
     assert h.conn.state == READY and h.conn.reauthentications == 1
+    (api, header, _), = h.expect("Metadata")
+    h.broker.answer(api, header, METADATA_ANSWER)
+    h.pump()
+    assert fut.done and not fut.failed
     h.now += 10 * LIFETIME_MS / 1000
-    h.conn.check_timeouts(h.now)
-    assert h.conn.state == READY
-    h.expect()
+    h.conn.submit(METADATA, METADATA_BODY, h.now)
+    h.expect("Metadata")
 
 
 def test_a_refused_reauthentication_is_an_authentication_error(harness):
@@ -177,9 +193,8 @@ def test_a_refused_reauthentication_is_an_authentication_error(harness):
     good, and the requests held for it fail with the AuthenticationError."""
     h = harness
     h.now += LIFETIME_MS / 1000
-    h.conn.check_timeouts(h.now)
-    assert h.conn.state == REAUTH
     held = h.conn.submit(METADATA, METADATA_BODY, h.now)
+    assert h.conn.state == REAUTH
     h.authenticate(ok=False)
     assert held.done and isinstance(held.exception, AuthenticationError)
     assert isinstance(h.conn.auth_error, AuthenticationError)
