@@ -243,21 +243,24 @@ def test_sasl_wrong_password_is_one_authentication_error(kafka_cluster, mechanis
 
 # --- KIP-368: re-authentication keeps the connections ------------------------------------------
 
-class _UnrenewedSaslConnection:
-    """A raw SASL_SSL connection that authenticates with PLAIN once and never again: the
-    control, showing that the broker does close connections whose session ran out."""
+class _RawSaslConnection:
+    """A raw SASL_SSL connection authenticated with PLAIN, for what the broker does after the
+    session ran out: close it on the next request, or take a SaslHandshake then as a
+    re-authentication (which is why kdaemon leaves idle connections alone)."""
 
     def __init__(self, cluster: KafkaCluster) -> None:
         port = next(iter(cluster.nodes.values())).ports["SASL_SSL"]
         ctx = ssl.create_default_context(cafile=str(cluster.tls.ca))
         self.sock = ctx.wrap_socket(socket.create_connection((HOST, port), timeout=15), server_hostname=HOST)
         self.proto = KafkaConnection(client_id="unrenewed-control")
+        self.session_lifetime_ms = self.authenticate()
+
+    def authenticate(self) -> int:
         handshake = self.request(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
         assert handshake["error_code"] == 0, handshake
         auth = self.request(SASL_AUTHENTICATE, 2, {"auth_bytes": f"\0{USER}\0{PASSWORD}".encode()})
         assert auth["error_code"] == 0, auth
-        self.session_lifetime_ms = auth["session_lifetime_ms"]
-        self.authenticated_at = time.monotonic()
+        return auth["session_lifetime_ms"]
 
     def request(self, api, version: int, body: dict) -> dict:
         self.sock.sendall(self.proto.send(api, version, body))
@@ -276,6 +279,14 @@ class _UnrenewedSaslConnection:
         except (ConnectionError, ssl.SSLError, OSError):
             return True
         return False
+
+    def renewed_late_and_served(self) -> bool:
+        """Re-authenticate after the session ran out, then ask for metadata."""
+        try:
+            self.authenticate()
+            return not self.closed_on_next_request()
+        except (ConnectionError, ssl.SSLError, OSError):
+            return False
 
     def close(self) -> None:
         self.sock.close()
@@ -306,7 +317,8 @@ def test_sasl_sessions_are_renewed_on_the_same_connections(kafka_cluster, caplog
     tp = TopicPartition(name, 0)
     sasl_ports = {n.ports["SASL_SSL"] for n in kafka_cluster.nodes.values()}
     producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap, "linger.ms": 5})
-    control = _UnrenewedSaslConnection(kafka_cluster)
+    control = _RawSaslConnection(kafka_cluster)
+    late = _RawSaslConnection(kafka_cluster)
     consumers = {m: _consumer(kafka_cluster.bootstrap_for("SASL_SSL"), fetch_max_wait_ms=500,
                               **_sasl(kafka_cluster, m)) for m in MECHANISMS}
     got: dict[str, list] = {m: [] for m in MECHANISMS}
@@ -344,17 +356,19 @@ def test_sasl_sessions_are_renewed_on_the_same_connections(kafka_cluster, caplog
         sockets_at_end = _sockets_to(sasl_ports)
         fetched_from = {m: c.metrics()["fetch_requests_per_node"] for m, c in consumers.items()}
         control_closed = control.closed_on_next_request()
+        late_renewed = late.renewed_late_and_served()
     finally:
         for c in consumers.values():
             c.close()
         control.close()
+        late.close()
 
     expected = [str(i).encode() for i in range(produced)]
     for m in MECHANISMS:
         assert _values(got[m]) == expected, f"{m}: records lost or repeated"
         assert [r.offset for r in got[m]] == list(range(produced))
-    # The same sockets throughout (the control's included: it was not closed yet at the start).
-    assert len(sockets_at_start) >= 2 * len(MECHANISMS), sockets_at_start
+    # The same sockets throughout (the raw ones' included: nothing was sent on them yet).
+    assert len(sockets_at_start) >= 2 * len(MECHANISMS) + 2, sockets_at_start
     assert sockets_at_end == sockets_at_start, "a connection was closed or a new one opened"
     for m in MECHANISMS:
         logins = _per_node(caplog, "authenticated", m)
@@ -370,4 +384,5 @@ def test_sasl_sessions_are_renewed_on_the_same_connections(kafka_cluster, caplog
     # The broker grants 10 s sessions and enforces them.
     assert control.session_lifetime_ms == REAUTH_MS
     assert control_closed, "the broker kept a connection whose session had expired"
+    assert late_renewed, "the broker refused a re-authentication after the session ran out"
     _no_secret_in(caplog, PASSWORD)
