@@ -67,9 +67,10 @@ class CompletedFetch:
     """One partition's answer from one Fetch response, drained lazily, batch by batch."""
 
     __slots__ = ("tp", "fetch_offset", "data", "reader", "_buffered", "_batch_next", "initialized",
-                 "consumed", "error_code", "size", "_pending_error", "_end", "last_epoch")
+                 "consumed", "error_code", "size", "_pending_error", "_end", "last_epoch", "fetched_epoch")
 
-    def __init__(self, tp: TopicPartition, fetch_offset: int, data: dict, size: int) -> None:
+    def __init__(self, tp: TopicPartition, fetch_offset: int, data: dict, size: int,
+                 fetched_epoch: int = -1) -> None:
         self.tp = tp
         self.fetch_offset = fetch_offset
         self.data = data
@@ -85,6 +86,8 @@ class CompletedFetch:
         # Leader epoch of the batch the position is in or after once take() returned (Java's
         # lastEpoch): taken from every batch read, filtered, control or aborted ones included.
         self.last_epoch: int | None = None
+        # The last_fetched_epoch the request carried: a diverging_epoch answer is about that one.
+        self.fetched_epoch = fetched_epoch
 
     def end(self) -> tuple[int, int] | None:
         """Where the position will be after this answer is drained, and the leader epoch of the
@@ -358,7 +361,7 @@ class Fetcher:
                 size = 0 if records is None else len(records)
                 self.stats.bytes += size
                 self.stats.per_partition_bytes[tp] = self.stats.per_partition_bytes.get(tp, 0) + size
-                self.completed.append(CompletedFetch(tp, pf.fetch_offset, p, size))
+                self.completed.append(CompletedFetch(tp, pf.fetch_offset, p, size, pf.last_fetched_epoch))
                 leader = p.get("current_leader") or {}
                 if leader.get("leader_id", -1) >= 0:
                     self.metadata.update_leader(tp, leader["leader_id"], leader["leader_epoch"])
@@ -476,8 +479,8 @@ class Fetcher:
             if diverging is not None and (diverging["epoch"] >= 0 or diverging["end_offset"] >= 0):
                 # The leader's log does not hold our last fetched epoch up to the position (we
                 # send it as last_fetched_epoch): decided as a validation answer; may raise.
-                self.validator.on_diverging_epoch(tp, cf.fetch_offset, diverging["epoch"],
-                                                  diverging["end_offset"])
+                self.validator.on_diverging_epoch(tp, cf.fetch_offset, cf.fetched_epoch,
+                                                  diverging["epoch"], diverging["end_offset"])
                 return False
             replica = p.get("preferred_read_replica", -1)
             if replica >= 0 and replica != st.preferred_read_replica:

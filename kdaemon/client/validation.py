@@ -321,11 +321,22 @@ class PositionValidator:
         log.debug("OffsetForLeaderEpoch failed: %s", exc)
         self.metadata.request_update()
 
-    def on_diverging_epoch(self, tp: TopicPartition, fetch_offset: int, epoch: int, end_offset: int) -> None:
-        """A Fetch answered ``diverging_epoch`` for ``tp`` at ``fetch_offset`` (our position):
-        decide as for an OffsetForLeaderEpoch answer; raises LogTruncationError with ``none``."""
+    def on_diverging_epoch(self, tp: TopicPartition, fetch_offset: int, fetched_epoch: int, epoch: int,
+                           end_offset: int) -> None:
+        """A Fetch at ``fetch_offset`` with ``last_fetched_epoch`` = ``fetched_epoch`` answered
+        ``diverging_epoch`` (``epoch``, ``end_offset``): decide as for an OffsetForLeaderEpoch
+        answer; raises LogTruncationError with ``none``.
+
+        Only for the position as it is now, offset *and* epoch: an answer about another epoch
+        (a fetch sent ahead before the position's epoch moved) says nothing about this position,
+        and judging it would see a truncation that never happened.  It is dropped, and the next
+        fetch asks with the current epoch.
+        """
         st = self.subscriptions.state(tp)
-        if st.position != fetch_offset:
+        current = -1 if st.position_epoch is None else st.position_epoch
+        if st.position != fetch_offset or current != fetched_epoch:
+            log.debug("%s: diverging epoch for offset %s epoch %s, position is %s epoch %s: stale",
+                      tp, fetch_offset, fetched_epoch, st.position, current)
             return
         truncation = apply_answer(st, tp, epoch, end_offset, self._has_policy,
                                   self.subscriptions.request_reset)

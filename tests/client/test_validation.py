@@ -336,7 +336,7 @@ def test_diverging_epoch_below_the_position_seeks_with_a_policy():
     subs.seek(TP, 100, 3)
     v.check_leaders()
     subs.state(TP).awaiting_validation = False
-    v.on_diverging_epoch(TP, 100, 4, 70)
+    v.on_diverging_epoch(TP, 100, 3, 4, 70)
     st = subs.state(TP)
     assert (st.position, st.position_epoch, st.has_valid_position) == (70, 4, True)
 
@@ -347,7 +347,7 @@ def test_diverging_epoch_without_policy_raises_and_stops_fetching():
     v.check_leaders()
     subs.state(TP).awaiting_validation = False
     with pytest.raises(LogTruncationError, match="orders-0 at offset 100, divergent offset 70"):
-        v.on_diverging_epoch(TP, 100, 4, 70)
+        v.on_diverging_epoch(TP, 100, 3, 4, 70)
     assert subs.fetchable() == []
     assert subs.needing_validation(0.0) == []     # asked again only after request_timeout_ms
 
@@ -357,7 +357,7 @@ def test_diverging_epoch_at_or_past_the_position_only_adopts_the_leaders_epoch()
     subs.seek(TP, 100, 3)
     v.check_leaders()
     subs.state(TP).awaiting_validation = False
-    v.on_diverging_epoch(TP, 100, 2, 120)
+    v.on_diverging_epoch(TP, 100, 3, 2, 120)
     st = subs.state(TP)
     assert (st.position, st.position_epoch, st.has_valid_position) == (100, 2, True)
 
@@ -365,8 +365,21 @@ def test_diverging_epoch_at_or_past_the_position_only_adopts_the_leaders_epoch()
 def test_diverging_epoch_for_an_old_fetch_offset_is_ignored():
     v, md, subs = _validator("none")
     subs.seek(TP, 100, 3)
-    v.on_diverging_epoch(TP, 90, 4, 70)
+    v.on_diverging_epoch(TP, 90, 3, 4, 70)
     assert subs.state(TP).position == 100
+
+
+def test_diverging_epoch_about_another_epoch_than_the_positions_is_ignored():
+    # A fetch sent ahead at 100 with epoch 3; meanwhile the buffered answer before it was drained
+    # and moved the position to 100 in epoch 5.  The leader's "epoch 3 ends at 80" is true and
+    # says nothing about where epoch 5 ends: no truncation, nothing raised, nothing moved.
+    v, md, subs = _validator("none")
+    subs.seek(TP, 100, 5)
+    v.check_leaders()
+    subs.state(TP).awaiting_validation = False
+    v.on_diverging_epoch(TP, 100, 3, 3, 80)
+    st = subs.state(TP)
+    assert (st.position, st.position_epoch, st.has_valid_position) == (100, 5, True)
 
 
 # -- the epoch a position carries after draining batches ------------------------------------------
