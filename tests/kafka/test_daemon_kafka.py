@@ -5,8 +5,9 @@ The daemon (2 pre-forked workers, a header rule, the json deserializer, the json
 topic of 6 partitions (replication 3, ``min.insync.replicas=2``).  60,000 records with a ``type``
 header and JSON values are there before it starts.  Once it has written some output, the broker
 leading partition 0 is killed (SIGKILL); 40,000 more records are written while it is down
-(``acks=all``: the other two replicas take them), the broker is restarted, and a preferred
-election gives it its partitions back, a second leader change under the running daemon.  Then:
+(``acks=all``: the other two replicas take them) and must reach the output through the new
+leaders before the broker is restarted; then a preferred election gives it its partitions back,
+a second leader change under the running daemon.  Then:
 the group's committed offsets reach the end of every partition (from the delivery reports), the
 daemon stops cleanly on SIGTERM, and the jsonl output holds exactly the records the rule keeps,
 each once, with its decoded value: 0 lost, 0 duplicates.
@@ -111,10 +112,23 @@ def test_daemon_delivers_exactly_the_kept_records_through_a_leader_restart(clust
             led = sorted(p for p, n in leaders(cluster.bootstrap, topic).items() if n == victim)
             before_kill = len(d.output())
             cluster.nodes[victim].kill()
-            # Records written while the broker is down reach the daemon through the new leaders.
-            written.update(write(cluster.bootstrap, topic, records(rng, BEFORE, DURING)))
+            # Records written while the broker is down reach the daemon through the new leaders,
+            # before it comes back (a restarted leader would redirect the daemon by itself).
+            during = write(cluster.bootstrap, topic, records(rng, BEFORE, DURING))
+            written.update(during)
             moved = leaders(cluster.bootstrap, topic)
             assert all(moved[p] != victim for p in led), f"leaders did not move off {victim}: {moved}"
+            first_new = {p: min(off for (q, off), (_, kind) in during.items()
+                                 if q == p and kind in KEEP_TYPES) for p in led}
+
+            def delivered_while_down():
+                high: dict[int, int] = {}
+                for o in d.output():
+                    high[o["partition"]] = max(high.get(o["partition"], -1), o["offset"])
+                return all(high.get(p, -1) >= off for p, off in first_new.items())
+
+            wait_for(delivered_while_down, 60, f"records written after the kill on {led} (from "
+                     f"{first_new}) delivered with broker {victim} down", d.log_tail, interval=0.5)
             cluster.restart(victim)
             wait_full_isr(cluster.bootstrap, topic, REPLICAS, timeout=90)
             elect_preferred(cluster.bootstrap, topic, list(range(PARTITIONS)))
