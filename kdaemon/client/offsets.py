@@ -119,7 +119,10 @@ class OffsetLookup:
             if tp in found:
                 offset, _, epoch = found[tp]
                 log.info("reset %s to %s offset %s", tp, st.reset_strategy, offset)
-                self.subscriptions.seek(tp, offset, None)
+                # With the epoch the answer carries, as Java's resetPositionIfNeeded: the new
+                # position is validated against its leader like any other (KIP-320), so a log
+                # truncated right after the reset is noticed before a record is consumed.
+                self.subscriptions.seek(tp, offset, epoch if epoch is not None and epoch >= 0 else None)
             else:
                 code = errors.get(tp, Errors.UNKNOWN_SERVER_ERROR)
                 error = BrokerError(code, f"ListOffsets {tp}")
