@@ -225,16 +225,18 @@ class Reader:
 
 
 def java_hash(text: str) -> int:
-    """Java's String.hashCode (over UTF-16 code units; our names are ASCII), which picks a
-    group's __consumer_offsets partition."""
+    """Java's String.hashCode (a signed 32-bit int over UTF-16 code units; our names are ASCII)."""
     h = 0
     for ch in text:
         h = (31 * h + ord(ch)) & 0xFFFFFFFF
-    return h
+    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 def offsets_partition(group: str) -> int:
-    return (java_hash(group) & 0x7FFFFFFF) % OFFSETS_PARTITIONS
+    """The group's __consumer_offsets partition: ``Utils.abs(groupId.hashCode()) % partitions``,
+    where Kafka's ``Utils.abs`` is ``Math.abs`` (0 for Integer.MIN_VALUE), not a sign mask."""
+    h = java_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % OFFSETS_PARTITIONS
 
 
 def same_coordinator_group(group: str) -> str:
