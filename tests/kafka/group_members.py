@@ -399,6 +399,10 @@ class KdProcessMember:
         return self.log.assignment()
 
     @property
+    def stderr(self) -> str:
+        return "".join(self._stderr)
+
+    @property
     def error(self) -> BaseException | None:
         code = self.proc.poll()
         if code is None or code == -9:

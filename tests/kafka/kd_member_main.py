@@ -11,6 +11,7 @@ object a line: the rebalance listener calls ``{"event": "assigned"|"revoked"|"lo
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
 import threading
@@ -19,6 +20,10 @@ from kdaemon.client import Consumer
 
 
 def main(spec: dict) -> None:
+    # The group's story on stderr (KdProcessMember.stderr), for a failing test to show.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kdaemon.client.group").setLevel(logging.INFO)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 

@@ -17,6 +17,7 @@ import time
 import uuid
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from tests.kafka.group_members import (JavaMember, KdMember, KdProcessMember, RdMember, all_partitions,
                                        describe_members, group_log, split_is_complete, wait_until)
@@ -148,4 +149,45 @@ def test_killed_static_java_member_comes_back_without_a_rebalance(kafka):
         _all_consume_new_records(bootstrap, topic, [java, *kds])
     finally:
         for m in [java, *kds]:
+            m.stop()
+
+
+def test_returning_static_kdaemon_leader_still_watches_the_groups_topics(kafka):
+    """KIP-814: a static leader that comes back is told to skip the assignment, but it is still the
+    only member watching the group's topics for new partitions (followers never do, in Java
+    either): here the topic only the Java follower subscribes to grows, and the returning kdaemon
+    leader must rebalance the group so the new partition gets an owner."""
+    bootstrap = kafka.bootstrap
+    mine, theirs, group = _name("lead-own"), _name("lead-other"), _name("g")
+    create_topic(bootstrap, mine, 2)
+    create_topic(bootstrap, theirs, 2)
+    everything = all_partitions(mine, 2) | all_partitions(theirs, 2)
+    rid = uuid.uuid4().hex[:6]
+    start = lambda: KdProcessMember(bootstrap, group, topics=[mine], name=f"kd-{rid}",  # noqa: E731
+                                    group_instance_id=f"kd-{rid}", session_timeout_ms=VICTIM_SESSION_MS,
+                                    metadata_max_age_ms=1000)
+    leader = start()
+    java = None
+    try:
+        wait_until(lambda: leader.assignment() == all_partitions(mine, 2), WAIT, "the leader alone", [leader])
+        java = JavaMember(bootstrap, group, topics=[mine, theirs], name=f"java-{rid}", instance_id=f"java-{rid}")
+        wait_until(lambda: split_is_complete([leader, java], everything), WAIT, "the split", [leader, java])
+        owned, mark = leader.assignment(), java.log.mark()
+        leader.kill()
+        leader = start()
+        wait_until(lambda: leader.assignment() == owned, WAIT, "the leader's partitions back", [leader, java],
+                   also=lambda: group_log(kafka, group))
+        assert java.log.since(mark) == [], "the returning leader rebalanced the group"
+        # The returning leader knew the Java member's topic only by name; it sizes it from its
+        # next metadata answer, and a partition added before that would look like the old count.
+        wait_until(lambda: f"watching {theirs} (2 partitions)" in leader.stderr, WAIT,
+                   f"the returning leader to size {theirs}", [leader, java], also=lambda: leader.stderr[-3000:])
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_partitions([NewPartitions(theirs, 3)])[theirs].result(timeout=30)
+        wait_until(lambda: (theirs, 2) in java.assignment(), WAIT,
+                   f"the new partition {theirs}[2] to reach the Java member", [leader, java],
+                   also=lambda: f"{group_log(kafka, group)}\nthe leader's log:\n{leader.stderr[-3000:]}")
+    finally:
+        for m in [leader, *([java] if java else [])]:
             m.stop()

@@ -87,8 +87,8 @@ class GroupCoordinator:
         self._pending_lost: set[TopicPartition] | None = None
         self._fatal: BaseException | None = None
         self._joined_subscription: set[str] = set()
-        self._leader_topics: dict[str, int] = {}
-        self._assignment_snapshot: dict[str, int] = {}
+        self._leader_topics: dict[str, int | None] = {}
+        self._assignment_snapshot: dict[str, int | None] = {}
         self._last_heartbeat_sent = 0.0
         self._join_sent_at = 0.0
         # A heartbeat interval above a third of the session timeout leaves no room for one late
@@ -217,7 +217,12 @@ class GroupCoordinator:
         # Partition count changes of subscribed topics also trigger a rebalance.
         for topic, count in self._assignment_snapshot.items():
             parts = self.metadata.partitions_for(topic)
-            if parts is not None and len(parts) != count:
+            if parts is None:
+                continue
+            if count is None:  # a returning static leader's topic, first sized now
+                self._assignment_snapshot[topic] = len(parts)
+                log.info("group %s: watching %s (%d partitions) for the group", self.group_id, topic, len(parts))
+            elif len(parts) != count:
                 return True
         return False
 
@@ -364,8 +369,7 @@ class GroupCoordinator:
                 log.info("group %s: joined generation %s as %s (leader %s, protocol %s)", self.group_id,
                          self.generation, self.member_id, self.leader_id, self.protocol)
                 try:
-                    assignments = self._assign_as_leader(resp) if self.leader_id == self.member_id \
-                        and not resp.get("skip_assignment") else {}
+                    assignments = self._assign_as_leader(resp) if self.leader_id == self.member_id else {}
                 except Exception as exc:
                     self._join_failed(result, exc)
                     return
@@ -393,6 +397,8 @@ class GroupCoordinator:
         result.failure(err)
 
     def _assign_as_leader(self, resp: dict) -> dict[str, bytes]:
+        """The leader's part of a join: read every member's subscription, watch their topics for
+        partition changes, and compute the assignment unless the broker says to skip it."""
         assignor = next(a for a in self.assignors if a.name == resp["protocol_name"])
         members: dict[str, MemberSubscription] = {}
         for m in resp["members"]:
@@ -411,6 +417,16 @@ class GroupCoordinator:
             self.metadata.request_update()
         partitions = {t: len(self.metadata.partitions_for(t) or ()) for t in all_topics
                       if self.metadata.partitions_for(t) is not None}
+        if resp.get("skip_assignment"):
+            # KIP-814: a static leader that came back keeps the group's current assignment (the
+            # broker has it); it only takes over watching every member's topics for partition
+            # changes, as Java's onLeaderElected does.  A topic not sized yet is noted without a
+            # count (None) and sized when metadata names it: counting it as 0 would rebalance the
+            # group for nothing as soon as its metadata arrives.
+            self._leader_topics = {t: partitions.get(t) for t in all_topics}
+            log.info("group %s: returning static leader, keeping the current assignment; watching %s",
+                     self.group_id, self._leader_topics)
+            return {}
         # Topics we could not size yet count as 0: when metadata shows them, the snapshot check
         # in needs_rejoin triggers another round.
         self._leader_topics = {t: partitions.get(t, 0) for t in all_topics}
