@@ -61,6 +61,11 @@ ALTER_PARTITION_REASSIGNMENTS = Api(
 )
 
 
+class TopicMetadataError(RuntimeError):
+    """The metadata answer had an error for the topic (right after creation: a broker that has
+    not seen it yet says UNKNOWN_TOPIC_OR_PART)."""
+
+
 def admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
 
@@ -69,13 +74,15 @@ def describe_partitions(bootstrap: str, topic: str) -> dict[int, dict]:
     """partition -> {"leader", "replicas", "isr"} as the cluster's metadata says now."""
     md = admin(bootstrap).list_topics(topic=topic, timeout=TIMEOUT).topics[topic]
     if md.error is not None:
-        raise RuntimeError(f"metadata for {topic}: {md.error}")
+        raise TopicMetadataError(f"metadata for {topic}: {md.error}")
     return {p: {"leader": pm.leader, "replicas": list(pm.replicas), "isr": list(pm.isrs)}
             for p, pm in md.partitions.items()}
 
 
 def leaders(bootstrap: str, topic: str) -> dict[int, int]:
-    return {p: d["leader"] for p, d in describe_partitions(bootstrap, topic).items()}
+    """partition -> leader id (-1 during an election), from the first broker that knows the topic."""
+    seen = wait_partitions(bootstrap, topic, lambda ps: True, "the topic's metadata")
+    return {p: d["leader"] for p, d in seen.items()}
 
 
 def wait_partitions(bootstrap: str, topic: str, predicate: Callable[[dict[int, dict]], bool],
@@ -83,9 +90,13 @@ def wait_partitions(bootstrap: str, topic: str, predicate: Callable[[dict[int, d
     """Poll the topic's metadata until ``predicate`` holds for it; AssertionError after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
-        seen = describe_partitions(bootstrap, topic)
-        if predicate(seen):
-            return seen
+        try:
+            seen = describe_partitions(bootstrap, topic)
+        except TopicMetadataError as exc:   # a broker that has not seen the topic yet
+            seen = {"error": str(exc)}
+        else:
+            if predicate(seen):
+                return seen
         if time.monotonic() > deadline:
             raise AssertionError(f"{topic}: {what} not seen within {timeout} s; metadata: {seen}")
         time.sleep(0.2)
