@@ -65,12 +65,11 @@ def mock_cluster() -> MockCluster:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """Attach the Apache Kafka logs to the report of a failed test that used a Kafka fixture."""
+    """Attach the Apache Kafka logs to the report of a failed test that used a Kafka cluster."""
     outcome = yield
     report = outcome.get_result()
     if report.when != "call" or not report.failed:
         return
-    for name in ("kafka", "kafka_cluster"):
-        cluster = getattr(item, "funcargs", {}).get(name)
-        if isinstance(cluster, KafkaCluster):
-            report.sections.append((f"Apache Kafka logs ({name})", cluster.log_tail(40)))
+    for name, value in getattr(item, "funcargs", {}).items():
+        if isinstance(value, KafkaCluster):   # the session fixtures and any suite's own cluster
+            report.sections.append((f"Apache Kafka logs ({name})", value.log_tail(40)))
