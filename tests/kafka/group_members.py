@@ -85,8 +85,6 @@ class _Events:
 class _PollingMember(threading.Thread):
     """A consumer polling on its own thread; ``call`` runs work on that thread."""
 
-    client = "?"
-
     def __init__(self, name: str) -> None:
         super().__init__(name=name, daemon=True)
         self.log = _Events()
@@ -94,7 +92,6 @@ class _PollingMember(threading.Thread):
         self._calls: "queue.Queue[tuple[Callable, queue.Queue]]" = queue.Queue()
         self._stop_flag = threading.Event()
         self.error: BaseException | None = None
-        self.close_on_stop = True
 
     @property
     def events(self) -> list[tuple[str, frozenset[TP]]]:
@@ -139,8 +136,6 @@ class _PollingMember(threading.Thread):
 
 
 class KdMember(_PollingMember):
-    client = "kdaemon"
-
     def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str] | None = None,
                  pattern: str | None = None, assignor: str = "range", name: str = "kd",
                  **options) -> None:
@@ -174,17 +169,10 @@ class KdMember(_PollingMember):
         except BaseException as exc:  # surfaced by stop() and call()
             self.error = exc
         finally:
-            if self.close_on_stop:
-                c.close()
-
-    def member_id(self) -> str | None:
-        g = self.consumer.group_generation()
-        return None if g is None else g[1]
+            c.close()
 
 
 class RdMember(_PollingMember):
-    client = "librdkafka"
-
     def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str], assignor: str = "range",
                  name: str = "rd", **conf) -> None:
         super().__init__(name)
@@ -216,17 +204,11 @@ class RdMember(_PollingMember):
         except BaseException as exc:
             self.error = exc
         finally:
-            if self.close_on_stop:
-                c.close()
-
-    def member_id(self) -> str | None:
-        return self.call(lambda c: c.memberid())
+            c.close()
 
 
 class JavaMember:
     """The Java KafkaConsumer in the group (the peer process); SIGTERM leaves, SIGKILL does not."""
-
-    client = "java"
 
     def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str] | None = None,
                  pattern: str | None = None, assignor: str = "range", name: str = "java",
@@ -359,8 +341,6 @@ class KdProcessMember:
     """A kdaemon member in a child process (tests/kafka/kd_member_main.py), so a test can SIGKILL
     it: no close, no LeaveGroup, no last commit, as a crashed worker."""
 
-    client = "kdaemon"
-
     def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str], assignor: str = "range",
                  name: str = "kd-proc", **options) -> None:
         self.name = name
@@ -376,7 +356,6 @@ class KdProcessMember:
         self.log = _Events()
         self.records: list[tuple[str, int, int]] = []
         self.generations: list[tuple[int, str]] = []
-        self.member_ids: list[str] = []
         self._stderr: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=lambda: self._stderr.extend(self.proc.stderr), daemon=True).start()
