@@ -320,8 +320,7 @@ class Consumer:
         Taken right after ``poll``, this is what a pipeline commits once the records from that
         poll are durable: it includes the offsets of records the header filter dropped.
         """
-        return {tp: st.position for tp, st in self._subscriptions.items()
-                if st.position is not None and st.reset_strategy is None and not st.awaiting_committed}
+        return {tp: position for tp, (position, _) in self._subscriptions.all_consumed().items()}
 
     def pause(self, *partitions: TopicPartition) -> None:
         with self._use():

@@ -122,6 +122,14 @@ class SubscriptionState:
         except KeyError:
             raise ValueError(f"partition {tp} is not assigned to this consumer") from None
 
+    def all_consumed(self) -> dict[TopicPartition, tuple[int, int | None]]:
+        """{tp: (position, epoch)} of every partition whose position may be committed (Java's
+        ``allConsumed``): one with a valid position, not one still resetting, waiting for its
+        committed offset, or awaiting validation — an unvalidated position may lie past the end
+        of a truncated log."""
+        return {tp: (st.position, st.position_epoch) for tp, st in self.items()
+                if st.has_valid_position and not st.awaiting_committed}
+
     def items(self):
         return self._assignment.items()
 

@@ -459,3 +459,14 @@ def test_a_leader_change_on_a_broker_without_the_api_is_not_waited_for(mock_clus
     assert "OffsetForLeaderEpoch" not in sent
     # It did enter validation (an epoch on both sides), and skipped it.
     assert "broker 2 cannot validate positions" in caplog.text
+
+
+def test_a_position_awaiting_validation_is_not_committed():
+    """Java's allConsumed leaves AWAIT_VALIDATION out: the position may lie past a truncated end."""
+    other = TopicPartition(TP.topic, TP.partition + 1)
+    subs = _subs(EARLIEST, TP, other)
+    subs.seek(TP, 100, 3)
+    subs.seek(other, 7, 3)
+    assert subs.all_consumed() == {TP: (100, 3), other: (7, 3)}
+    assert leader_changed(subs.state(TP), 1, 5) is True
+    assert subs.all_consumed() == {other: (7, 3)}

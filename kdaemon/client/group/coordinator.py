@@ -914,11 +914,8 @@ class GroupCoordinator:
                 log.exception("commit callback raised")
 
     def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        out = {}
-        for tp, st in self.subscriptions.items():
-            if st.position is not None and st.reset_strategy is None and not st.awaiting_committed:
-                out[tp] = OffsetAndMetadata(st.position, "", st.position_epoch)
-        return out
+        return {tp: OffsetAndMetadata(position, "", epoch)
+                for tp, (position, epoch) in self.subscriptions.all_consumed().items()}
 
     def maybe_auto_commit(self) -> None:
         if not self.config.enable_auto_commit:
