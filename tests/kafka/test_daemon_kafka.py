@@ -1,13 +1,13 @@
-"""``kdaemon run`` on a three-node Apache Kafka while a partition leader's broker is killed and
-restarted mid-run.
+"""``kdaemon run`` on a three-node Apache Kafka while a broker fails mid-run: a partition leader's
+broker killed and restarted, or the group coordinator's broker shut down (controlled) and restarted.
 
 The daemon (2 pre-forked workers, a header rule, the json deserializer, the jsonl sink) reads a
 topic of 6 partitions (replication 3, ``min.insync.replicas=2``).  60,000 records with a ``type``
-header and JSON values are there before it starts.  Once it has written some output, the broker
-leading partition 0 is killed (SIGKILL); 40,000 more records are written while it is down
-(``acks=all``: the other two replicas take them) and must reach the output through the new
-leaders before the broker is restarted; then a preferred election gives it its partitions back,
-a second leader change under the running daemon.  Then:
+header and JSON values are there before it starts.  Once it has written some output, the fault
+begins; 40,000 more records are written while the broker is down (``acks=all``: the other two
+replicas take them) and must reach the output before it is restarted.  For the leader, a
+preferred election then gives it its partitions back, a second leader change under the running
+daemon.  Then:
 the group's committed offsets reach the end of every partition (from the delivery reports), the
 daemon stops cleanly on SIGTERM, and the jsonl output holds exactly the records the rule keeps,
 each once, with its decoded value: 0 lost, 0 duplicates.
@@ -23,13 +23,15 @@ import random
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kdaemon.client import Consumer, TopicPartition
 from tests.daemon.harness import Daemon, daemon_config, wait_for
-from tests.kafka.cluster_admin import elect_preferred, leaders, wait_full_isr, wait_partitions
+from tests.kafka.cluster_admin import (elect_preferred, find_coordinator, leaders, wait_full_isr,
+                                      wait_partitions)
 from tests.support.apache_kafka import KafkaCluster, KafkaUnavailable, start_kafka
 from tests.support.produce import create_topic, produce
 
@@ -85,7 +87,78 @@ def committed(reader: Consumer, topic: str) -> dict[int, int]:
     return {tp.partition: om.offset for tp, om in found.items() if om is not None}
 
 
-def test_daemon_delivers_exactly_the_kept_records_through_a_leader_restart(cluster, tmp_path: Path):
+@dataclass
+class Run:
+    """What a fault gets: the cluster, the running daemon, the topic and the records written."""
+
+    cluster: KafkaCluster
+    daemon: Daemon
+    topic: str
+    group: str
+    rng: random.Random
+    written: dict[tuple[int, int], tuple[bytes, str]]
+
+    def write_during(self) -> dict[tuple[int, int], tuple[bytes, str]]:
+        during = write(self.cluster.bootstrap, self.topic, records(self.rng, BEFORE, DURING))
+        self.written.update(during)
+        return during
+
+    def wait_delivered(self, during: dict, partitions: list[int], what: str) -> None:
+        """Until the first kept record written during the fault reached the output on each of
+        ``partitions`` (and every partition, when empty)."""
+        first_new = {p: min(off for (q, off), (_, kind) in during.items() if q == p and kind in KEEP_TYPES)
+                     for p in (partitions or range(PARTITIONS))}
+
+        def delivered():
+            high: dict[int, int] = {}
+            for o in self.daemon.output():
+                high[o["partition"]] = max(high.get(o["partition"], -1), o["offset"])
+            return all(high.get(p, -1) >= off for p, off in first_new.items())
+
+        wait_for(delivered, 60, f"records written {what} (from {first_new}) delivered", self.daemon.log_tail,
+                 interval=0.5)
+
+
+def leader_killed_and_restarted(run: Run) -> str:
+    """SIGKILL partition 0's leader; records written while it is down must reach the output
+    through the new leaders before it comes back (a restarted leader would redirect the daemon
+    by itself); then restart it and give it its partitions back by a preferred election."""
+    cluster, topic = run.cluster, run.topic
+    victim = leaders(cluster.bootstrap, topic)[0]
+    led = sorted(p for p, n in leaders(cluster.bootstrap, topic).items() if n == victim)
+    before_kill = len(run.daemon.output())
+    cluster.nodes[victim].kill()
+    during = run.write_during()
+    moved = leaders(cluster.bootstrap, topic)
+    assert all(moved[p] != victim for p in led), f"leaders did not move off {victim}: {moved}"
+    run.wait_delivered(during, led, f"after the kill on {led} with broker {victim} down")
+    cluster.restart(victim)
+    wait_full_isr(cluster.bootstrap, topic, REPLICAS, timeout=90)
+    elect_preferred(cluster.bootstrap, topic, list(range(PARTITIONS)))
+    wait_partitions(cluster.bootstrap, topic,
+                    lambda ps: all(ps[p]["leader"] == ps[p]["replicas"][0] for p in ps),
+                    "every partition led by its preferred replica again")
+    return f"broker {victim} (leading {led}) killed after {before_kill} lines"
+
+
+def coordinator_shut_down_and_restarted(run: Run) -> str:
+    """A controlled shutdown (SIGTERM) of the broker coordinating the daemon's group: the workers
+    find the new coordinator, keep delivering (commits land there) while it is down, and go on
+    after it is back."""
+    cluster = run.cluster
+    victim = find_coordinator(cluster, run.group)
+    before = len(run.daemon.output())
+    cluster.nodes[victim].stop()
+    during = run.write_during()
+    run.wait_delivered(during, [], f"with the coordinator's broker {victim} shut down")
+    cluster.restart(victim)
+    wait_full_isr(cluster.bootstrap, run.topic, REPLICAS, timeout=90)
+    return f"coordinator {victim} shut down after {before} lines"
+
+
+@pytest.mark.parametrize("fault", [leader_killed_and_restarted, coordinator_shut_down_and_restarted],
+                         ids=lambda f: f.__name__)
+def test_daemon_delivers_exactly_the_kept_records_through_a_broker_fault(cluster, tmp_path: Path, fault):
     tag = uuid.uuid4().hex[:8]
     topic, group = f"daemon-faults-{tag}", f"daemon-faults-{tag}"
     create_topic(cluster.bootstrap, topic, PARTITIONS, replication=REPLICAS,
@@ -102,39 +175,11 @@ def test_daemon_delivers_exactly_the_kept_records_through_a_leader_restart(clust
     config["kafka"].update({"session_timeout_ms": 10_000, "heartbeat_interval_ms": 1000,
                             "max_poll_records": 500, "request_timeout_ms": 10_000})
     reader = Consumer(cluster.bootstrap, group_id=group, enable_auto_commit=False, request_timeout_ms=10_000)
-    victim = None
     try:
         with Daemon(tmp_path, config) as d:
             d.wait_all_ready(timeout=60)
             wait_for(lambda: len(d.output()) >= 2000, 60, "the daemon writing its first records", d.log_tail)
-
-            victim = leaders(cluster.bootstrap, topic)[0]
-            led = sorted(p for p, n in leaders(cluster.bootstrap, topic).items() if n == victim)
-            before_kill = len(d.output())
-            cluster.nodes[victim].kill()
-            # Records written while the broker is down reach the daemon through the new leaders,
-            # before it comes back (a restarted leader would redirect the daemon by itself).
-            during = write(cluster.bootstrap, topic, records(rng, BEFORE, DURING))
-            written.update(during)
-            moved = leaders(cluster.bootstrap, topic)
-            assert all(moved[p] != victim for p in led), f"leaders did not move off {victim}: {moved}"
-            first_new = {p: min(off for (q, off), (_, kind) in during.items()
-                                 if q == p and kind in KEEP_TYPES) for p in led}
-
-            def delivered_while_down():
-                high: dict[int, int] = {}
-                for o in d.output():
-                    high[o["partition"]] = max(high.get(o["partition"], -1), o["offset"])
-                return all(high.get(p, -1) >= off for p, off in first_new.items())
-
-            wait_for(delivered_while_down, 60, f"records written after the kill on {led} (from "
-                     f"{first_new}) delivered with broker {victim} down", d.log_tail, interval=0.5)
-            cluster.restart(victim)
-            wait_full_isr(cluster.bootstrap, topic, REPLICAS, timeout=90)
-            elect_preferred(cluster.bootstrap, topic, list(range(PARTITIONS)))
-            wait_partitions(cluster.bootstrap, topic,
-                            lambda ps: all(ps[p]["leader"] == ps[p]["replicas"][0] for p in ps),
-                            "every partition led by its preferred replica again")
+            what = fault(Run(cluster, d, topic, group, rng, written))
 
             ends = {p: 0 for p in range(PARTITIONS)}
             for p, off in written:
@@ -172,5 +217,4 @@ def test_daemon_delivers_exactly_the_kept_records_through_a_leader_restart(clust
     # The rule kept about 40% of 100,000: a sanity check on the data, not on the daemon.
     assert 30_000 < len(kept) < 50_000
     assert "joined generation" in log
-    print(f"daemon: {len(written)} written, {len(kept)} kept and delivered once; broker {victim} "
-          f"(leading {led}) killed after {before_kill} lines")
+    print(f"daemon: {len(written)} written, {len(kept)} kept and delivered once; {what}")
