@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ..protocol.apis import FETCH
 from ..protocol.errors import BrokerError, CorruptRecordError, Errors
 from ..protocol.primitives import ZERO_UUID
-from ..protocol.records import ConsumerRecord, RecordSetReader, record_set_end
+from ..protocol.records import ConsumerRecord, RecordSetReader, record_set_end_offset
 from .config import ConsumerConfig
 from .errors import OffsetOutOfRangeError, RecordTooLargeError
 from .fetch_session import FetchRequestData, FetchSessionHandler, PartitionFetch
@@ -30,6 +30,8 @@ from .network import NetworkClient
 from .subscription import SubscriptionState
 from .types import TopicPartition
 from .validation import PositionValidator
+
+NO_FETCHED_EPOCH = -1   # the last_fetched_epoch of every Fetch (see send_fetches)
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +91,13 @@ class CompletedFetch:
         # The last_fetched_epoch the request carried: a diverging_epoch answer is about that one.
         self.fetched_epoch = fetched_epoch
 
-    def end(self) -> tuple[int, int] | None:
-        """Where the position will be after this answer is drained, and the leader epoch of the
-        last batch (-1: none), if it can be known now."""
+    def end(self) -> int | None:
+        """Where the position will be after this answer is drained, if it can be known now."""
         if self.error_code or self.size == 0 or self._pending_error is not None:
             return None
         if self._end is False:
-            end = record_set_end(self.data["records"])
-            self._end = end if end is not None and end[0] > self.fetch_offset else None
+            end = record_set_end_offset(self.data["records"])
+            self._end = end if end is not None and end > self.fetch_offset else None
         return self._end
 
     def take(self, max_records: int) -> tuple[list[ConsumerRecord], int]:
@@ -169,11 +170,10 @@ class Fetcher:
 
     # -- sending --------------------------------------------------------------------------------
 
-    def _buffered_partitions(self) -> dict[TopicPartition, tuple[int, int] | None]:
-        """Partitions with undrained data → the offset a fetch-ahead may start from and its
-        epoch (None: no fetch-ahead for it: an error, an empty answer, or already one answer
-        queued behind)."""
-        out: dict[TopicPartition, tuple[int, int] | None] = {}
+    def _buffered_partitions(self) -> dict[TopicPartition, int | None]:
+        """Partitions with undrained data → the offset a fetch-ahead may start from (None: no
+        fetch-ahead for it: an error, an empty answer, or already one answer queued behind)."""
+        out: dict[TopicPartition, int | None] = {}
         pending = list(self.completed)
         if self._next_in_line is not None and not self._next_in_line.consumed:
             pending.insert(0, self._next_in_line)
@@ -231,7 +231,7 @@ class Fetcher:
         self.waiting_for_nodes = False
         for tp in self.subscriptions.fetchable():
             st = self.subscriptions.state(tp)
-            fetch_offset, fetched_epoch = st.position, st.position_epoch
+            fetch_offset = st.position
             if tp in buffered:
                 ahead = buffered[tp] if ahead_allowed else None
                 if ahead is None:
@@ -239,10 +239,7 @@ class Fetcher:
                     if node is not None:
                         held_back.add(node)
                     continue
-                # The epoch of the buffered answer's last batch, not the position's: with an
-                # older epoch the leader sees that epoch end before the fetch offset and answers
-                # diverging_epoch, a log truncation that never happened (after a leader change).
-                fetch_offset, fetched_epoch = ahead
+                fetch_offset = ahead
             node = self._fetch_node(tp, st, now)
             if node is None:
                 self.metadata.request_update()
@@ -250,11 +247,15 @@ class Fetcher:
                 continue
             if node in self._pending_nodes:
                 continue
+            # last_fetched_epoch -1, as the Java consumer sends (AbstractFetch: Optional.empty()):
+            # truncation is found by validating positions with OffsetForLeaderEpoch after a
+            # leader change (validation.py).  Sent, it makes the broker check divergence on every
+            # fetch, and a fetch-ahead carrying an epoch older than its offset's got a
+            # diverging_epoch for a truncation that never happened.
             per_node.setdefault(node, {})[tp] = PartitionFetch(
                 self.metadata.topic_id(tp.topic), fetch_offset, -1,
                 self._partition_max_bytes.get(tp, self.config.max_partition_fetch_bytes),
-                self.metadata.leader_epoch(tp),
-                fetched_epoch if fetched_epoch is not None else -1)
+                self.metadata.leader_epoch(tp), NO_FETCHED_EPOCH)
         sent = 0
         for node, wanted in per_node.items():
             if node in held_back:
@@ -477,8 +478,8 @@ class Fetcher:
                 st.log_start_offset = p["log_start_offset"]
             diverging = p.get("diverging_epoch")
             if diverging is not None and (diverging["epoch"] >= 0 or diverging["end_offset"] >= 0):
-                # The leader's log does not hold our last fetched epoch up to the position (we
-                # send it as last_fetched_epoch): decided as a validation answer; may raise.
+                # The leader's log does not hold the epoch the request named up to its offset
+                # (we send -1, so a broker should not say this): decided as a validation answer.
                 self.validator.on_diverging_epoch(tp, cf.fetch_offset, cf.fetched_epoch,
                                                   diverging["epoch"], diverging["end_offset"])
                 return False

@@ -23,12 +23,12 @@ So, as the Java consumer does (``SubscriptionState.maybeValidatePositionForCurre
    the policy, or raise with ``none``.  Java resets by the policy only in that last case: with a
    known end offset it goes to it whatever the policy says, and so do we.
 
-The Fetch request also carries the position's epoch as ``last_fetched_epoch`` (the Java consumer
-leaves it at -1; we send it), so the broker runs the same check on every fetch and answers
-``diverging_epoch`` instead of records when our epoch ends before our position.  That answer is
-decided by the same table.  A diverging epoch whose end is not below our position (the leader
-never had our epoch; an earlier one covers the position) is valid by the table, and the position
-takes the leader's epoch so the next fetch does not ask the same question forever.
+Fetch requests send ``last_fetched_epoch`` = -1, as the Java consumer does, so the broker runs
+no divergence check of its own and this validation is the one place truncation is found.  Should
+a broker answer ``diverging_epoch`` all the same, the answer is decided by the same table, for
+the offset and epoch it was asked about only.  A valid answer whose epoch is below ours (the
+leader never had our epoch; an earlier one covers the position) gives the position the leader's
+epoch, as Java does, so the next validation asks about an epoch the leader knows.
 
 A truncation raised with ``none`` leaves the partition awaiting validation, retried after
 ``request_timeout_ms`` as Java does: it raises again until the application seeks.

@@ -579,7 +579,7 @@ def record_set_end_offset(data) -> int | None:
 def record_set_end(data) -> tuple[int, int] | None:
     """``record_set_end_offset`` and the partition leader epoch of that last complete batch
     (-1 for a legacy message, which has none): the position and its epoch once the set is
-    drained, which is what a fetch of the data after it must carry as last_fetched_epoch."""
+    drained."""
     if data is None:
         return None
     pos, end, last = 0, len(data), None

@@ -6,10 +6,11 @@
    Before, the consumer went on reconnecting to the dead broker until ``metadata_max_age_ms``
    (5 minutes) and its partitions delivered nothing.
 2. A fetch-ahead (the next Fetch sent while an answer is still buffered) starts at that answer's
-   end and must carry the epoch of its last batch as ``last_fetched_epoch``.  With the
-   position's older epoch, the leader elected meanwhile saw that epoch end before the fetch
-   offset and answered ``diverging_epoch``: a log truncation that never happened, and the
-   records since were delivered twice.
+   end.  It once carried the position's older epoch as ``last_fetched_epoch``: the leader
+   elected meanwhile saw that epoch end before the fetch offset and answered
+   ``diverging_epoch``, a log truncation that never happened, and the records since were
+   delivered twice.  Every Fetch now sends -1 there, as the Java consumer does; truncation is
+   found by validating positions after a leader change.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def test_record_set_end_gives_the_last_complete_batch_and_its_epoch():
     assert record_set_end(b"") is None and record_set_end(None) is None
 
 
-def test_a_fetch_ahead_carries_the_epoch_of_the_buffered_answer_not_the_positions():
+def test_fetches_and_fetch_aheads_send_no_last_fetched_epoch_as_java():
     net = FakeNetwork()
     md = fresh_metadata(net, now=100.0)
     md.handle_response(metadata_body(leader=1, epoch=1), 101.0)   # the leader moved: epoch 1
@@ -127,7 +128,8 @@ def test_a_fetch_ahead_carries_the_epoch_of_the_buffered_answer_not_the_position
 
     assert fetcher.send_fetches() == 1
     first = net.requests(FETCH)[-1]["topics"][0]["partitions"][0]
-    assert (first["fetch_offset"], first["last_fetched_epoch"]) == (302, 0)
+    # Java's AbstractFetch sends Optional.empty(): -1, whatever the position's epoch (0 here).
+    assert (first["fetch_offset"], first["current_leader_epoch"], first["last_fetched_epoch"]) == (302, 1, -1)
     # The new leader's records, 302-328, written in epoch 1, arrive and stay buffered.
     records = build_batch([RecordSpec(value=b"x")] * 27, base_offset=302, leader_epoch=1)
     net.sent[-1][3].success((13, {
@@ -140,4 +142,5 @@ def test_a_fetch_ahead_carries_the_epoch_of_the_buffered_answer_not_the_position
     assert fetcher.send_fetches() == 1     # the fetch-ahead, sent before the answer is drained
     ahead = net.requests(FETCH)[-1]["topics"][0]["partitions"][0]
     assert ahead["fetch_offset"] == 329
-    assert ahead["last_fetched_epoch"] == 1, "the epoch 0 of the position would read as a truncation"
+    assert (ahead["current_leader_epoch"], ahead["last_fetched_epoch"]) == (1, -1), \
+        "an epoch older than the fetch offset's reads as a truncation to the broker"

@@ -159,8 +159,8 @@ def test_valid_answer_resumes_fetching():
 
 
 def test_valid_answer_for_an_epoch_the_leader_never_had_takes_its_epoch():
-    # The leader answers with the largest epoch <= ours it knows: our next Fetch must carry that
-    # one as last_fetched_epoch, or the broker would answer diverging_epoch for ever.
+    # The leader answers with the largest epoch <= ours it knows: the position takes that one,
+    # as Java's, so a later validation asks about an epoch the leader has.
     subs, st = _awaiting()
     assert apply_answer(st, TP, 2, 150, True, subs.request_reset) is None
     assert (st.position, st.position_epoch, st.has_valid_position) == (100, 2, True)
