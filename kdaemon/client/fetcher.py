@@ -91,7 +91,7 @@ class CompletedFetch:
         # The last_fetched_epoch the request carried: a diverging_epoch answer is about that one.
         self.fetched_epoch = fetched_epoch
 
-    def end(self) -> int | None:
+    def end_offset(self) -> int | None:
         """Where the position will be after this answer is drained, if it can be known now."""
         if self.error_code or self.size == 0 or self._pending_error is not None:
             return None
@@ -181,7 +181,7 @@ class Fetcher:
             if cf.tp in out:
                 out[cf.tp] = None  # at most one answer fetched ahead per partition
                 continue
-            out[cf.tp] = cf.end()
+            out[cf.tp] = cf.end_offset()
         return out
 
     def _buffered_bytes(self) -> int:
@@ -233,13 +233,12 @@ class Fetcher:
             st = self.subscriptions.state(tp)
             fetch_offset = st.position
             if tp in buffered:
-                ahead = buffered[tp] if ahead_allowed else None
-                if ahead is None:
+                fetch_offset = buffered[tp] if ahead_allowed else None
+                if fetch_offset is None:
                     node = self._fetch_node(tp, st, now)
                     if node is not None:
                         held_back.add(node)
                     continue
-                fetch_offset = ahead
             node = self._fetch_node(tp, st, now)
             if node is None:
                 self.metadata.request_update()

@@ -572,14 +572,6 @@ def record_set_end_offset(data) -> int | None:
     Legacy sets report their last message's offset + 1 (a compressed wrapper carries the
     offset of its last inner message).
     """
-    end = record_set_end(data)
-    return None if end is None else end[0]
-
-
-def record_set_end(data) -> tuple[int, int] | None:
-    """``record_set_end_offset`` and the partition leader epoch of that last complete batch
-    (-1 for a legacy message, which has none): the position and its epoch once the set is
-    drained."""
     if data is None:
         return None
     pos, end, last = 0, len(data), None
@@ -591,10 +583,9 @@ def record_set_end(data) -> tuple[int, int] | None:
         if data[pos + 16] == 2:
             if length < _MIN_V2_LENGTH:
                 break
-            last = (base_offset + _I32.unpack_from(data, pos + 23)[0] + 1,
-                    _I32.unpack_from(data, pos + _LOG_OVERHEAD)[0])
+            last = base_offset + _I32.unpack_from(data, pos + 23)[0] + 1
         else:
-            last = (base_offset + 1, -1)
+            last = base_offset + 1
         pos = batch_end
     return last
 

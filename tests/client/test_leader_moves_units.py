@@ -25,7 +25,7 @@ from kdaemon.client.subscription import SubscriptionState
 from kdaemon.client.types import TopicPartition
 from kdaemon.protocol.apis import FETCH, METADATA
 from kdaemon.protocol.builder import RecordSpec, build_batch
-from kdaemon.protocol.records import record_set_end, record_set_end_offset
+from kdaemon.protocol.records import record_set_end_offset
 
 TOPIC_ID = uuid.UUID(int=7)
 TP = TopicPartition("t", 0)
@@ -105,12 +105,12 @@ def test_a_failed_broker_connection_makes_the_metadata_refresh():
     assert md.maybe_update(net, 104.0) is not None and len(net.requests(METADATA)) == 3
 
 
-def test_record_set_end_gives_the_last_complete_batch_and_its_epoch():
+def test_record_set_end_offset_gives_the_end_of_the_last_complete_batch():
     data = build_batch([RecordSpec(value=b"a")] * 2, base_offset=10, leader_epoch=4) + \
         build_batch([RecordSpec(value=b"b")] * 3, base_offset=12, leader_epoch=6)
-    assert record_set_end(data) == (15, 6) and record_set_end_offset(data) == 15
-    assert record_set_end(data[:-1]) == (12, 4)     # the last batch is cut off
-    assert record_set_end(b"") is None and record_set_end(None) is None
+    assert record_set_end_offset(data) == 15
+    assert record_set_end_offset(data[:-1]) == 12     # the last batch is cut off
+    assert record_set_end_offset(b"") is None and record_set_end_offset(None) is None
 
 
 def test_fetches_and_fetch_aheads_send_no_last_fetched_epoch_as_java():
