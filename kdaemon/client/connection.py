@@ -30,6 +30,7 @@ from ..protocol.connection import KafkaConnection
 from ..protocol.errors import BrokerError, Errors, ProtocolError, UnsupportedVersionError
 from ..protocol.schema import Api
 from ..protocol.versions import broker_ranges, choose_version
+from ..backoff import Backoff
 from .config import ConsumerConfig
 from .errors import AuthenticationError, ConnectionFailedError, KafkaTimeoutError
 from .future import Future
@@ -131,7 +132,8 @@ class BrokerConnection:
         self._pending: deque[_Request] = deque()
         self._in_flight: deque[_Request] = deque()
         self.api_versions: dict[int, tuple[int, int]] = {}
-        self._failures = 0
+        self._reconnect = Backoff(config.reconnect_backoff_ms / 1000, config.reconnect_backoff_max_ms / 1000,
+                                  jitter=0.2)
         self.next_attempt = 0.0
         # Every address the host resolved to, tried in turn (Java's client.dns.lookup =
         # use_all_dns_ips): "localhost" is often ::1 first, and a broker listening on 127.0.0.1
@@ -161,6 +163,11 @@ class BrokerConnection:
     @property
     def ready(self) -> bool:
         return self.state == READY
+
+    @property
+    def connect_failures(self) -> int:
+        """Consecutive failed connection attempts (0 once a connection is ready)."""
+        return self._reconnect.failures
 
     @property
     def in_flight(self) -> int:
@@ -247,11 +254,7 @@ class BrokerConnection:
             reason = "; ".join(self._address_errors + [reason])
         self._addresses, self._address_errors = [], []   # the next attempt resolves the host again
         self.last_error, self.last_error_at = f"node {self.node_id} ({self.host}:{self.port}): {reason}", now
-        self._failures += 1
-        base = self.config.reconnect_backoff_ms / 1000
-        cap = self.config.reconnect_backoff_max_ms / 1000
-        backoff = min(cap, base * (2 ** (self._failures - 1)))
-        self.next_attempt = now + backoff * random.uniform(0.8, 1.2)
+        self.next_attempt = now + self._reconnect.failure()
         log.debug("node %s: %s; next attempt in %.3fs", self.node_id, reason, self.next_attempt - now)
         self.close(ConnectionFailedError(f"node {self.node_id} ({self.host}:{self.port}): {reason}"))
 
@@ -425,7 +428,7 @@ class BrokerConnection:
 
     def _become_ready(self, now: float) -> None:
         self._enter(READY)
-        self._failures = 0
+        self._reconnect.reset()
         self._sasl = None
         self._flush_pending(now)
 

@@ -158,7 +158,7 @@ class NetworkClient:
 
     def connection_failed(self, node_id: int) -> bool:
         conn = self._conns.get(node_id)
-        return conn is not None and conn.state == DISCONNECTED and conn._failures > 0
+        return conn is not None and conn.state == DISCONNECTED and conn.connect_failures > 0
 
     def connection_failed_at(self, node_id: int) -> float:
         """When (monotonic) an attempt to connect to the node last failed or its connection last
