@@ -25,7 +25,7 @@ from .metadata import ClusterMetadata
 from .network import NetworkClient
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetLookup
 from .subscription import EARLIEST, LATEST, SubscriptionState
-from .types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from .types import GroupState, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from .validation import PositionValidator
 
 log = logging.getLogger(__name__)
@@ -427,6 +427,16 @@ class Consumer:
             return False
         from .group.state import MemberState
         return c.member.state is MemberState.STABLE and not c.need_rejoin
+
+    def group_state(self) -> GroupState | None:
+        """A snapshot of this member's group, or None when the consumer is not subscribed as
+        a group member (no group_id, or partitions assigned by hand)."""
+        c = self._coordinator
+        if c is None or not self._subscriptions.has_subscription:
+            return None
+        return GroupState(group_id=c.group_id, protocol="classic", member_id=c.member_id,
+                          generation=c.generation, leader_id=c.leader_id, stable=self.group_stable(),
+                          rebalances=c.rebalances)
 
     def group_generation(self) -> tuple[int, str] | None:
         """(generation, member id) while a group member, else None."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..protocol.records import ConsumerRecord, CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP_TYPE
 
 __all__ = ["TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp", "ConsumerRecord",
-           "CREATE_TIME", "LOG_APPEND_TIME", "NO_TIMESTAMP_TYPE"]
+           "CREATE_TIME", "LOG_APPEND_TIME", "NO_TIMESTAMP_TYPE", "GroupState"]
 
 
 class TopicPartition(NamedTuple):
@@ -30,3 +31,18 @@ class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp: int
     leader_epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """What a subscribed group member knows of its group, as the layers above may read it
+    (the worker's readiness, the rebalance counter in metrics) without reaching into the
+    coordinator.  A snapshot: it does not change after it is taken."""
+
+    group_id: str
+    protocol: str             # the membership protocol: "classic" (JoinGroup/SyncGroup)
+    member_id: str            # "" before the first join
+    generation: int           # -1 before the first join
+    leader_id: str | None     # the member that computed the assignment, as of the last join
+    stable: bool              # joined and synced, holding its assignment, no rebalance pending
+    rebalances: int           # completed rebalances since the consumer was created

@@ -113,7 +113,8 @@ class WorkerMetrics:
         latency_ms = self._delta("fetch_latency_ms", consumer_metrics["fetch_latency_ms_total"])
         if responses:
             FETCH_LATENCY.observe(latency_ms / responses / 1000)
-        rebalances = getattr(getattr(worker.consumer, "_coordinator", None), "rebalances", 0)
+        group = worker.consumer.group_state()
+        rebalances = 0 if group is None else group.rebalances
         d = self._delta("rebalances", rebalances)
         if d:
             REBALANCES.inc(d)

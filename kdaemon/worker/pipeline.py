@@ -200,10 +200,10 @@ class Worker:
     @property
     def ready(self) -> bool:
         """Has its assignment: a group generation, or a manual assignment."""
-        c = self.consumer
-        if getattr(c, "_coordinator", None) is not None and c._subscriptions.has_subscription:
-            return c.group_stable()
-        return bool(c.assignment()) or self._assigned_once
+        group = self.consumer.group_state()
+        if group is not None:
+            return group.stable
+        return bool(self.consumer.assignment()) or self._assigned_once
 
     def request_stop(self) -> None:
         self._stopping = True

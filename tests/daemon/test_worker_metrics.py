@@ -24,6 +24,9 @@ class _Consumer:
         self.responses += len(latencies_ms)
         self.latency_ms_total += sum(latencies_ms)
 
+    def group_state(self):
+        return None   # assigned by hand, not a group member
+
     def metrics(self) -> dict:
         return {"partitions": {}, "bytes_consumed_total": 0,
                 "fetch_responses_total": self.responses, "fetch_latency_ms_total": self.latency_ms_total,

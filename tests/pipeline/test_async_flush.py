@@ -44,6 +44,9 @@ class ScriptedConsumer:
         return {TP: [ConsumerRecord(TOPIC, 0, o, 0, 0, b"k", b"v%d" % o, [], None)
                      for o in range(start, self.position)]}
 
+    def group_state(self):
+        return None   # assigned by hand, not a group member
+
     def assignment(self):
         return {TP}
 
