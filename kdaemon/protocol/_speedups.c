@@ -1,7 +1,7 @@
 /*
  * Optional accelerator for the RecordBatch v2 record loop.
  *
- * decode_v2_records() is a drop-in replacement for records._decode_v2_records: same arguments,
+ * decode_v2_records() is a drop-in replacement for record_loop.python_loop (the RecordLoop contract): same arguments,
  * same results, same errors (ValueError for malformed input, which the caller turns into
  * CorruptRecordError).  The pure-Python function stays the reference; the test suite runs
  * both over the same batches and compares.  Every read is bounds-checked against the record's
@@ -449,7 +449,7 @@ done:
 static PyMethodDef methods[] = {
     {"configure", configure, METH_O, "Set the record type built by decode_v2_records."},
     {"decode_v2_records", (PyCFunction)(void (*)(void))decode_v2_records, METH_FASTCALL,
-     "Decode the records of one v2 batch payload (see records._decode_v2_records)."},
+     "Decode the records of one v2 batch payload (see record_loop.RecordLoop)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -37,37 +37,17 @@ from __future__ import annotations
 import heapq
 import struct
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from crc32c import crc32c
 
-from . import compression
+from . import compression, record_loop
 from .errors import CorruptRecordError, DecodeError
 from .primitives import decode_varint, decode_varlong
+from .record_loop import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP_TYPE, ConsumerRecord, HeaderFilter,  # noqa: F401
+                          Headers, new_record)
 
-NO_TIMESTAMP_TYPE = -1
-CREATE_TIME = 0
-LOG_APPEND_TIME = 1
-
-Headers = list[tuple[str, "bytes | None"]]
-HeaderFilter = Callable[[Headers], bool]
-"""Called with a record's headers before its key and value are touched; True keeps the record."""
-
-
-class ConsumerRecord(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
-    leader_epoch: int | None
-
-
-_new_record = tuple.__new__  # skips NamedTuple.__new__'s argument parsing on the hot path
 
 _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_HEADER_SIZE = _BATCH_HEADER.size  # 61
@@ -373,7 +353,7 @@ class RecordSetReader:
             if self._filter is not None and not self._filter(headers):
                 self.filtered += 1
                 return
-            out.append(_new_record(ConsumerRecord, (self.topic, self.partition, offset, timestamp, ts_type,
+            out.append(new_record(ConsumerRecord, (self.topic, self.partition, offset, timestamp, ts_type,
                                                     key, value, headers, None)))
             return
 
@@ -418,151 +398,6 @@ class RecordSetReader:
         return bytes(data[p:p + n]), p + n
 
 
-def _decode_v2_records(buf: bytes, pos: int, count: int, base_offset: int, base_timestamp: int,
-                       log_append_time: int | None, timestamp_type: int, leader_epoch: int | None,
-                       topic: str, partition: int, min_offset: int,
-                       header_filter: HeaderFilter | None, out: list) -> tuple[int, int]:
-    """The hot loop.
-
-    Varints are decoded inline for their one- and two-byte forms, which cover nearly all of them
-    (lengths under 8 KiB, deltas under 8192); longer ones fall back to the shared decoder.
-    Timestamp and offset deltas are only located, not decoded, until the header filter has kept
-    the record: a dropped record pays for its lengths and headers only.  Any IndexError,
-    ValueError or DecodeError from a short or garbled payload is turned into CorruptRecordError by
-    the caller.
-    """
-    append = out.append
-    filtered = 0
-    check_offsets = base_offset < min_offset
-    for _ in range(count):
-        b = buf[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            c = buf[pos + 1]
-            if c < 0x80:
-                length = ((b & 0x7F) | (c << 7)) >> 1  # a record length is never negative here
-                if b & 1:
-                    raise ValueError("negative record length")
-                pos += 2
-            else:
-                length, pos = decode_varint(buf, pos)
-        record_end = pos + length
-        ts_pos = pos + 1  # skip the record attributes, unused in v2
-        pos = ts_pos + 1
-        if buf[ts_pos] >= 0x80:
-            while buf[pos] >= 0x80:
-                pos += 1
-            pos += 1
-        offset_pos = pos
-        pos += 1
-        if buf[offset_pos] >= 0x80:
-            while buf[pos] >= 0x80:
-                pos += 1
-            pos += 1
-        b = buf[pos]
-        if b < 0x80:
-            key_len = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            c = buf[pos + 1]
-            if c < 0x80:
-                key_len = (((b >> 1) & 0x3F) | (c << 6)) ^ -(b & 1)
-                pos += 2
-            else:
-                key_len, pos = decode_varint(buf, pos)
-        key_pos = pos
-        if key_len > 0:
-            pos += key_len
-        elif key_len < -1:
-            raise ValueError(f"key length {key_len}")
-        b = buf[pos]
-        if b < 0x80:
-            value_len = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            c = buf[pos + 1]
-            if c < 0x80:
-                value_len = (((b >> 1) & 0x3F) | (c << 6)) ^ -(b & 1)
-                pos += 2
-            else:
-                value_len, pos = decode_varint(buf, pos)
-        value_pos = pos
-        if value_len > 0:
-            pos += value_len
-        elif value_len < -1:
-            raise ValueError(f"value length {value_len}")
-        n_headers = buf[pos]
-        if n_headers < 0x80 and not n_headers & 1:
-            n_headers >>= 1
-            pos += 1
-        else:
-            n_headers, pos = decode_varint(buf, pos)
-            if n_headers < 0:
-                raise ValueError(f"negative header count {n_headers}")
-        headers = []
-        for _ in range(n_headers):
-            n = buf[pos]
-            if n < 0x80 and not n & 1:
-                n >>= 1
-                pos += 1
-            else:
-                n, pos = decode_varint(buf, pos)
-                if n < 0:
-                    raise ValueError("null header key")
-            hkey = str(buf[pos:pos + n], "utf-8")
-            pos += n
-            n = buf[pos]
-            if n < 0x80:
-                n = (n >> 1) ^ -(n & 1)
-                pos += 1
-            else:
-                n, pos = decode_varint(buf, pos)
-            if n >= 0:
-                headers.append((hkey, buf[pos:pos + n]))
-                pos += n
-            elif n == -1:
-                headers.append((hkey, None))
-            else:
-                raise ValueError(f"header value length {n}")
-        if pos != record_end:
-            raise ValueError(f"record length says {length} bytes, fields take {length + pos - record_end}")
-        if check_offsets and _offset_at(buf, offset_pos, base_offset) < min_offset:
-            continue  # before the position: neither delivered, filtered nor shown to the filter
-        if header_filter is not None and not header_filter(headers):
-            filtered += 1
-            continue
-        b = buf[offset_pos]
-        if b < 0x80:
-            offset = base_offset + ((b >> 1) ^ -(b & 1))
-        elif (c := buf[offset_pos + 1]) < 0x80:
-            offset = base_offset + ((((b >> 1) & 0x3F) | (c << 6)) ^ -(b & 1))
-        else:
-            offset = _offset_at(buf, offset_pos, base_offset)
-        if check_offsets and offset < min_offset:
-            continue
-        if log_append_time is None:
-            b = buf[ts_pos]
-            if b < 0x80:
-                timestamp = base_timestamp + ((b >> 1) ^ -(b & 1))
-            elif (c := buf[ts_pos + 1]) < 0x80:
-                timestamp = base_timestamp + ((((b >> 1) & 0x3F) | (c << 6)) ^ -(b & 1))
-            else:
-                timestamp = base_timestamp + decode_varlong(buf, ts_pos)[0]
-        else:
-            timestamp = log_append_time
-        append(_new_record(ConsumerRecord, (
-            topic, partition, offset, timestamp, timestamp_type,
-            buf[key_pos:key_pos + key_len] if key_len >= 0 else None,
-            buf[value_pos:value_pos + value_len] if value_len >= 0 else None,
-            headers, leader_epoch)))
-    return pos, filtered
-
-
-def _offset_at(buf, pos: int, base_offset: int) -> int:
-    return base_offset + decode_varint(buf, pos)[0]
-
 
 def record_set_end_offset(data) -> int | None:
     """The offset after the last *complete* batch of a record set, from batch headers alone.
@@ -596,21 +431,7 @@ def decode_record_set(data, *, topic: str, partition: int, fetch_offset: int, **
     return reader.read_all(), reader
 
 
-def _load_accelerator():
-    """The C record loop if it was built and not disabled with KDAEMON_PURE_PYTHON=1."""
-    import os
-    if os.environ.get("KDAEMON_PURE_PYTHON"):
-        return None
-    try:
-        from . import _speedups
-    except ImportError:
-        return None
-    _speedups.configure(ConsumerRecord)
-    return _speedups.decode_v2_records
-
-
-_python_decode_v2_records = _decode_v2_records
-_accelerated = _load_accelerator()
-if _accelerated is not None:
-    _decode_v2_records = _accelerated  # noqa: F811 - same contract, see _speedups.c
-ACCELERATED = _accelerated is not None
+# The active loop and whether it is the C one, as module globals the reader looks up at each call
+# (tests switch them to run the same input through both loops).
+_decode_v2_records = record_loop.decode_v2_records
+ACCELERATED = record_loop.ACCELERATED

@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields
 import pytest
 from confluent_kafka import Producer
 
-from kdaemon.protocol import messages, records
+from kdaemon.protocol import messages, record_loop, records
 from kdaemon.protocol.apis.api_versions import API_VERSIONS
 from kdaemon.protocol.apis.fetch import FETCH
 from kdaemon.protocol.apis.metadata import METADATA
@@ -205,9 +205,9 @@ def decoder(request, monkeypatch) -> str:
     if request.param == "c-loop":
         if not records.ACCELERATED:
             pytest.skip("the C record loop is not built (or KDAEMON_PURE_PYTHON is set)")
-        assert records._decode_v2_records is not records._python_decode_v2_records
+        assert records._decode_v2_records is not record_loop.python_loop
     else:
-        monkeypatch.setattr(records, "_decode_v2_records", records._python_decode_v2_records)
+        monkeypatch.setattr(records, "_decode_v2_records", record_loop.python_loop)
         # Without this the reader would still hand HeaderRules to the loop as native data.
         monkeypatch.setattr(records, "ACCELERATED", False)
     return request.param

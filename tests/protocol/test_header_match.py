@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from kdaemon.protocol import records
+from kdaemon.protocol import record_loop, records
 from kdaemon.protocol.builder import RecordSpec, build_batch
 from kdaemon.protocol.header_match import HeaderRule, HeaderRules
 from kdaemon.protocol.records import CREATE_TIME, RecordSetReader
@@ -143,11 +143,11 @@ def test_c_and_python_loops_agree_with_the_table(case):
     # The two neighbours have no headers: they get what the rules give an empty header list.
     neighbours = hr([])
     want_keys = [k for k, keep in ((b"before", neighbours), (b"case", expected), (b"after", neighbours)) if keep]
-    py = _loop(records._python_decode_v2_records, payload, 3, hr)
-    c_callable = _loop(records._accelerated, payload, 3, hr)
+    py = _loop(record_loop.python_loop, payload, 3, hr)
+    c_callable = _loop(record_loop.accelerated_loop, payload, 3, hr)
     results = [py, c_callable]
     if hr.native_rules is not None:
-        results.append(_loop(records._accelerated, payload, 3, hr.native_rules))
+        results.append(_loop(record_loop.accelerated_loop, payload, 3, hr.native_rules))
     for got in results:
         assert [k for _, k, _ in got[0]] == want_keys
         assert got[1] == len(payload)
@@ -161,8 +161,8 @@ def test_parity_with_records_before_the_position(min_offset):
     hr = HeaderRules([R("k", "equals", ("yes",))], default=False)
     recs = [RecordSpec(key=bytes([i]), headers=[("k", b"yes" if i % 2 else b"no")]) for i in range(4)]
     payload = build_batch(recs)[records.BATCH_HEADER_SIZE:]
-    py = _loop(records._python_decode_v2_records, payload, 4, hr, min_offset)
-    native = _loop(records._accelerated, payload, 4, hr.native_rules, min_offset)
+    py = _loop(record_loop.python_loop, payload, 4, hr, min_offset)
+    native = _loop(record_loop.accelerated_loop, payload, 4, hr.native_rules, min_offset)
     assert native == py
     assert [o for o, _, _ in py[0]] == [i for i in range(min_offset, 4) if i % 2]
     assert py[2] == len([i for i in range(min_offset, 4) if not i % 2])

@@ -17,7 +17,7 @@ import pytest
 import zstandard
 from crc32c import crc32c
 
-from kdaemon.protocol import compression, records
+from kdaemon.protocol import compression, record_loop, records
 from kdaemon.protocol.builder import (
     RecordSpec,
     build_batch,
@@ -49,10 +49,10 @@ needs_c = pytest.mark.skipif(not records.ACCELERATED, reason="C record loop not 
 def impl(request, monkeypatch):
     """Route RecordSetReader through one record-loop implementation."""
     if request.param == "python":
-        monkeypatch.setattr(records, "_decode_v2_records", records._python_decode_v2_records)
+        monkeypatch.setattr(records, "_decode_v2_records", record_loop.python_loop)
         monkeypatch.setattr(records, "ACCELERATED", False)  # no native rules for the Python loop
     else:
-        monkeypatch.setattr(records, "_decode_v2_records", records._accelerated)
+        monkeypatch.setattr(records, "_decode_v2_records", record_loop.accelerated_loop)
     return request.param
 
 
@@ -804,11 +804,11 @@ def test_truthiness_of_filter_result(impl):
 
 def test_accelerator_selection():
     if records.ACCELERATED:
-        assert records._decode_v2_records is records._accelerated
-        assert records._decode_v2_records is not records._python_decode_v2_records
+        assert records._decode_v2_records is record_loop.accelerated_loop
+        assert records._decode_v2_records is not record_loop.python_loop
     else:
-        assert records._decode_v2_records is records._python_decode_v2_records
-    code = "from kdaemon.protocol import records as r; print(r.ACCELERATED, r._decode_v2_records is r._python_decode_v2_records)"
+        assert records._decode_v2_records is record_loop.python_loop
+    code = "from kdaemon.protocol import records as r; print(r.ACCELERATED, r._decode_v2_records is r.record_loop.python_loop)"
     env = dict(os.environ, KDAEMON_PURE_PYTHON="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
@@ -850,9 +850,9 @@ def test_loop_parity(min_offset, log_append, flt):
         py_filter = c_filter = lambda headers: len(headers) % 2 == 0
     elif flt == "rules":
         py_filter, c_filter = rules, rules.native_rules
-    py = run_loop(records._python_decode_v2_records, payload, len(PARITY_RECORDS), log_append=log_append,
+    py = run_loop(record_loop.python_loop, payload, len(PARITY_RECORDS), log_append=log_append,
                   min_offset=min_offset, header_filter=py_filter)
-    c = run_loop(records._accelerated, payload, len(PARITY_RECORDS), log_append=log_append,
+    c = run_loop(record_loop.accelerated_loop, payload, len(PARITY_RECORDS), log_append=log_append,
                  min_offset=min_offset, header_filter=c_filter)
     assert c == py
     assert py[1] == len(payload)
@@ -865,7 +865,7 @@ def test_loop_parity(min_offset, log_append, flt):
 def test_loop_parity_with_nonzero_start_position():
     payload = b"\xAA" * 7 + build_batch(specs(3))[records.BATCH_HEADER_SIZE:]
     results = []
-    for fn in (records._python_decode_v2_records, records._accelerated):
+    for fn in (record_loop.python_loop, record_loop.accelerated_loop):
         out: list = []
         pos, filtered = fn(payload, 7, 3, 0, BASE_TS, None, CREATE_TIME, None, TOPIC, PARTITION, 0, None, out)
         assert pos == len(payload) and filtered == 0
@@ -879,7 +879,7 @@ def test_loop_parity_with_nonzero_start_position():
 def test_loop_errors_are_value_or_index_errors(name):
     """The loops' contract: malformed input raises what _read_v2 converts, nothing else."""
     payload = raw_record(MALFORMED_RECORDS[name])
-    for fn in (records._python_decode_v2_records, records._accelerated):
+    for fn in (record_loop.python_loop, record_loop.accelerated_loop):
         with pytest.raises((ValueError, IndexError, DecodeError)):
             run_loop(fn, payload, 1)
 
@@ -887,9 +887,9 @@ def test_loop_errors_are_value_or_index_errors(name):
 @needs_c
 def test_c_loop_rejects_bad_arguments():
     with pytest.raises(TypeError):
-        records._accelerated(b"", 0, 0)
+        record_loop.accelerated_loop(b"", 0, 0)
     with pytest.raises(TypeError):
-        run_loop(records._accelerated, bytearray(b"\x00"), 0)
+        run_loop(record_loop.accelerated_loop, bytearray(b"\x00"), 0)
 
 
 def test_encode_record_layout():

@@ -24,7 +24,7 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kdaemon.protocol import compression, records
+from kdaemon.protocol import compression, record_loop, records
 from kdaemon.protocol.builder import (
     RecordSpec,
     build_batch,
@@ -56,9 +56,9 @@ def using(impl: str):
     """Route RecordSetReader through one loop (and native rules only for the C one)."""
     saved = records._decode_v2_records, records.ACCELERATED
     if impl == "python":
-        records._decode_v2_records, records.ACCELERATED = records._python_decode_v2_records, False
+        records._decode_v2_records, records.ACCELERATED = record_loop.python_loop, False
     else:
-        records._decode_v2_records, records.ACCELERATED = records._accelerated, True
+        records._decode_v2_records, records.ACCELERATED = record_loop.accelerated_loop, True
     try:
         yield
     finally:
@@ -397,7 +397,7 @@ def test_loops_on_random_payloads(payload, count, flt, min_offset):
     if isinstance(py_filter, HeaderRules) and py_filter.native_rules is not None:
         c_filter = py_filter.native_rules
     outcomes = []
-    for fn, f in ((records._python_decode_v2_records, py_filter), (records._accelerated, c_filter)):
+    for fn, f in ((record_loop.python_loop, py_filter), (record_loop.accelerated_loop, c_filter)):
         out: list = []
         try:
             with time_limit(10):
