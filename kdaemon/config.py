@@ -90,6 +90,7 @@ class DaemonSection:
     metrics_addr: str = "127.0.0.1:9464"
     shutdown_timeout_s: float = 30.0
     heartbeat_timeout_s: float = 60.0
+    metrics_interval_ms: int = 1000   # how often a worker publishes its /metrics counters
     max_worker_rss_mb: int = 0        # 0: never recycle
     log_level: str = "INFO"
 
@@ -270,7 +271,8 @@ def _daemon_section(section: Any, problem) -> DaemonSection:
     for key, allowed in choices.items():
         if getattr(d, key) not in allowed:
             problem(f"daemon.{key}", f"{getattr(d, key)!r} is not one of {', '.join(allowed)}")
-    for key in ("poll_timeout_ms", "flush_interval_ms", "flush_max_records", "max_buffered_records"):
+    for key in ("poll_timeout_ms", "flush_interval_ms", "flush_max_records", "max_buffered_records",
+                "metrics_interval_ms"):
         if getattr(d, key) <= 0:
             problem(f"daemon.{key}", "must be positive")
     if d.topic_pattern is not None and not isinstance(d.topic_pattern, str):

@@ -1,7 +1,8 @@
 """Hook specifications: what a kdaemon plugin can provide.
 
-Every hook is called once, when the worker starts (after fork), never per record.  Each returns
-a mapping of *names* to *factories*; the configuration picks what to use by name, so two
+The collecting hooks below are called once, when the worker starts (after fork), never per
+record (the supervisor's process hooks at the end are called around each worker process).
+Each returns a mapping of *names* to *factories*; the configuration picks what to use by name, so two
 plugins can offer the same kind of thing without clashing, and an unused factory costs nothing.
 
 A factory receives the ``settings`` table from the configuration entry that named it (a plain
@@ -88,5 +89,61 @@ def kdaemon_configure(config: Any) -> None:
     """
 
 
+# -- the supervisor's process hooks ------------------------------------------------------------
+#
+# Unlike the hooks above they are not called at a worker's start-up but around every worker
+# process the supervisor forks (also a restart or a replacement during a reload), and they run
+# in the supervisor (pre_fork) or in the forked child (post_fork, worker_exit).  They are
+# notifications: every implementation is called, the return values are ignored, and an
+# exception is the plugin's bug — it stops the daemon (pre_fork) or fails that worker's boot
+# (post_fork, exit code 4).  ``kdaemon run --in-process`` forks nothing and calls none of them.
+
+
+@hookspec
+def kdaemon_pre_fork(index: int, config: Any) -> None:
+    """Called in the supervisor just before it forks worker ``index``.
+
+    The supervisor holds no thread, socket or Kafka client that a child could inherit half-way:
+    keep it so (no threads here).  Use it for per-worker preparation the supervisor owns, such
+    as a directory for that worker's files.
+
+    :param index: the worker's slot, 0 .. workers-1; a replacement gets its predecessor's index.
+    :param config: the ``kdaemon.config.DaemonConfig`` the worker will run with (after a reload,
+        the new one).
+    :return: ignored.
+    """
+
+
+@hookspec
+def kdaemon_post_fork(index: int, config: Any) -> None:
+    """Called in the forked worker right after fork, before anything of the worker is built.
+
+    Signal handlers are back to their defaults and logging is set up for the worker; the
+    consumer, the plugins' factories and the sink do not exist yet.  Settings that objects read
+    when they are built (a profiler to start, an environment variable) take effect here.
+
+    :param index: the worker's slot, as given to ``kdaemon_pre_fork``.
+    :param config: the ``kdaemon.config.DaemonConfig`` the worker runs with.
+    :return: ignored.
+    """
+
+
+@hookspec
+def kdaemon_worker_exit(index: int, exit_code: int) -> None:
+    """Called in the worker process as its last Python code, before it exits.
+
+    A forked worker leaves with ``os._exit`` (it must not run the supervisor's ``atexit``
+    handlers or flush buffers it inherited), so ``atexit`` never runs in it: write what must
+    outlive the worker (a profile, a report) here.  Not called when the worker is killed
+    (SIGKILL after ``shutdown_timeout_s``, or a missed heartbeat).
+
+    :param index: the worker's slot.
+    :param exit_code: the code the worker exits with: 0 clean stop, 3 stopped by an error
+        policy, 4 could not boot, 1 anything else.
+    :return: ignored.
+    """
+
+
 ALL_HOOKS = ("kdaemon_header_filters", "kdaemon_deserializers", "kdaemon_interceptors",
-             "kdaemon_sinks", "kdaemon_configure")
+             "kdaemon_sinks", "kdaemon_configure", "kdaemon_pre_fork", "kdaemon_post_fork",
+             "kdaemon_worker_exit")

@@ -2,6 +2,8 @@
 
 Discovery lists every ``kdaemon`` entry point, but only those named in the configuration's
 ``plugins`` allowlist are *imported*: an installed plugin nobody asked for never runs any code.
+An allowlist entry with a colon is a Python path instead (``"module:attr"``, or ``"module:"`` for
+the module itself), imported as such: a plugin that is not an installed distribution.
 kdaemon's own built-ins are registered the same way as any plugin, under the name
 ``builtin``; bundled plugins (the top-level ``plugins/`` folder) come through entry points like
 third-party ones.
@@ -35,6 +37,20 @@ class DiscoveredPlugin:
     enabled: bool
 
 
+def _import_ref(ref: str) -> object:
+    """A plugin named in the allowlist by Python path instead of an entry point: ``"module:attr"``
+    (the object ``attr`` of ``module``) or ``"module:"`` (the module itself) — for a plugin that
+    is not installed as a distribution, e.g. a module put on ``PYTHONPATH`` by a benchmark."""
+    module_name, _, attr = ref.partition(":")
+    try:
+        obj = importlib.import_module(module_name)
+        for part in filter(None, attr.split(".")):
+            obj = getattr(obj, part)
+    except Exception as exc:
+        raise PluginError(f"plugin {ref!r} failed to import: {type(exc).__name__}: {exc}") from exc
+    return obj
+
+
 class PluginManager:
     def __init__(self, enabled: Iterable[str], *, blocked: Iterable[str] = (),
                  include_builtin: bool = True) -> None:
@@ -63,7 +79,10 @@ class PluginManager:
                 raise PluginError(f"plugin {ep.name!r} ({ep.value}) failed to import: "
                                   f"{type(exc).__name__}: {exc}") from exc
             self._pm.register(plugin, name=ep.name)
-        missing = [n for n in enabled if n not in found and n not in blocked]
+        for ref in enabled:
+            if ":" in ref and ref not in found and ref not in blocked:
+                self._pm.register(_import_ref(ref), name=ref)
+        missing = [n for n in enabled if n not in found and n not in blocked and ":" not in n]
         if missing:
             raise PluginError(f"plugin(s) {', '.join(missing)} are enabled in the configuration but not "
                               f"installed (installed: {', '.join(sorted(found)) or 'none'})")
@@ -112,16 +131,29 @@ class PluginManager:
     def configure(self, config) -> None:
         self._pm.hook.kdaemon_configure(config=config)
 
+    # -- the supervisor's process hooks (notifications to every plugin, through pluggy) ----------
+
+    def pre_fork(self, index: int, config) -> None:
+        self._pm.hook.kdaemon_pre_fork(index=index, config=config)
+
+    def post_fork(self, index: int, config) -> None:
+        self._pm.hook.kdaemon_post_fork(index=index, config=config)
+
+    def worker_exit(self, index: int, exit_code: int) -> None:
+        self._pm.hook.kdaemon_worker_exit(index=index, exit_code=exit_code)
+
     def describe(self) -> list[dict]:
         """For ``kdaemon plugins``: every plugin, whether enabled, and the hooks it implements."""
         registered = {name: plugin for name, plugin in self._pm.list_name_plugin()}
         out = []
-        names = ["builtin"] + [d.name for d in self.discovered]
+        names = ["builtin"] + [d.name for d in self.discovered] + [n for n in registered if ":" in n]
         for name in names:
             d = next((x for x in self.discovered if x.name == name), None)
             plugin = registered.get(name)
             hooks = sorted(h.name for h in self._pm.get_hookcallers(plugin) or []) if plugin is not None else []
+            by_path = d is None and ":" in name
             out.append({"name": name, "enabled": plugin is not None,
-                        "source": d.value if d else "kdaemon.plugins.builtin",
-                        "distribution": d.distribution if d else "kdaemon", "hooks": hooks})
+                        "source": d.value if d else name if by_path else "kdaemon.plugins.builtin",
+                        "distribution": d.distribution if d else None if by_path else "kdaemon",
+                        "hooks": hooks})
         return out

@@ -4,8 +4,10 @@ Signal handlers only enqueue the signal and write to a wake-up pipe; the main lo
 (``handle_term``, ``handle_hup``, ...) and on every tick reaps children, checks heartbeats,
 restarts crashed workers with backoff, keeps the worker count, and talks to systemd.
 
-The supervisor itself never creates a Kafka client, a thread or a plugin: those exist only in
-workers, after fork.  It serves ``/metrics`` from its own select loop (no thread), aggregating
+The supervisor itself never creates a Kafka client, a thread or a plugin's objects: those exist
+only in workers, after fork.  It does import the allowlisted plugins, to call their process
+hooks (``kdaemon_pre_fork`` here, ``kdaemon_post_fork`` and ``kdaemon_worker_exit`` in the
+child, see ``kdaemon.plugins.hookspecs``); their factories run only in workers.  It serves ``/metrics`` from its own select loop (no thread), aggregating
 the files the workers write in prometheus-client's multiprocess mode.
 """
 
@@ -21,9 +23,11 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..backoff import Backoff
 from ..config import ConfigError, DaemonConfig, load
+from ..plugins.manager import PluginManager
 from . import sdnotify
 from .child import EXIT_BOOT_FAILURE, run_child
 
@@ -54,11 +58,15 @@ class WorkerProc:
     generation: int = 0  # the config generation it was started with
 
 
+def _restart_backoff() -> Backoff:
+    return Backoff(0.5, _RESTART_BACKOFF_MAX)
+
+
 @dataclass
 class Slot:
     """Restart bookkeeping per worker index."""
 
-    failures: int = 0
+    backoff: Backoff = field(default_factory=_restart_backoff)
     next_start: float = 0.0
     crashes_before_ready: int = 0
     restarts: int = 0
@@ -80,6 +88,15 @@ def validate_in_subprocess(config_path: str) -> list[str]:
         [f"{config_path}: check-config exited with {proc.returncode}"]
 
 
+def load_plugins(config: DaemonConfig) -> PluginManager:
+    """The allowlisted plugins and the built-in sinks, imported but not configured: no factory
+    and no ``kdaemon_configure`` runs here (see the module docstring)."""
+    from ..sinks import builtin as builtin_sinks
+    plugins = PluginManager(config.plugins)
+    plugins.register(builtin_sinks, "builtin-sinks")
+    return plugins
+
+
 def _peak_rss_bytes(pid: int) -> int | None:
     """VmHWM from /proc (Linux); None where there is no such file."""
     try:
@@ -96,6 +113,7 @@ class Arbiter:
     def __init__(self, config_path: str, config: DaemonConfig, *, workers_override: int | None = None) -> None:
         self.config_path = config_path
         self.config = config
+        self.plugins = load_plugins(config)
         self._workers_override = workers_override
         self.target = workers_override if workers_override is not None else (config.daemon.workers or os.cpu_count() or 1)
         self.workers: dict[int, WorkerProc] = {}   # pid -> proc
@@ -118,7 +136,7 @@ class Arbiter:
         self._next_watchdog = 0.0
         self._prom = None
         self._uploader_pid: int | None = None
-        self._uploader_slot = Slot()
+        self._uploader_slot = Slot(Backoff(1.0, _RESTART_BACKOFF_MAX))
         self._uploader_reloading = False
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -275,6 +293,7 @@ class Arbiter:
             problems = validate_in_subprocess(self.config_path)
             if problems:
                 raise ConfigError(problems)
+            plugins = load_plugins(new)
         except ConfigError as exc:
             log.error("reload refused, keeping the running configuration:\n%s", exc)
             return
@@ -283,7 +302,7 @@ class Arbiter:
             return
         sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={sdnotify.monotonic_usec()}")
         log.info("reloading %s: rolling %d worker(s) one at a time", self.config_path, len(self.workers))
-        old, self.config = self.config, new
+        old, self.config, self.plugins = self.config, new, plugins
         self._config_generation += 1
         self._rolling = sorted({w.index for w in self.workers.values() if not w.stopping})
         self._roll_waiting = None
@@ -346,7 +365,7 @@ class Arbiter:
         """The uploader reads the configuration when it starts: if its settings changed,
         restart it now; if it is waiting out a crash backoff (after a bad setting, say), start
         it now."""
-        self._uploader_slot = Slot()
+        self._uploader_slot = Slot(Backoff(1.0, _RESTART_BACKOFF_MAX))
         if self._uploader_pid is not None and changed:
             self._uploader_reloading = True
             log.info("restarting the Spark uploader (pid %d) for the new configuration", self._uploader_pid)
@@ -366,9 +385,8 @@ class Arbiter:
             return
         slot = self._uploader_slot
         if time.monotonic() - self._uploader_started > _STABLE_AFTER_S:
-            slot.failures = 0
-        backoff = min(_RESTART_BACKOFF_MAX, 1.0 * (2 ** slot.failures))
-        slot.failures += 1
+            slot.backoff.reset()
+        backoff = slot.backoff.failure()
         slot.next_start = time.monotonic() + backoff
         log.error("Spark uploader exited with code %d; restarting it in %.1fs (workers pause their "
                   "uploads meanwhile)", code, backoff)
@@ -390,6 +408,13 @@ class Arbiter:
             self._spawn(index)
 
     def _spawn(self, index: int) -> None:
+        try:
+            self.plugins.pre_fork(index, self.config)
+        except Exception:
+            log.exception("a plugin's kdaemon_pre_fork failed for worker %d; stopping", index)
+            self._exit_code = EXIT_WORKER_BOOT_FAILED
+            self.handle_term()
+            return
         r, w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -407,12 +432,18 @@ class Arbiter:
                         os.close(other.heartbeat_fd)
                     except OSError:
                         pass
-                code = run_child(self.config, index, self.target, w)
+                code = run_child(self.config, index, self.target, w, self.plugins)
             except BaseException:
                 import traceback
                 traceback.print_exc()
                 code = 1
             finally:
+                # os._exit skips atexit: this hook is a plugin's last chance in the worker.
+                try:
+                    self.plugins.worker_exit(index, code)
+                except BaseException:
+                    import traceback
+                    traceback.print_exc()
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
@@ -508,9 +539,8 @@ class Arbiter:
                 self.handle_term()
                 return
         if now - proc.started > _STABLE_AFTER_S:
-            slot.failures = 0
-        backoff = min(_RESTART_BACKOFF_MAX, 0.5 * (2 ** slot.failures))
-        slot.failures += 1
+            slot.backoff.reset()
+        backoff = slot.backoff.failure()
         slot.restarts += 1
         slot.next_start = now + backoff
         if self._prom is not None:

@@ -62,8 +62,12 @@ class Heartbeat:
             pass
 
 
-def run_child(config, index: int, workers: int, heartbeat_fd: int) -> int:
-    """Build and run one worker; never returns to the supervisor's code (the caller _exit()s)."""
+def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None) -> int:
+    """Build and run one worker; never returns to the supervisor's code (the caller _exit()s).
+
+    ``plugins`` is the supervisor's ``PluginManager``: its ``kdaemon_post_fork`` hook runs here,
+    once logging is set up and before anything of the worker is built; a failing hook is a
+    boot failure (the worker would run without what the plugin meant to set up)."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
                 signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
@@ -76,9 +80,16 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int) -> int:
                         stream=sys.stderr)
     heartbeat = Heartbeat(heartbeat_fd)
     try:
+        if plugins is not None:
+            plugins.post_fork(index, config)
+    except Exception:
+        log.error("worker %d cannot boot: a plugin's kdaemon_post_fork failed:\n%s", index,
+                  traceback.format_exc())
+        return EXIT_BOOT_FAILURE
+    try:
         from ..worker.main import make_worker
         from ..worker.metrics import WorkerMetrics
-        metrics = WorkerMetrics()
+        metrics = WorkerMetrics(config.daemon.metrics_interval_ms / 1000)
 
         def on_tick(worker) -> None:
             heartbeat.beat(worker)
