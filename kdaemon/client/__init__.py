@@ -8,9 +8,11 @@ from .consumer import Consumer
 from .errors import (AuthenticationError, ConsumerClosedError, KafkaClientError, KafkaTimeoutError,
                      LogTruncationError, NoBrokersAvailableError, NoOffsetForPartitionError,
                      OffsetOutOfRangeError, RecordTooLargeError, UnknownTopicError, WakeupError)
+from .metrics import ConsumerMetrics, PartitionMetrics
 from .types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Consumer", "ConsumerConfig", "ConsumerRecord", "TopicPartition", "OffsetAndMetadata",
            "OffsetAndTimestamp", "KafkaClientError", "KafkaTimeoutError", "NoBrokersAvailableError",
            "AuthenticationError", "NoOffsetForPartitionError", "OffsetOutOfRangeError", "LogTruncationError",
-           "UnknownTopicError", "WakeupError", "ConsumerClosedError", "RecordTooLargeError"]
+           "UnknownTopicError", "WakeupError", "ConsumerClosedError", "RecordTooLargeError",
+           "ConsumerMetrics", "PartitionMetrics"]

@@ -22,6 +22,7 @@ from .errors import (ConsumerClosedError, KafkaTimeoutError, NoBrokersAvailableE
                      NoOffsetForPartitionError, UnknownTopicError, WakeupError)
 from .fetcher import Fetcher
 from .metadata import ClusterMetadata
+from .metrics import ConsumerMetrics, PartitionMetrics
 from .network import NetworkClient
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetLookup
 from .subscription import EARLIEST, LATEST, SubscriptionState
@@ -453,7 +454,8 @@ class Consumer:
 
     # -- observability --------------------------------------------------------------------------
 
-    def metrics(self) -> dict:
+    def metrics(self) -> ConsumerMetrics:
+        """A snapshot of the fetch counters and of every assigned partition's figures."""
         s = self._fetcher.stats
         read_committed = self.config.read_committed
         partitions = {}
@@ -462,26 +464,24 @@ class Consumer:
             lag = st.lag(read_committed)
             if lag is not None:
                 lag_max = max(lag_max, lag)
-            partitions[tp] = {
-                "position": st.position, "high_watermark": st.high_watermark,
-                "last_stable_offset": st.last_stable_offset, "log_start_offset": st.log_start_offset,
-                "records_lag": lag, "records_consumed": s.per_partition_records.get(tp, 0),
-                "records_filtered": s.per_partition_filtered.get(tp, 0),
-                "bytes_consumed": s.per_partition_bytes.get(tp, 0), "paused": st.paused,
-                "preferred_read_replica": st.preferred_read_replica,
-            }
-        return {
-            "records_consumed_total": s.records, "bytes_consumed_total": s.bytes,
-            "records_filtered_total": s.filtered, "control_records_total": s.control,
-            "aborted_records_total": s.aborted, "fetch_requests_total": s.requests,
-            "fetch_responses_total": s.responses, "fetch_errors_total": s.errors,
-            "fetch_requests_per_node": dict(s.requests_per_node),
-            "fetch_latency_avg_ms": s.latency_ms_total / s.responses if s.responses else 0.0,
-            "fetch_latency_ms_total": s.latency_ms_total,
-            "fetch_latency_max_ms": s.latency_ms_max, "records_lag_max": lag_max,
-            "last_fetch_request": getattr(self._fetcher, "last_request_body", None),
-            "partitions": partitions,
-        }
+            partitions[tp] = PartitionMetrics(
+                position=st.position, high_watermark=st.high_watermark,
+                last_stable_offset=st.last_stable_offset, log_start_offset=st.log_start_offset,
+                records_lag=lag, records_consumed=s.per_partition_records.get(tp, 0),
+                records_filtered=s.per_partition_filtered.get(tp, 0),
+                bytes_consumed=s.per_partition_bytes.get(tp, 0), paused=st.paused,
+                preferred_read_replica=st.preferred_read_replica)
+        return ConsumerMetrics(
+            records_consumed_total=s.records, bytes_consumed_total=s.bytes,
+            records_filtered_total=s.filtered, control_records_total=s.control,
+            aborted_records_total=s.aborted, fetch_requests_total=s.requests,
+            fetch_responses_total=s.responses, fetch_errors_total=s.errors,
+            fetch_requests_per_node=dict(s.requests_per_node),
+            fetch_latency_avg_ms=s.latency_ms_total / s.responses if s.responses else 0.0,
+            fetch_latency_ms_total=s.latency_ms_total,
+            fetch_latency_max_ms=s.latency_ms_max, records_lag_max=lag_max,
+            last_fetch_request=getattr(self._fetcher, "last_request_body", None),
+            partitions=partitions)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

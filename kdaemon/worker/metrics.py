@@ -69,20 +69,20 @@ class WorkerMetrics:
             if d:
                 RECORDS_DELIVERED.labels(tp.topic, str(tp.partition)).inc(d)
         lag_labels = set()
-        for tp, p in consumer_metrics["partitions"].items():
-            d = self._delta(("filtered", tp), p["records_filtered"])
+        for tp, p in consumer_metrics.partitions.items():
+            d = self._delta(("filtered", tp), p.records_filtered)
             if d:
                 RECORDS_FILTERED.labels(tp.topic, str(tp.partition)).inc(d)
-            d = self._delta(("bytes", tp), p["bytes_consumed"])
+            d = self._delta(("bytes", tp), p.bytes_consumed)
             if d:
                 BYTES_FETCHED.labels(tp.topic, str(tp.partition)).inc(d)
-            if p["records_lag"] is not None:
-                LAG.labels(tp.topic, str(tp.partition)).set(p["records_lag"])
+            if p.records_lag is not None:
+                LAG.labels(tp.topic, str(tp.partition)).set(p.records_lag)
                 lag_labels.add((tp.topic, str(tp.partition)))
         for labels in self._lag_labels - lag_labels:  # partitions that moved away
             LAG.labels(*labels).set(0)
         self._lag_labels = lag_labels
-        ASSIGNED.set(len(consumer_metrics["partitions"]))
+        ASSIGNED.set(len(consumer_metrics.partitions))
         for (tp, stage), n in stats.dlq.items():
             d = self._delta(("dlq", tp, stage), n)
             if d:
@@ -109,8 +109,8 @@ class WorkerMetrics:
             samples.clear()
         # The mean round trip of the responses since the last update (not the running average
         # since start, which would flatten the histogram as the worker ages).
-        responses = self._delta("fetch_responses", consumer_metrics["fetch_responses_total"])
-        latency_ms = self._delta("fetch_latency_ms", consumer_metrics["fetch_latency_ms_total"])
+        responses = self._delta("fetch_responses", consumer_metrics.fetch_responses_total)
+        latency_ms = self._delta("fetch_latency_ms", consumer_metrics.fetch_latency_ms_total)
         if responses:
             FETCH_LATENCY.observe(latency_ms / responses / 1000)
         group = worker.consumer.group_state()

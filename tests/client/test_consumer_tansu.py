@@ -170,8 +170,8 @@ def test_header_filter_drops_records_and_still_advances_position(broker):
         # The position passes the dropped tail: a commit now would not re-read it.
         assert c.position(tp) == reports[-1].offset + 1
         m = c.metrics()
-        assert m["records_filtered_total"] == 201
-        assert m["partitions"][tp]["records_filtered"] == 201
+        assert m.records_filtered_total == 201
+        assert m.partitions[tp].records_filtered == 201
 
 
 def test_large_record_makes_progress_with_small_fetch_limits(broker):

@@ -212,7 +212,7 @@ def test_consumes_every_record_from_the_mock_cluster(mock_cluster):
             ledger = Ledger()
             consume_until(c, ledger, everything(ledger, writer), "all records")
             check_exactly_once(ledger, writer, c)
-            assert set(c.metrics()["fetch_requests_per_node"]) == {1, 2, 3}
+            assert set(c.metrics().fetch_requests_per_node) == {1, 2, 3}
     within(SCENARIO_LIMIT_S, scenario)
 
 
@@ -296,12 +296,12 @@ def test_slow_broker_times_out_and_recovers(mock_cluster):
         with new_consumer(mock_cluster.bootstrap, tps(3), request_timeout_ms=700) as c:
             ledger = Ledger()
             consume_until(c, ledger, lambda: ledger.count >= 100, "first third")
-            errors_before = c.metrics()["fetch_errors_total"]
+            errors_before = c.metrics().fetch_errors_total
             mock_cluster.broker_set_rtt(1, 2000)
             writer.write(150)
             consume_until(c, ledger, lambda: all(ledger.next[p] == writer.sent[p] for p in (1, 2)),
                           "partitions 1 and 2 while broker 1 is slow", writer)
-            consume_until(c, ledger, lambda: c.metrics()["fetch_errors_total"] > errors_before,
+            consume_until(c, ledger, lambda: c.metrics().fetch_errors_total > errors_before,
                           "a timed-out fetch to broker 1", writer)
             mock_cluster.broker_set_rtt(1, 0)
             consume_until(c, ledger, everything(ledger, writer), "after broker 1 sped up", writer)
@@ -327,13 +327,13 @@ def test_injected_fetch_errors(mock_cluster, code):
         with new_consumer(mock_cluster.bootstrap, tps(3)) as c:
             ledger = Ledger()
             consume_until(c, ledger, lambda: ledger.count >= 100, "first third")
-            errors_before = c.metrics()["fetch_errors_total"]
+            errors_before = c.metrics().fetch_errors_total
             mock_cluster.push_request_errors(FETCH_KEY, [code] * 4)
             writer.write(150)
             consume_until(c, ledger, everything(ledger, writer), "after the errors", writer)
             check_exactly_once(ledger, writer, c)
             # The errors really happened (each one is a failed or refused Fetch).
-            assert c.metrics()["fetch_errors_total"] - errors_before >= 4
+            assert c.metrics().fetch_errors_total - errors_before >= 4
     within(SCENARIO_LIMIT_S, scenario)
 
 
@@ -556,7 +556,7 @@ def test_end_offsets_beginning_offsets_and_lag(mock_cluster):
             assert ends == {parts[0]: 30, parts[1]: 20, parts[2]: 10}
             assert c.end_offsets(parts) == ends
             assert c.beginning_offsets(parts) == {tp: 0 for tp in parts}
-            assert all(m["records_lag"] is None for m in c.metrics()["partitions"].values())
+            assert all(m.records_lag is None for m in c.metrics().partitions.values())
 
             ledger = Ledger()
             seen_lag = set()
@@ -564,24 +564,24 @@ def test_end_offsets_beginning_offsets_and_lag(mock_cluster):
             while ledger.count < 60:
                 assert time.monotonic() < deadline, f"consumed {dict(ledger.next)}"
                 poll(c, ledger)
-                for tp, m in c.metrics()["partitions"].items():
-                    if m["records_lag"] is not None:
-                        assert m["records_lag"] == ends[tp] - ledger.next[tp.partition], tp
-                        seen_lag.add(m["records_lag"])
+                for tp, m in c.metrics().partitions.items():
+                    if m.records_lag is not None:
+                        assert m.records_lag == ends[tp] - ledger.next[tp.partition], tp
+                        seen_lag.add(m.records_lag)
             assert max(seen_lag) > 0  # lag was seen above zero, not only at the end
             for _ in range(3):
                 poll(c, ledger)
             metrics = c.metrics()
-            assert {tp: m["records_lag"] for tp, m in metrics["partitions"].items()} == {tp: 0 for tp in parts}
-            assert metrics["records_lag_max"] == 0
-            assert {tp: m["high_watermark"] for tp, m in metrics["partitions"].items()} == ends
+            assert {tp: m.records_lag for tp, m in metrics.partitions.items()} == {tp: 0 for tp in parts}
+            assert metrics.records_lag_max == 0
+            assert {tp: m.high_watermark for tp, m in metrics.partitions.items()} == ends
 
             # More records: the end moves, lag follows, and drains back to 0.
             writer.write(9, partition=0)
             writer.flush()
             assert c.end_offsets([parts[0]]) == {parts[0]: 39}
             consume_until(c, ledger, lambda: ledger.next[0] == 39, "the 9 new records")
-            consume_until(c, ledger, lambda: c.metrics()["partitions"][parts[0]]["records_lag"] == 0,
+            consume_until(c, ledger, lambda: c.metrics().partitions[parts[0]].records_lag == 0,
                           "lag back to 0")
             check_exactly_once(ledger, writer, c)
 
@@ -620,7 +620,7 @@ def test_fetch_sessions_the_mock_declines_mean_full_fetches(mock_cluster):
             while ledger.count < 150 or len(bodies) < 10:
                 assert time.monotonic() < deadline
                 poll(c, ledger)
-                body = c.metrics()["last_fetch_request"]
+                body = c.metrics().last_fetch_request
                 if body is not None and (not bodies or body is not bodies[-1]):
                     bodies.append(body)
             assert all((b["session_id"], b["session_epoch"]) == (0, 0) for b in bodies)
@@ -628,7 +628,7 @@ def test_fetch_sessions_the_mock_declines_mean_full_fetches(mock_cluster):
             # Idle at the end: nothing buffered, so a full request names all three partitions.
             for _ in range(3):
                 poll(c, ledger)
-            last = c.metrics()["last_fetch_request"]
+            last = c.metrics().last_fetch_request
             assert sorted(p["partition"] for t in last["topics"] for p in t["partitions"]) == [0, 1, 2]
             session = c._fetcher._sessions[1]
             assert (session.session_id, session.epoch) == (0, 0)

@@ -45,16 +45,16 @@ def test_fetches_from_preferred_replica_and_falls_back_to_leader(mock_cluster):
         c.assign([tp])
         first = _drain(c, 50)
         assert [r.offset for r in first] == list(range(50))
-        assert c.metrics()["partitions"][tp]["preferred_read_replica"] == 2
-        assert c.metrics()["fetch_requests_per_node"].get(2, 0) > 0
+        assert c.metrics().partitions[tp].preferred_read_replica == 2
+        assert c.metrics().fetch_requests_per_node.get(2, 0) > 0
 
         # The replica disappears (and, as a real leader would, the mock stops recommending it):
         # back to the leader, nothing lost or repeated.
         mock_cluster.broker_set_down(2)
         mock_cluster.partition_set_follower(topic, 0, -1)
         _produce(mock_cluster.bootstrap, topic, 50, 50)
-        before = c.metrics()["fetch_requests_per_node"].get(1, 0)
+        before = c.metrics().fetch_requests_per_node.get(1, 0)
         second = _drain(c, 50)
         assert [r.offset for r in second] == list(range(50, 100))
         assert [r.value for r in second] == [f"{i}".encode() for i in range(50, 100)]
-        assert c.metrics()["fetch_requests_per_node"].get(1, 0) > before
+        assert c.metrics().fetch_requests_per_node.get(1, 0) > before

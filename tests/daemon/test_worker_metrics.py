@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 from prometheus_client import REGISTRY
 
+from kdaemon.client.metrics import ConsumerMetrics, PartitionMetrics
 from kdaemon.worker.metrics import WorkerMetrics
 from kdaemon.worker.pipeline import WorkerStats
 
@@ -27,10 +28,14 @@ class _Consumer:
     def group_state(self):
         return None   # assigned by hand, not a group member
 
-    def metrics(self) -> dict:
-        return {"partitions": {}, "bytes_consumed_total": 0,
-                "fetch_responses_total": self.responses, "fetch_latency_ms_total": self.latency_ms_total,
-                "fetch_latency_avg_ms": self.latency_ms_total / self.responses if self.responses else 0.0}
+    def metrics(self, partitions: dict | None = None) -> ConsumerMetrics:
+        return ConsumerMetrics(
+            records_consumed_total=0, bytes_consumed_total=0, records_filtered_total=0,
+            control_records_total=0, aborted_records_total=0, fetch_requests_total=self.responses,
+            fetch_responses_total=self.responses, fetch_errors_total=0, fetch_requests_per_node={},
+            fetch_latency_avg_ms=self.latency_ms_total / self.responses if self.responses else 0.0,
+            fetch_latency_ms_total=self.latency_ms_total, fetch_latency_max_ms=0.0, records_lag_max=0,
+            last_fetch_request=None, partitions=partitions or {})
 
 
 def test_fetch_latency_observes_the_mean_of_each_interval_not_the_running_average():
@@ -57,11 +62,11 @@ class _PartitionedConsumer(_Consumer):
         super().__init__()
         self.bytes: dict = {}
 
-    def metrics(self) -> dict:
-        out = super().metrics()
-        out["partitions"] = {tp: {"records_filtered": 0, "records_lag": None, "bytes_consumed": n}
-                             for tp, n in self.bytes.items()}
-        return out
+    def metrics(self) -> ConsumerMetrics:
+        return super().metrics({tp: PartitionMetrics(
+            position=None, high_watermark=None, last_stable_offset=None, log_start_offset=None,
+            records_lag=None, records_consumed=0, records_filtered=0, bytes_consumed=n, paused=False,
+            preferred_read_replica=None) for tp, n in self.bytes.items()})
 
 
 def test_every_commit_flush_and_sink_write_is_observed_not_one_per_update():

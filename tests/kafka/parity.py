@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from kdaemon.client import Consumer, TopicPartition
+from kdaemon.client import Consumer, ConsumerMetrics, TopicPartition
 from kdaemon.client.types import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP_TYPE
 from tests.support.java_peer import JavaRecord
 
@@ -63,11 +63,11 @@ class KdaemonRun:
     records: list[JavaRecord]
     positions: dict[tuple[str, int], int]
     end_offsets: dict[tuple[str, int], int]
-    metrics: dict
+    metrics: ConsumerMetrics
 
     def lags(self) -> dict[tuple[str, int], int | None]:
         """records_lag per partition at the end, keyed as JavaRun.lags()."""
-        return {tuple(tp): m["records_lag"] for tp, m in self.metrics["partitions"].items()}
+        return {tuple(tp): m.records_lag for tp, m in self.metrics.partitions.items()}
 
 
 def read_to_end(bootstrap: str, partitions: Iterable[tuple[str, int]], *,

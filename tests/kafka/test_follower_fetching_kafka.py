@@ -121,10 +121,10 @@ class _Reader:
             self.poll()
 
     def fetches(self) -> dict[int, int]:
-        return dict(self.consumer.metrics()["fetch_requests_per_node"])
+        return dict(self.consumer.metrics().fetch_requests_per_node)
 
     def preferred(self) -> int | None:
-        return self.consumer.metrics()["partitions"][self.tp]["preferred_read_replica"]
+        return self.consumer.metrics().partitions[self.tp].preferred_read_replica
 
     def close(self) -> None:
         self.consumer.close()

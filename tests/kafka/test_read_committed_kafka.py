@@ -160,10 +160,10 @@ def test_interleaved_transactions_match_java_in_both_isolation_levels(kafka):
         assert run.positions == java.positions() == run.end_offsets
         assert run.lags() == java.lags() == {tp: 0 for tp in parts}
     assert rc.end_offsets == ru.end_offsets
-    for tp, m in rc.metrics["partitions"].items():
-        assert m["last_stable_offset"] == m["high_watermark"] == rc.end_offsets[tuple(tp)]
-        assert m["records_lag"] == 0
-    assert rc.metrics["control_records_total"] > 0 and rc.metrics["aborted_records_total"] > 0
+    for tp, m in rc.metrics.partitions.items():
+        assert m.last_stable_offset == m.high_watermark == rc.end_offsets[tuple(tp)]
+        assert m.records_lag == 0
+    assert rc.metrics.control_records_total > 0 and rc.metrics.aborted_records_total > 0
 
 
 def _encloses(records, outer: bytes, inner: bytes, inner_kind: bytes) -> bool:
@@ -229,21 +229,21 @@ def test_open_transaction_holds_read_committed_at_the_lso(kafka):
         assert java_held.positions() == {(topic, 0): 5, (topic, 1): 7}
         assert java_held.lags() == {(topic, 0): 0, (topic, 1): 0}, "Java's lag counts to the LSO"
         # Held: more fetches come back and nothing past the LSO is returned.
-        seen = c.metrics()["fetch_responses_total"]
-        more = drain_until(c, lambda: c.metrics()["fetch_responses_total"] >= seen + 3, what="3 more fetches")
+        seen = c.metrics().fetch_responses_total
+        more = drain_until(c, lambda: c.metrics().fetch_responses_total >= seen + 3, what="3 more fetches")
         assert more == []
         assert (c.position(tp0), c.position(tp1)) == (5, 7)
-        m = c.metrics()["partitions"][tp0]
-        assert (m["last_stable_offset"], m["high_watermark"], m["records_lag"]) == (5, 12, 0)
-        assert c.metrics()["partitions"][tp1]["records_lag"] == 0
+        m = c.metrics().partitions[tp0]
+        assert (m.last_stable_offset, m.high_watermark, m.records_lag) == (5, 12, 0)
+        assert c.metrics().partitions[tp1].records_lag == 0
 
         rd.commit()
         released = drain_until(c, lambda: c.position(tp0) >= 13, what="the commit marker")
         assert [r.value for r in released] == [b"open:%d" % i for i in range(4)] + [b"after:0:%d" % i for i in range(3)]
         assert c.end_offsets([tp0]) == {tp0: 13}
         assert c.offsets_for_times({tp0: t0 + 201})[tp0][:2] == (10, t0 + 201)
-        m = c.metrics()["partitions"][tp0]
-        assert (m["last_stable_offset"], m["high_watermark"], m["records_lag"]) == (13, 13, 0)
+        m = c.metrics().partitions[tp0]
+        assert (m.last_stable_offset, m.high_watermark, m.records_lag) == (13, 13, 0)
     java_all = java_consume(kafka.bootstrap, assign=[(topic, 0), (topic, 1)], until_end=True,
                             isolation="read_committed")
     assert first_difference(held + released, java_all.records) is None, first_difference(held + released,

@@ -354,7 +354,7 @@ def test_sasl_sessions_are_renewed_on_the_same_connections(kafka_cluster, caplog
             assert time.monotonic() < deadline, {m: len(v) for m, v in got.items()}
             round_()
         sockets_at_end = _sockets_to(sasl_ports)
-        fetched_from = {m: c.metrics()["fetch_requests_per_node"] for m, c in consumers.items()}
+        fetched_from = {m: c.metrics().fetch_requests_per_node for m, c in consumers.items()}
         control_closed = control.closed_on_next_request()
         late_renewed = late.renewed_late_and_served()
     finally:
