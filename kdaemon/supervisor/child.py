@@ -46,8 +46,8 @@ class Heartbeat:
         newly_ready = ready and not self._last_ready
         self._last_ready = ready
         m = consumer.metrics()
-        lag = sum(p["records_lag"] or 0 for p in m["partitions"].values())
-        msg = {"ready": ready, "assigned": len(m["partitions"]), "lag": lag,
+        lag = sum(p.records_lag or 0 for p in m.partitions.values())
+        msg = {"ready": ready, "assigned": len(m.partitions), "lag": lag,
                "delivered": sum(worker.stats.delivered.values())}
         if newly_ready:
             # Once per (re)assignment, so the supervisor's log says who holds what since when:
