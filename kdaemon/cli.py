@@ -15,7 +15,8 @@ import time
 import click
 
 from . import __version__
-from .config import ConfigError, DaemonConfig, check_against_plugins, load
+from .config import ConfigError, DaemonConfig, load
+from .worker.build import check_against_plugins
 
 EXIT_CONFIG = 2
 

@@ -5,6 +5,13 @@ operator fixes a file in one pass (the CLI exits 2).  Secrets (``sasl_password``
 ``ssl_password``) may be given inline, but also as ``<name>_env`` (an environment variable) or
 ``<name>_file`` (a file, e.g. a systemd credential under ``$CREDENTIALS_DIRECTORY``), so they
 never have to live in the file.
+
+Its place in the layers: above ``kdaemon.protocol`` and ``kdaemon.client`` (it checks consumer
+options with ``ConsumerConfig`` and header rules with ``header_match``) and above the plugins and
+sinks, below the worker, the supervisor and the CLI, which read it.  It names plugins, filters and
+sinks by string and never imports them; plugins and sinks never import it either (a factory gets
+its own ``settings`` table).  What only the loaded plugins can check about a configuration is the
+worker's business: ``kdaemon.worker.build.check_against_plugins``.
 """
 
 from __future__ import annotations
@@ -367,20 +374,6 @@ def _sink(section: Any, name: str, problem) -> SinkConfig:
         problem(f"{name}.type", "required: the sink type (e.g. jsonl, stdout, null)")
         t = "null"
     return SinkConfig(t, dict(section))
-
-
-def check_against_plugins(config: DaemonConfig, plugins) -> list[str]:
-    """Problems only the loaded plugins can find: unknown names, factories refusing settings.
-
-    Returns the problems (same format as ConfigError) so ``check-config`` can list them with
-    the file's own problems.
-    """
-    from .worker.build import build_pipeline_parts
-    try:
-        build_pipeline_parts(config, plugins, dry_run=True)
-    except ConfigError as exc:
-        return exc.problems
-    return []
 
 
 # -- writing a configuration ------------------------------------------------------------------------

@@ -53,6 +53,20 @@ def _rule_group(rules: list[FilterConfig], default_setting: str) -> HeaderRules:
     return HeaderRules(compiled, default=resolve_default(default_setting, compiled))
 
 
+def check_against_plugins(config: DaemonConfig, plugins) -> list[str]:
+    """Problems only the loaded plugins can find: unknown names, factories refusing settings.
+
+    Returns the problems (same format as ConfigError) so ``check-config`` can list them with
+    the file's own problems.  It lives here, not in ``kdaemon.config``, because it builds what a
+    worker builds: the configuration layer sits below the worker and never imports it.
+    """
+    try:
+        build_pipeline_parts(config, plugins, dry_run=True)
+    except ConfigError as exc:
+        return exc.problems
+    return []
+
+
 def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False) -> PipelineParts:
     problems: list[str] = []
     path = config.path
