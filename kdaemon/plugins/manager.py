@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import pluggy
@@ -98,35 +98,102 @@ class PluginManager:
 
     # -- typed access ---------------------------------------------------------------------------
 
-    def _collect(self, hook_name: str) -> dict[str, object]:
+    def _collect(self, hook: pluggy.HookCaller) -> dict[str, object]:
+        """Call a collecting hook once, through pluggy, and merge the mappings it returns.
+
+        Through pluggy, never ``impl.function()``: tryfirst/trylast order the calls, a
+        ``wrapper=True`` implementation sees (and may change) the list of results, and
+        ``pm.trace`` / hook-call monitoring see the call.  pluggy does not say which plugin
+        returned which result, so the errors that must name a plugin find it afterwards: a
+        hook that raised from its traceback (the frame of an implementation's function); a
+        name offered twice, or something that is not a mapping, by calling each plugin alone
+        through a subset caller — on that error path only.
+        """
+        try:
+            results = hook()
+        except Exception as exc:
+            raise PluginError(f"{self._raised_by(hook, exc)}: {hook.name} raised "
+                              f"{type(exc).__name__}: {exc}") from exc
         merged: dict[str, object] = {}
-        owner: dict[str, str] = {}
-        hook = getattr(self._pm.hook, hook_name)
-        for impl in hook.get_hookimpls():
-            try:
-                offered = impl.function() or {}
-            except Exception as exc:
-                raise PluginError(f"plugin {impl.plugin_name!r}: {hook_name} raised "
-                                  f"{type(exc).__name__}: {exc}") from exc
-            for name, factory in dict(offered).items():
+        for offered in results:
+            if not isinstance(offered, Mapping):
+                culprits = self._returning(hook, lambda r: not isinstance(r, Mapping))
+                raise PluginError(f"{hook.name} must return a mapping of names to factories, got a "
+                                  f"{type(offered).__name__} (from {self._names(culprits)})")
+            for name, factory in offered.items():
                 if name in merged:
-                    raise PluginError(f"{hook_name}: {name!r} is offered by both {owner[name]!r} and "
-                                      f"{impl.plugin_name!r}; disable one of them")
+                    raise PluginError(self._clash(hook, name))
                 merged[name] = factory
-                owner[name] = impl.plugin_name
         return merged
 
+    def _clash(self, hook: pluggy.HookCaller, name: str) -> str:
+        owners = self._returning(hook, lambda r: isinstance(r, Mapping) and name in r)
+        if len(owners) >= 2:
+            return (f"{hook.name}: {name!r} is offered by both {owners[0]!r} and {owners[1]!r}; "
+                    "disable one of them")
+        # One plugin offers it and a hookwrapper added it again (or a wrapper added it twice).
+        return (f"{hook.name}: {name!r} is offered twice, though only {self._names(owners)} offers it "
+                "alone: a wrapper=True implementation of this hook adds it again")
+
+    def _returning(self, hook: pluggy.HookCaller, test: Callable[[object], bool]) -> list[str]:
+        """The plugins (in registration order) whose own implementation of ``hook``, called
+        alone through pluggy, returns something ``test`` accepts."""
+        found: list[str] = []
+        plugins = self._pm.list_name_plugin()
+        for impl in hook.get_hookimpls():
+            if impl.wrapper or impl.hookwrapper or impl.plugin_name in found:
+                continue
+            alone = self._pm.subset_hook_caller(
+                hook.name, remove_plugins=[p for n, p in plugins if n != impl.plugin_name])
+            if any(test(r) for r in alone()):
+                found.append(impl.plugin_name)
+        return found
+
+    @staticmethod
+    def _raised_by(hook: pluggy.HookCaller, exc: BaseException) -> str:
+        """``plugin 'name'``: whose implementation's frame is the innermost one in the traceback."""
+        by_code: dict[object, list[str]] = {}
+        for impl in hook.get_hookimpls():
+            code = getattr(impl.function, "__code__", None)
+            if code is not None:
+                by_code.setdefault(code, []).append(impl.plugin_name)
+        names = None
+        tb = exc.__traceback__
+        while tb is not None:
+            names = by_code.get(tb.tb_frame.f_code, names)
+            tb = tb.tb_next
+        if names is None:
+            return "one of the plugins " + ", ".join(repr(i.plugin_name) for i in hook.get_hookimpls())
+        return "plugin " + " or ".join(repr(n) for n in names)
+
+    @staticmethod
+    def _names(names: list[str]) -> str:
+        return " and ".join(repr(n) for n in names) or "no plugin"
+
+    def enable_tracing(self, writer: Callable[[str], object]) -> Callable[[], None]:
+        """Send pluggy's trace of every hook call (its arguments, then its result) to ``writer``,
+        one line per call, until the returned function is called.  For finding out which plugin
+        runs when while debugging a plugin; the hooks themselves are still called only through
+        the typed methods."""
+        self._pm.trace.root.setwriter(writer)
+        undo = self._pm.enable_tracing()
+
+        def stop() -> None:
+            undo()
+            self._pm.trace.root.setwriter(None)
+        return stop
+
     def header_filters(self) -> dict[str, hookspecs.HeaderFilterFactory]:
-        return self._collect("kdaemon_header_filters")  # type: ignore[return-value]
+        return self._collect(self._pm.hook.kdaemon_header_filters)  # type: ignore[return-value]
 
     def deserializers(self) -> dict:
-        return self._collect("kdaemon_deserializers")
+        return self._collect(self._pm.hook.kdaemon_deserializers)
 
     def interceptors(self) -> dict[str, hookspecs.InterceptorFactory]:
-        return self._collect("kdaemon_interceptors")  # type: ignore[return-value]
+        return self._collect(self._pm.hook.kdaemon_interceptors)  # type: ignore[return-value]
 
     def sinks(self) -> dict[str, hookspecs.SinkFactory]:
-        return self._collect("kdaemon_sinks")  # type: ignore[return-value]
+        return self._collect(self._pm.hook.kdaemon_sinks)  # type: ignore[return-value]
 
     def configure(self, config) -> None:
         self._pm.hook.kdaemon_configure(config=config)
