@@ -1,0 +1,171 @@
+"""The layer contract (tests/support/layers.py): nothing lower imports anything higher, no cycle
+between layers or between modules, and every module of kdaemon imports on its own.
+
+The first tests hold the real tree to the contract; the ones after them run the checker on small
+synthetic trees, so it is shown to find each kind of offending import by file:line (a checker
+that reports nothing would make the first tests pass for nothing).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.support.layers import (LEAVES, RANK, SIDEWAYS, Import, check_layers, collect_imports,
+                                  layer_cycles, layer_of, module_cycles, modules)
+
+ROOT = Path(__file__).resolve().parents[1] / "kdaemon"
+
+
+# -- the real tree -------------------------------------------------------------------------------
+
+def test_no_lower_layer_imports_a_higher_one():
+    violations = check_layers(collect_imports(ROOT))
+    assert not violations, "layer contract broken:\n" + "\n".join(map(str, violations))
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m in modules(ROOT) if layer_of(m) not in RANK and layer_of(m) not in LEAVES)
+    assert not unplaced, f"add these to LAYERS in tests/support/layers.py: {unplaced}"
+
+
+def test_no_cycle_between_layers_or_modules():
+    imports = collect_imports(ROOT)
+    between_layers, between_modules = layer_cycles(imports), module_cycles(imports)
+    assert not between_layers, f"layers importing each other (lazy imports count): {between_layers}"
+    assert not between_modules, f"modules importing each other at import time: {between_modules}"
+
+
+def test_the_checker_sees_the_real_lazy_imports():
+    """A guard on the collector itself: lazy imports the daemon really has are found (a checker
+    that only saw module-level imports would miss exactly the upward imports people hide in
+    functions)."""
+    found = {(i.module, i.target, i.module_level) for i in collect_imports(ROOT)}
+    assert ("kdaemon.cli", "kdaemon.supervisor.arbiter", False) in found
+    assert ("kdaemon.plugins.manager", "kdaemon.plugins.builtin", False) in found
+    assert ("kdaemon.worker.build", "kdaemon.config", True) in found
+
+
+@pytest.mark.slow
+def test_every_module_imports_alone_in_a_fresh_interpreter():
+    """An import cycle the static check cannot see (e.g. through ``sys.modules`` tricks) fails
+    here: each module is the first kdaemon module its interpreter imports."""
+    def load(module: str) -> tuple[str, int, str]:
+        proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                              text=True, timeout=120, cwd=ROOT.parent)
+        return module, proc.returncode, proc.stderr[-2000:]
+
+    with ThreadPoolExecutor(2) as pool:
+        failed = [r for r in pool.map(load, sorted(modules(ROOT))) if r[1] != 0]
+    assert not failed, "\n\n".join(f"import {m} failed:\n{err}" for m, _, err in failed)
+
+
+# -- the checker, on synthetic trees --------------------------------------------------------------
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "kdaemon"
+    for rel, text in {"__init__.py": "", **files}.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for parent in path.relative_to(root).parents:
+            init = root / parent / "__init__.py"
+            if not init.exists():
+                init.write_text("")
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def _violations(root: Path) -> list[str]:
+    return [str(v) for v in check_layers(collect_imports(root))]
+
+
+def test_one_upward_import_is_reported_exactly(tmp_path):
+    root = _tree(tmp_path, {
+        "protocol/codec.py": "import json\n",
+        "client/metadata.py": """\
+            from ..protocol import codec
+
+
+            def refresh():
+                from ..supervisor import arbiter   # lazy, relative, and upward
+                return arbiter
+            """,
+        "supervisor/arbiter.py": "from ..client import metadata\nfrom kdaemon.protocol.codec import json\n",
+    })
+    assert _violations(root) == [
+        "kdaemon/client/metadata.py:5: kdaemon.client.metadata (client) imports kdaemon.supervisor.arbiter "
+        "(supervisor): a lower layer imports a higher one"]
+
+
+def test_every_kind_of_import_is_seen(tmp_path):
+    root = _tree(tmp_path, {
+        "protocol/a.py": """\
+            from typing import TYPE_CHECKING
+            import kdaemon.client.b
+            if TYPE_CHECKING:
+                from kdaemon import worker
+            def f():
+                import importlib
+                return importlib.import_module("kdaemon.config")
+            class C:
+                def m(self):
+                    from .. import supervisor
+            """,
+        "client/b.py": "",
+        "worker/__init__.py": "from . import main\n",
+        "worker/main.py": "",
+        "config.py": "",
+        "supervisor/__init__.py": "",
+    })
+    assert [v.split(": ", 1)[0] + ": " + v.split(" imports ")[1].split(" ")[0] for v in _violations(root)] == [
+        "kdaemon/protocol/a.py:2: kdaemon.client.b",
+        "kdaemon/protocol/a.py:4: kdaemon.worker",
+        "kdaemon/protocol/a.py:7: kdaemon.config",
+        "kdaemon/protocol/a.py:10: kdaemon.supervisor",
+    ]
+    lazy = {i.line: i.module_level for i in collect_imports(root) if i.module == "kdaemon.protocol.a"}
+    assert lazy == {2: True, 4: False, 7: False, 10: False}
+
+
+def test_siblings_leaves_and_unknown_layers(tmp_path):
+    root = _tree(tmp_path, {
+        "plugins/types.py": "from ..sinks import jsonl\n",           # the plugin API knowing a sink
+        "sinks/jsonl.py": "from ..plugins.types import x\nfrom ..backoff import Backoff\n",  # allowed
+        "backoff.py": "from .protocol import errors\n",              # a leaf importing kdaemon
+        "protocol/errors.py": "",
+        "gadgets/thing.py": "from ..client import y\n",              # a package not in the table
+        "client/__init__.py": "from .. import __version__\n",        # the root is a leaf: allowed
+    })
+    assert ("sinks", "plugins") in SIDEWAYS and ("plugins", "sinks") not in SIDEWAYS
+    assert _violations(root) == [
+        "kdaemon/backoff.py:1: kdaemon.backoff (backoff) imports kdaemon.protocol.errors: kdaemon.backoff is "
+        "a leaf and imports nothing from kdaemon",
+        "kdaemon/gadgets/thing.py:1: kdaemon.gadgets.thing (gadgets) imports kdaemon.client: layer 'gadgets' "
+        "is not in the layer table (tests/support/layers.py LAYERS)",
+        "kdaemon/plugins/types.py:1: kdaemon.plugins.types (plugins) imports kdaemon.sinks.jsonl (sinks): "
+        "siblings plugins and sinks may not import each other (SIDEWAYS)",
+    ]
+
+
+def test_cycles_are_found(tmp_path):
+    root = _tree(tmp_path, {
+        "worker/a.py": "from . import b\n",
+        "worker/b.py": "def f():\n    from . import a\n",                # lazy: not a module cycle
+        "worker/c.py": "from . import d\n",
+        "worker/d.py": "from .c import x\n",                             # c <-> d at import time
+        "config.py": "def f():\n    from .worker import a\n",            # config -> worker (upward)
+        "sinks/s.py": "",
+    })
+    imports = collect_imports(root)
+    assert module_cycles(imports) == [["kdaemon.worker.c", "kdaemon.worker.d"]]
+    assert layer_cycles(imports) == []
+    (root / "worker" / "b.py").write_text("from ..config import X\n")
+    imports = collect_imports(root)
+    assert layer_cycles(imports) == [["config", "worker"]]
+    assert [i for i in imports if i.module == "kdaemon.config"] == [
+        Import("kdaemon/config.py", 2, "kdaemon.config", "kdaemon.worker.a", False)]
