@@ -42,11 +42,11 @@ class Consumer:
         self._validator = PositionValidator(config, self._network, self._metadata, self._subscriptions)
         self._fetcher = Fetcher(config, self._network, self._metadata, self._subscriptions, self._validator)
         self._offsets = OffsetLookup(config, self._network, self._metadata, self._subscriptions)
-        self._coordinator = None
+        self._group = None
         if config.group_id is not None:
             from .group.coordinator import GroupCoordinator
-            self._coordinator = GroupCoordinator(config, self._network, self._metadata, self._subscriptions,
-                                                 on_commit=config.on_commit)
+            self._group = GroupCoordinator(config, self._network, self._metadata, self._subscriptions,
+                                           on_commit=config.on_commit)
         self._closed = False
         self._owner = threading.RLock()
         self._owner_thread: int | None = None
@@ -93,29 +93,29 @@ class Consumer:
         ``on_partitions_lost`` methods (or be a ``RebalanceListener``); they run inside poll.
         """
         with self._use():
-            if self._coordinator is None:
+            if self._group is None:
                 raise ValueError("subscribe() needs group_id; use assign() without a group")
             self._subscriptions.subscribe(topics, pattern)
             if pattern is not None:
                 self._metadata.set_wanted(set(), all_topics=True)
             else:
                 self._metadata.set_wanted(self._subscriptions.subscribed_topics)
-            self._coordinator.listener = listener
-            self._coordinator.request_rejoin("subscription changed")
+            self._group.listener = listener
+            self._group.membership.request_rejoin("subscription changed")
 
     def subscription(self) -> set[str]:
         """The subscribed topics; under a pattern, the known topics it matches (as Java)."""
-        if self._coordinator is not None and self._subscriptions.subscribed_pattern is not None:
-            return self._coordinator.subscribed_topics()
+        if self._group is not None and self._subscriptions.subscribed_pattern is not None:
+            return self._group.membership.subscribed_topics()
         return set(self._subscriptions.subscribed_topics)
 
     def unsubscribe(self) -> None:
         with self._use():
-            if self._coordinator is not None and self._subscriptions.has_subscription:
+            if self._group is not None and self._subscriptions.has_subscription:
                 owned = set(self._subscriptions.assigned())
                 if owned:
                     self._invoke_listener("on_partitions_revoked", owned)
-                fut = self._coordinator.maybe_leave("the consumer unsubscribed", partitions_lost=False)
+                fut = self._group.membership.leave("the consumer unsubscribed", partitions_lost=False)
                 if fut is not None:
                     self._drive(5.0, lambda: fut.done)
             self._subscriptions.unsubscribe()
@@ -124,11 +124,11 @@ class Consumer:
             self._raise_listener_error()
 
     def _invoke_listener(self, name: str, partitions: set[TopicPartition]) -> None:
-        if self._coordinator is None:
+        if self._group is None:
             return
         if name in ("on_partitions_revoked", "on_partitions_lost"):
             self._fetcher.clear_buffered(partitions)
-        listener = self._coordinator.listener
+        listener = self._group.listener
         fn = getattr(listener, name, None) if listener is not None else None
         if fn is None and name == "on_partitions_lost":
             fn = getattr(listener, "on_partitions_revoked", None) if listener is not None else None
@@ -157,22 +157,22 @@ class Consumer:
             if not self._subscriptions.assigned() and not self._subscriptions.has_subscription:
                 raise ValueError("poll() needs assigned partitions or a subscription")
             deadline = time.monotonic() + timeout_ms / 1000
-            coordinator = self._coordinator
-            if coordinator is not None:
-                coordinator.record_poll()
+            group = self._group
+            if group is not None:
+                group.membership.poll(time.monotonic())
             while True:
                 self._check_wakeup()
-                if coordinator is not None:
-                    coordinator.invoke_completed_commit_callbacks()
+                if group is not None:
+                    group.commits.invoke_completed_commit_callbacks()
                     if self._subscriptions.has_subscription:
-                        joined = coordinator.ensure_active_group(deadline, self._drive, self._invoke_listener)
+                        joined = group.membership.ensure_active(deadline, self._drive, self._invoke_listener)
                         self._raise_listener_error()
                         if not joined and not self._subscriptions.assigned():
                             return {}
                         # Not joined yet but still owning partitions (a cooperative rebalance,
                         # or the coordinator is being looked up): keep fetching them.
-                    coordinator.fetch_committed_offsets(deadline, self._drive)
-                    coordinator.maybe_auto_commit()
+                    group.commits.fetch_committed_offsets(deadline, self._drive)
+                    group.commits.maybe_auto_commit()
                 self._update_assignment_metadata()
                 records = self._fetcher.fetched_records()
                 if not records:
@@ -180,9 +180,10 @@ class Consumer:
                     remaining = deadline - time.monotonic()
                     wait = max(0.0, remaining)
                     until = self._fetcher.has_completed
-                    if coordinator is not None and self._subscriptions.has_subscription:
+                    if group is not None and self._subscriptions.has_subscription:
                         # A rebalance noticed by the heartbeat thread ends the wait.
-                        until = lambda: self._fetcher.has_completed() or coordinator.need_rejoin  # noqa: E731
+                        membership = group.membership
+                        until = lambda: self._fetcher.has_completed() or membership.need_rejoin  # noqa: E731
                     if not self._subscriptions.fetchable() or self._fetcher.waiting_for_nodes:
                         # Metadata, resets and connections move on between these waits: wake as
                         # soon as a response arrives or a connection is ready, not after a sleep.
@@ -252,7 +253,7 @@ class Consumer:
 
     def _update_positions(self) -> None:
         needing = self._subscriptions.needing_position()
-        if needing and self._coordinator is not None:
+        if needing and self._group is not None:
             # With a group, the committed offset comes first (OffsetFetch); resets only when
             # there is none.
             for tp in needing:
@@ -310,8 +311,8 @@ class Consumer:
                 if time.monotonic() >= deadline:
                     raise KafkaTimeoutError(f"position of {tp} not known within {timeout} ms")
                 self._update_positions()
-                if self._coordinator is not None:
-                    self._coordinator.fetch_committed_offsets(min(deadline, time.monotonic() + 1), self._drive)
+                if self._group is not None:
+                    self._group.commits.fetch_committed_offsets(min(deadline, time.monotonic() + 1), self._drive)
                 self._drive(min(0.1, max(0.0, deadline - time.monotonic())), lambda: st.has_valid_position)
             return st.position  # type: ignore[return-value]
 
@@ -384,7 +385,7 @@ class Consumer:
 
     def _offsets_to_commit(self, offsets) -> dict[TopicPartition, OffsetAndMetadata]:
         if offsets is None:
-            return self._coordinator._consumed_offsets()  # type: ignore[union-attr]
+            return self._group.commits.consumed_offsets()  # type: ignore[union-attr]
         out = {}
         for tp, om in offsets.items():
             tp = TopicPartition(*tp)
@@ -394,63 +395,58 @@ class Consumer:
     def commit(self, offsets: dict | None = None, timeout_ms: int | None = None) -> None:
         """Commit ``offsets`` (next offsets to read), or the current positions, synchronously."""
         with self._use():
-            if self._coordinator is None:
+            if self._group is None:
                 raise ValueError("commit() needs group_id")
             timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
-            self._coordinator.commit_sync(self._offsets_to_commit(offsets),
-                                          time.monotonic() + timeout / 1000, self._drive)
+            self._group.commits.commit_sync(self._offsets_to_commit(offsets),
+                                            time.monotonic() + timeout / 1000, self._drive)
 
     def commit_async(self, offsets: dict | None = None, callback=None):
         """Send a commit and return at once; ``callback(offsets, exception)`` runs in a later
         poll() or commit() on this thread."""
         with self._use():
-            if self._coordinator is None:
+            if self._group is None:
                 raise ValueError("commit_async() needs group_id")
-            fut = self._coordinator.commit_async(self._offsets_to_commit(offsets), callback)
+            fut = self._group.commits.commit_async(self._offsets_to_commit(offsets), callback)
             self._network.poll(0)
             return fut
 
     def committed(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
                   ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         with self._use():
-            if self._coordinator is None:
+            if self._group is None:
                 raise ValueError("committed() needs group_id")
             timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
             parts = [TopicPartition(*tp) for tp in partitions]
-            found = self._coordinator.committed(parts, time.monotonic() + timeout / 1000, self._drive)
+            found = self._group.commits.committed(parts, time.monotonic() + timeout / 1000, self._drive)
             return {tp: found.get(tp) for tp in parts}
 
     def group_stable(self) -> bool:
         """True once this member completed a rebalance (JoinGroup and SyncGroup) and holds its
         assignment, until the next rebalance starts."""
-        c = self._coordinator
-        if c is None:
-            return False
-        from .group.state import MemberState
-        return c.member.state is MemberState.STABLE and not c.need_rejoin
+        return self._group is not None and self._group.membership.stable
 
     def group_state(self) -> GroupState | None:
         """A snapshot of this member's group, or None when the consumer is not subscribed as
         a group member (no group_id, or partitions assigned by hand)."""
-        c = self._coordinator
-        if c is None or not self._subscriptions.has_subscription:
+        if self._group is None or not self._subscriptions.has_subscription:
             return None
-        return GroupState(group_id=c.group_id, protocol="classic", member_id=c.member_id,
-                          generation=c.generation, leader_id=c.leader_id, stable=self.group_stable(),
-                          rebalances=c.rebalances)
+        m = self._group.membership
+        return GroupState(group_id=self._group.group_id, protocol=m.protocol_name, member_id=m.member_id,
+                          generation=m.generation, leader_id=m.leader_id, stable=m.stable,
+                          rebalances=m.rebalances)
 
     def group_generation(self) -> tuple[int, str] | None:
         """(generation, member id) while a group member, else None."""
-        c = self._coordinator
-        if c is None or c.generation < 0:
+        m = None if self._group is None else self._group.membership
+        if m is None or m.generation < 0:
             return None
-        return c.generation, c.member_id
+        return m.generation, m.member_id
 
     def group_leader(self) -> str | None:
         """The member id of the group's leader (the member that computed the assignment) as of
         this member's last JoinGroup, or None before the first one."""
-        c = self._coordinator
-        return None if c is None else c.leader_id
+        return None if self._group is None else self._group.membership.leader_id
 
     # -- observability --------------------------------------------------------------------------
 
@@ -497,9 +493,9 @@ class Consumer:
             try:
                 timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
                 deadline = time.monotonic() + min(timeout, 30_000) / 1000
-                if self._coordinator is not None:
-                    self._coordinator.close(deadline, self._drive, self._invoke_listener)
-                    self._coordinator.invoke_completed_commit_callbacks()
+                if self._group is not None:
+                    self._group.close(deadline, self._drive, self._invoke_listener)
+                    self._group.commits.invoke_completed_commit_callbacks()
                 self._close_fetch_sessions(deadline)
             finally:
                 self._closed = True

@@ -386,26 +386,26 @@ def test_member_follows_a_moving_coordinator_and_keeps_committing(mock_cluster):
 
     def scenario():
         c = Consumer(mock_cluster.bootstrap, group_id=group, enable_auto_commit=False, **MOCK_OPTS)
-        coordinator = c._coordinator
+        coordinator = c._group.coordinator   # the CoordinatorLookup: which broker it is
         commits = []
 
         def poll_and_commit() -> None:
             if seen.add(c.poll(100)):
                 c.commit(timeout_ms=8000)
-                commits.append((coordinator._coordinator_broker, time.monotonic()))
+                commits.append((coordinator.broker, time.monotonic()))
 
         try:
             c.subscribe([topic])
             writer.write(60)
             writer.flush()
             wait_for(lambda: len(seen.records) >= 60, 15, "the first 60 records", poll_and_commit)
-            assert coordinator._coordinator_broker == 2
+            assert coordinator.broker == 2
             generation = c.group_generation()
 
             # Move 1: broker 2 answers NOT_COORDINATOR to the next heartbeat.  No records
             # arrive, so no commit() looks the coordinator up: poll itself must.
             mock_cluster.coordinator_set("group", group, 3)
-            wait_for(lambda: coordinator._coordinator_broker == 3, 5, "the move to broker 3", poll_and_commit)
+            wait_for(lambda: coordinator.broker == 3, 5, "the move to broker 3", poll_and_commit)
             writer.write(60)
             writer.flush()
             wait_for(lambda: len(seen.records) >= 120, 15, "records after the first move", poll_and_commit)
@@ -414,7 +414,7 @@ def test_member_follows_a_moving_coordinator_and_keeps_committing(mock_cluster):
             # Move 2: back to broker 2, and broker 3 goes down under the member.
             mock_cluster.coordinator_set("group", group, 2)
             mock_cluster.broker_set_down(3)
-            wait_for(lambda: coordinator._coordinator_broker == 2, 8, "the move back to broker 2",
+            wait_for(lambda: coordinator.broker == 2, 8, "the move back to broker 2",
                      poll_and_commit)
             writer.write(60)
             writer.flush()

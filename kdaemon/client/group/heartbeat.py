@@ -1,0 +1,109 @@
+"""Heartbeat timing, and the thread that acts on it.
+
+``HeartbeatTimer`` is pure (as kafka-python's ``heartbeat.py``): three deadlines and nothing
+else — when the next heartbeat is due, when the session is lost without an answer, and when the
+application has gone too long without ``poll()``.  Every method takes ``now`` (a
+``time.monotonic()`` reading) from its caller, so it does no I/O, reads no clock and can be
+tested by passing numbers.
+
+``HeartbeatThread`` only calls a membership's ``heartbeat_tick`` a few times per heartbeat
+interval until stopped; what a tick sends and what an answer means is the membership's business.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+
+class HeartbeatTimer:
+    """Deadlines of one group member, in seconds of the monotonic clock."""
+
+    def __init__(self, *, session_timeout_ms: int, heartbeat_interval_ms: int, max_poll_interval_ms: int,
+                 now: float) -> None:
+        self.session_timeout = session_timeout_ms / 1000
+        # A heartbeat interval above a third of the session timeout leaves no room for one late
+        # heartbeat; Java documents the third, we enforce it.
+        self.interval = min(heartbeat_interval_ms, session_timeout_ms // 3) / 1000
+        self.max_poll_interval = max_poll_interval_ms / 1000
+        self.last_sent = 0.0
+        self.last_received = now   # the last answer that proved we are still a member
+        self.last_poll = now
+        self.in_flight = False
+
+    # -- what happened --------------------------------------------------------------------------
+
+    def sent(self, now: float) -> None:
+        self.in_flight = True
+        self.last_sent = now
+
+    def received(self, now: float) -> None:
+        """An answer that keeps the session alive (no error, or REBALANCE_IN_PROGRESS)."""
+        self.in_flight = False
+        self.last_received = now
+
+    def answered(self) -> None:
+        """An answer that says nothing of the session (an error), or no answer (a disconnect)."""
+        self.in_flight = False
+
+    def reset_session(self, now: float, *, first_beat_from: float | None = None) -> None:
+        """A new session clock (a coordinator found, a join completed).  ``first_beat_from``
+        counts the first heartbeat interval from an earlier moment: some brokers (Tansu) time
+        the session from the JoinGroup, not from the SyncGroup."""
+        self.last_received = now
+        if first_beat_from is not None:
+            self.last_sent = first_beat_from
+
+    def polled(self, now: float) -> None:
+        self.last_poll = now
+
+    # -- what is due ----------------------------------------------------------------------------
+
+    def poll_timeout_expired(self, now: float) -> bool:
+        """No ``poll()`` for longer than ``max_poll_interval_ms``: the member should leave."""
+        return now - self.last_poll > self.max_poll_interval
+
+    def session_expired(self, now: float) -> bool:
+        """No heartbeat answer for longer than the session timeout: the coordinator has
+        surely dropped us, or we are talking to the wrong one."""
+        return now - self.last_received > self.session_timeout
+
+    def should_heartbeat(self, now: float) -> bool:
+        return not self.in_flight and now - self.last_sent >= self.interval
+
+
+class HeartbeatThread:
+    """A daemon thread calling ``tick()`` every ``min(0.1, interval / 2)`` seconds until stopped."""
+
+    def __init__(self, tick: Callable[[], None], interval: float, name: str) -> None:
+        self._tick = tick
+        self._period = min(0.1, interval / 2)
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+
+    def start(self) -> None:
+        """Start it unless it runs already (a rejoin keeps the same thread)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._tick()
+            except Exception:
+                log.exception("%s: heartbeat thread error", self._name)
+            self._wake.wait(self._period)
+            self._wake.clear()

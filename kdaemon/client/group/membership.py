@@ -1,0 +1,116 @@
+"""What a group membership protocol provides: the seam where a second protocol plugs in.
+
+Today there is one protocol, the *classic* one (``classic.py``: JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup, with the assignment computed by the leader member).  KIP-848's
+*consumer* protocol (one ConsumerGroupHeartbeat request, see
+``kdaemon/protocol/apis/consumer_group_heartbeat.py``; the broker assigns, and a member's
+epoch replaces the generation) is the next one.  It is a second class providing
+``GroupMembership``, chosen by ``GroupCoordinator`` from the configuration
+(``group.protocol`` in Java); nothing above ``GroupCoordinator`` changes.
+
+What a membership must provide, and what it may rely on:
+
+* It owns the member's identity and state: ``state`` (a ``MemberStateMachine``, whose table
+  names every state and event; a second protocol maps its own onto them, e.g. KIP-848's
+  "reconciling" onto COMPLETING_REBALANCE, FENCED_MEMBER_EPOCH onto RESET),
+  ``member_id``, ``generation`` (the member epoch under KIP-848), ``leader_id`` (None where no
+  member leads), ``protocol_name`` and ``rebalances``.
+* ``ensure_active(deadline, drive, invoke_listener)`` is called on every ``poll()`` of a
+  subscribed consumer, in the application thread: it joins or rejoins until STABLE or the
+  deadline, runs the rebalance listener through ``invoke_listener(name, partitions)`` (names
+  ``on_partitions_revoked``, ``on_partitions_assigned``, ``on_partitions_lost``) and moves the
+  assignment into the ``SubscriptionState`` (``set_group_assignment``), marking newly assigned
+  partitions ``awaiting_committed`` so the commits module fetches their offsets.  It returns
+  True when the member holds a settled assignment.  It raises the fatal error once FATAL.
+* ``coordinator_found(now)``: a coordinator was found (again); session clocks restart there.
+* ``poll(now)``: the application polled (the max-poll-interval clock restarts; a member that
+  left because it had not polled for too long rejoins).
+* ``request_rejoin(reason)``, ``reset_generation(reason)`` and ``fail(error)``: what the commits
+  module reports from OffsetCommit answers (REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID or
+  ILLEGAL_GENERATION / FENCED_MEMBER_EPOCH, FENCED_INSTANCE_ID).
+* ``leave(reason, partitions_lost=...)`` sends the protocol's leave (LeaveGroup; a
+  ConsumerGroupHeartbeat with epoch -1 under KIP-848) and forgets the generation; ``close()``
+  stops whatever background work it runs (the heartbeat thread).
+* ``subscribed_topics()`` says what the member subscribes to (patterns resolved).
+
+It may rely on: the ``CoordinatorLookup`` it is given (``ensure``, ``send``, ``mark_unknown``), the
+network client's lock being held while response callbacks run, and ``before_rebalance``, a
+callback the owner gives it to run before the member gives partitions up (the auto-commit).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..future import Future
+from ..types import TopicPartition
+from .state import MemberState, MemberStateMachine
+
+# invoke_listener(name, partitions): runs one rebalance-listener callback in the application thread.
+InvokeListener = Callable[[str, set[TopicPartition]], None]
+
+
+@dataclass
+class RebalanceListener:
+    """Callbacks run in the application thread during ``poll``, as in Java."""
+
+    on_partitions_revoked: Callable[[set[TopicPartition]], None] | None = None
+    on_partitions_assigned: Callable[[set[TopicPartition]], None] | None = None
+    on_partitions_lost: Callable[[set[TopicPartition]], None] | None = None
+
+
+class GroupMembership(ABC):
+    """One group member under one membership protocol (see the module docstring)."""
+
+    protocol_name: str                # "classic"; "consumer" for KIP-848
+    state: MemberStateMachine
+    member_id: str                    # "" before the first join
+    generation: int                   # -1 when not a member (the member epoch under KIP-848)
+    leader_id: str | None
+    instance_id: str | None           # group.instance.id of a static member
+    rebalances: int                   # completed rebalances
+
+    @property
+    def member_state(self) -> MemberState:
+        return self.state.state
+
+    @property
+    def need_rejoin(self) -> bool:
+        return self.state.need_rejoin
+
+    @property
+    def stable(self) -> bool:
+        """Joined, holding its assignment, and no rebalance pending."""
+        return self.state.stable
+
+    def raise_if_fatal(self) -> None:
+        self.state.raise_if_fatal()
+
+    @abstractmethod
+    def subscribed_topics(self) -> set[str]: ...
+
+    @abstractmethod
+    def ensure_active(self, deadline: float, drive, invoke_listener: InvokeListener) -> bool: ...
+
+    @abstractmethod
+    def coordinator_found(self, now: float) -> None: ...
+
+    @abstractmethod
+    def poll(self, now: float) -> None: ...
+
+    @abstractmethod
+    def request_rejoin(self, reason: str) -> None: ...
+
+    @abstractmethod
+    def reset_generation(self, reason: str) -> None: ...
+
+    @abstractmethod
+    def fail(self, error: BaseException) -> None: ...
+
+    @abstractmethod
+    def leave(self, reason: str, *, partitions_lost: bool = True) -> Future | None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
