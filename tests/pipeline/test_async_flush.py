@@ -11,71 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from kdaemon.client.errors import WakeupError
-from kdaemon.client.types import ConsumerRecord, TopicPartition
 from kdaemon.config import parse
 from kdaemon.worker.build import PipelineParts
 from kdaemon.worker.pipeline import Worker
+from tests.pipeline.support import TOPIC, TP, ScriptedConsumer
 
-TOPIC = "t"
-TP = TopicPartition(TOPIC, 0)
-PER_POLL = 10
 BATCH = 30   # the sink wants a flush at this many buffered records
-
-
-class ScriptedConsumer:
-    """One partition of ``total`` records, ``PER_POLL`` per poll; commits are checked against
-    what the sinks made durable at the moment of the commit."""
-
-    def __init__(self, total: int, durable: set[int]) -> None:
-        self.total = total
-        self.position = 0
-        self.paused = False
-        self.durable = durable
-        self.commits: list[int] = []
-
-    def positions(self):
-        return {TP: self.position}
-
-    def poll(self, timeout_ms):
-        if self.paused or self.position >= self.total:
-            return {}
-        start, self.position = self.position, min(self.total, self.position + PER_POLL)
-        return {TP: [ConsumerRecord(TOPIC, 0, o, 0, 0, b"k", b"v%d" % o, [], None)
-                     for o in range(start, self.position)]}
-
-    def group_state(self):
-        return None   # assigned by hand, not a group member
-
-    def assignment(self):
-        return {TP}
-
-    def pause(self, *tps):
-        self.paused = True
-
-    def resume(self, *tps):
-        self.paused = False
-
-    def seek(self, tp, offset):
-        self.position = offset
-
-    def committed(self, tps, timeout_ms=None):
-        return {tp: None for tp in tps}
-
-    def wakeup(self):
-        self.woken = True
-
-    def commit(self, offsets):
-        if getattr(self, "woken", False):
-            self.woken = False   # as the real consumer: a pending wakeup is raised once, then cleared
-            raise WakeupError("poll interrupted by wakeup()")
-        offset = offsets[TP].offset
-        missing = set(range(offset)) - self.durable
-        assert not missing, f"committed {offset} with offsets {sorted(missing)[:5]}... not durable"
-        self.commits.append(offset)
-
-    def close(self):
-        pass
 
 
 class Handle:

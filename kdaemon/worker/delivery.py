@@ -1,0 +1,477 @@
+"""Delivery: from the sink's ``write`` to the commit, as a state machine.
+
+Delivery rule: a partition's offset is committed only up to positions whose records are all
+durable — flushed by the sink, flushed to the dead-letter queue, or deliberately dropped (by the
+header filter or an interceptor).  ``Delivery`` remembers the consumer's positions right after
+each batch was accepted by the sink (``_written``) and commits those after ``flush()``
+returned.  Records still in a sink's memory are never committed.
+
+What the worker may do next depends on one mode (RUNNING, FLUSHING, RETRYING, REWINDING),
+moved only by the table in kdaemon/worker/modes.py, which says what each mode means.
+
+Partitions are paused exactly in RETRYING and REWINDING.  Every wait before trying again is one
+``kdaemon.backoff.Backoff`` (``sink_retry_backoff_ms`` .. ``sink_retry_backoff_max_ms``): each
+failure (write, retry, flush, rebuild) counts one more, and a success resets it — a retried
+write that goes through, or a flush that made records durable.  A rebuilt sink does not reset
+it: a sink that can be rebuilt but still cannot flush (the Spark uploader down) must see growing
+pauses.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter
+from typing import Any
+
+from ..backoff import Backoff
+from ..client.errors import WakeupError
+from ..client.types import ConsumerRecord, OffsetAndMetadata, TopicPartition
+from ..config import DaemonConfig
+from ..plugins.types import Record, SinkWriteError
+from ..sinks.encoding import dead_letter
+from .build import PipelineParts
+from .modes import PAUSED_MODES, DeliveryModes, Event, Mode
+from .stages import WorkerStats, WorkerStop
+
+log = logging.getLogger(__name__)
+_topic_partition = attrgetter("topic", "partition")
+
+
+@dataclass
+class InFlightFlush:
+    """A ``flush_async`` whose confirmation is outstanding, with the positions it will let the
+    worker commit (noted when it started: records consumed afterwards are not in it)."""
+    handle: Any
+    positions: dict[TopicPartition, int]
+    records: int
+    started: float
+
+
+@dataclass
+class HeldBatch:
+    """A batch the sink refused under the ``retry`` policy, with the positions it ends at."""
+    records: list[Record]
+    dead: list[Record]
+    positions: dict[TopicPartition, int]
+
+
+class Delivery:
+    """Writes batches to the sink, flushes, commits, and recovers from sink failures.
+
+    The worker's loop calls ``hold`` (then polls only to stay in the group if it says so),
+    ``deliver`` for each batch, ``flush_if_due``, and the rebalance methods; the consumer is used
+    for positions, pause/resume, seek and commit.
+    """
+
+    def __init__(self, config: DaemonConfig, parts: PipelineParts, consumer, stats: WorkerStats,
+                 on_commit: Callable[[dict], None], *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.parts = parts
+        self.consumer = consumer
+        self.stats = stats
+        self._on_commit = on_commit
+        self._clock = clock
+        d = config.daemon
+        self.backoff = Backoff(d.sink_retry_backoff_ms / 1000, d.sink_retry_backoff_max_ms / 1000)
+        self._modes = DeliveryModes()
+        self._written: dict[TopicPartition, int] = {}     # positions whose records are in the sink
+        self._committed: dict[TopicPartition, int] = {}
+        self._origin: dict[TopicPartition, int] = {}      # first position seen, for rewinds
+        self._unflushed = 0
+        self._last_flush = clock()
+        self._held: HeldBatch | None = None               # RETRYING only
+        self._in_flight: InFlightFlush | None = None      # FLUSHING only
+        self._next_try = 0.0                              # RETRYING and REWINDING
+
+    # -- the table ------------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> Mode:
+        return self._modes.mode
+
+    def _apply(self, event: Event) -> Mode:
+        old = self._modes.mode
+        new = self._modes.apply(event)
+        # Pausing follows the mode, so it cannot disagree with it.
+        if new in PAUSED_MODES and old not in PAUSED_MODES:
+            self._set_paused(True)
+        elif old in PAUSED_MODES and new not in PAUSED_MODES:
+            self._set_paused(False)
+        return new
+
+    def _set_paused(self, paused: bool) -> None:
+        parts = list(self.consumer.assignment())
+        if parts:
+            (self.consumer.pause if paused else self.consumer.resume)(*parts)
+
+    # -- called by the loop ---------------------------------------------------------------------
+
+    def hold(self) -> bool:
+        """Do what is due in the current mode (a retry, a rebuild, a confirmation); return True
+        while the worker must not consume (its partitions are paused then)."""
+        if self.mode is Mode.REWINDING:
+            self._try_rewind()
+        elif self.mode is Mode.RETRYING:
+            self._retry_held()
+        elif self.mode is Mode.FLUSHING:
+            self._finish_in_flight(block=False)
+        return self.mode in PAUSED_MODES
+
+    def track(self, before: dict[TopicPartition, int], polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        """Note where this worker started reading each partition, for a rewind of a partition
+        that was never committed."""
+        origin = self._origin
+        for tp, records in polled.items():
+            if tp not in origin:
+                origin[tp] = before.get(tp, records[0].offset)
+        for tp, pos in before.items():
+            origin.setdefault(tp, pos)
+
+    def nothing_to_write(self, positions: dict[TopicPartition, int]) -> None:
+        """A poll returned only filtered records (or none): those positions are "delivered"."""
+        self._written.update(positions)
+
+    def deliver(self, records: list[Record], dead: list[Record], positions: dict[TopicPartition, int]) -> None:
+        """Write a batch (and its dead letters) ending at ``positions``; apply the sink error
+        policy if the sink refuses it."""
+        try:
+            self._write(records, dead)
+        except WorkerStop:
+            raise
+        except Exception as exc:
+            self._on_sink_error(records, dead, positions, exc)
+            return
+        self._accepted(records, positions)
+
+    def flush_if_due(self) -> None:
+        if self.mode not in PAUSED_MODES and self._flush_due():
+            self._flush()
+
+    def flush_and_commit(self, only: set[TopicPartition] | None = None) -> None:
+        """Make everything written durable, then commit the positions recorded with it.
+
+        Nothing to do while RETRYING: what was written before the held batch was flushed and
+        committed on the way in, and nothing was written since (the held batch never was; at
+        shutdown or on a revocation the next owner reads it again)."""
+        if self.mode is Mode.RETRYING:
+            return
+        if self.mode is Mode.REWINDING:
+            # A flush failed and the rewind has not happened yet: the sink was closed with
+            # records in it and ``_written`` still counts them.  Nothing is durable beyond the
+            # last commit; committing now (on a revocation or at shutdown) would lose them.
+            return
+        if self.mode is Mode.FLUSHING:
+            self._finish_in_flight(block=True)
+            if self.mode is Mode.REWINDING:
+                return
+        started = time.monotonic()
+        if not self._flush_sinks(asynchronously=False)[0]:
+            return
+        unflushed, self._unflushed = self._unflushed, 0
+        self._last_flush = self._clock()
+        self._flushed(started, unflushed, self._written, only)
+
+    # -- rebalance (the worker's listener forwards these) ---------------------------------------
+
+    def on_revoked(self, partitions: set[TopicPartition]) -> None:
+        if self.mode is Mode.RETRYING:
+            # The held batch may contain revoked partitions; they were never committed, so the
+            # next owner delivers them.  Keep only the rest.
+            held = self._held
+            self._held = HeldBatch([r for r in held.records if r.topic_partition not in partitions],
+                                   [r for r in held.dead if r.topic_partition not in partitions],
+                                   {tp: p for tp, p in held.positions.items() if tp not in partitions})
+        else:
+            try:
+                self.flush_and_commit(only=set(partitions))
+            except Exception:
+                log.exception("flush/commit on revocation failed; the next owner may re-deliver")
+        self._forget(partitions)
+
+    def on_assigned(self, partitions: set[TopicPartition]) -> None:
+        if self.mode in PAUSED_MODES and partitions:
+            self.consumer.pause(*partitions)
+
+    def on_lost(self, partitions: set[TopicPartition]) -> None:
+        self._forget(partitions)
+
+    def _forget(self, partitions) -> None:
+        for tp in partitions:
+            self._written.pop(tp, None)
+            self._committed.pop(tp, None)
+            self._origin.pop(tp, None)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def _write(self, records: list[Record], dead: list[Record]) -> None:
+        if records:
+            self.parts.sink.write(records)
+        if dead:
+            self._write_dlq(dead)
+
+    def _write_dlq(self, dead: list[Record]) -> None:
+        dlq = self.parts.dlq
+        if dlq is None:
+            raise WorkerStop(f"{len(dead)} record(s) failed and no [dlq] is configured")
+        try:
+            dlq.write(dead)
+        except Exception as exc:
+            # The DLQ is the last resort: if it fails we must not commit past these records.
+            raise WorkerStop(f"writing {len(dead)} record(s) to the DLQ failed: {exc}") from exc
+        for r in dead:
+            stage = next((v.decode() for k, v in reversed(r.headers) if k == "kdaemon.stage" and v), "?")
+            self.stats.dlq[(TopicPartition(r.topic, r.partition), stage)] += 1
+
+    def _accepted(self, records: list[Record], positions: dict) -> None:
+        delivered = self.stats.delivered
+        for (topic, partition), run in groupby(records, key=_topic_partition):
+            delivered[TopicPartition(topic, partition)] += sum(1 for _ in run)
+        WorkerStats.note(self.stats.batch_sizes, len(records))
+        self._written.update(positions)
+        self._unflushed += len(records)
+        if self._unflushed >= self.config.daemon.max_buffered_records:
+            self._flush()
+
+    def _dead_letter_refused(self, records, dead, positions, exc: BaseException, failed_idx: set[int]) -> None:
+        """The sink took the batch except ``failed_idx``: those go to the DLQ, the rest count
+        as accepted."""
+        failed = [r for i, r in enumerate(records) if i in failed_idx]
+        self._write_dlq([dead_letter(r, "sink", exc) for r in failed] + dead)
+        self._accepted([r for i, r in enumerate(records) if i not in failed_idx], positions)
+
+    def _on_sink_error(self, records, dead, positions, exc: BaseException) -> None:
+        self.stats.sink_errors += 1
+        policy = self.config.daemon.on_sink_error
+        if policy == "stop":
+            raise WorkerStop(f"sink write failed: {type(exc).__name__}: {exc}") from exc
+        refused = exc.failed_indexes if isinstance(exc, SinkWriteError) else None
+        if policy == "dlq":
+            failed_idx = set(range(len(records))) if refused is None else set(refused)
+            log.warning("sink write failed (%s); %d record(s) to the DLQ", type(exc).__name__, len(failed_idx))
+            self._dead_letter_refused(records, dead, positions, exc, failed_idx)
+            return
+        if refused is not None:
+            # The sink took the others; retrying these records cannot help (they are bad, not
+            # the sink): dead-letter them if there is a DLQ, else stop.
+            if self.parts.dlq is None:
+                raise WorkerStop(f"the sink rejected {len(set(refused))} record(s) and no [dlq] is configured: {exc}")
+            self._dead_letter_refused(records, dead, positions, exc, set(refused))
+            return
+        # retry: first make durable (and commit) what earlier writes accepted.  A failed write
+        # may have taken those records along (the jsonl sink then refuses any further use):
+        # then this flush fails too, and only a rebuilt sink and a rewind to the last commit
+        # help; the rewind consumes this batch again.  Retrying on such a sink would never end.
+        self.flush_and_commit()
+        if self.mode is Mode.REWINDING:
+            return
+        # Then hold the batch, stop fetching, and try again with backoff.
+        delay = self.backoff.failure()
+        log.warning("sink write failed (%s: %s); pausing consumption and retrying in %.1fs",
+                    type(exc).__name__, exc, delay)
+        self._held = HeldBatch(records, dead, positions)
+        self._next_try = self._clock() + delay
+        self._apply(Event.WRITE_FAILED)
+
+    def _retry_held(self) -> None:
+        if self._clock() < self._next_try:
+            return
+        held = self._held
+        try:
+            self._write(held.records, held.dead)
+        except WorkerStop:
+            raise
+        except Exception as exc:
+            if isinstance(exc, SinkWriteError) and exc.failed_indexes is not None:
+                # The sink is back and took the batch except records it refuses: retrying
+                # cannot help those (and would write the others again); dead-letter them.
+                self._recovered()
+                self._on_sink_error(held.records, held.dead, held.positions, exc)
+                self.flush_and_commit()
+                return
+            self.stats.sink_errors += 1
+            delay = self.backoff.failure()
+            self._next_try = self._clock() + delay
+            log.warning("sink still failing (%s: %s); next retry in %.1fs", type(exc).__name__, exc, delay)
+            self._apply(Event.WRITE_FAILED)
+            return
+        self._recovered()
+        self._accepted(held.records, held.positions)
+        # A failed flush here rewinds to the last commit like any other (retrying the write
+        # on a sink whose flush failed would duplicate the batch, or never succeed).
+        self.flush_and_commit()
+
+    def _recovered(self) -> None:
+        log.info("sink recovered; resuming consumption")
+        self._held = None
+        self.backoff.reset()
+        self._apply(Event.WRITE_RETRIED)
+
+    # -- flushing -------------------------------------------------------------------------------
+
+    def _flush_due(self) -> bool:
+        d = self.config.daemon
+        wants = getattr(self.parts.sink, "wants_flush", None)
+        if wants is not None:
+            # Batch-oriented sinks (Spark) size their own batches; the interval still bounds how
+            # long filtered-only progress waits to be committed.
+            return wants() or (not self._unflushed and
+                               (self._clock() - self._last_flush) * 1000 >= d.flush_interval_ms)
+        if self._unflushed >= d.flush_max_records:
+            return True
+        return (self._clock() - self._last_flush) * 1000 >= d.flush_interval_ms
+
+    def _flush(self) -> None:
+        if getattr(self.parts.sink, "flush_async", None) is not None:
+            self._start_flush()
+        else:
+            self.flush_and_commit()
+
+    def _start_flush(self) -> None:
+        """Flush without waiting (sinks with ``flush_async``, e.g. Spark): the worker consumes
+        the next batch while this one is made durable, and commits the positions noted now when
+        the confirmation arrives.  One flush in flight at most."""
+        if self.mode is Mode.FLUSHING:
+            self._finish_in_flight(block=False)
+        if self.mode is Mode.FLUSHING:
+            wants = getattr(self.parts.sink, "wants_flush", None)
+            if wants is not None and not wants() and self._unflushed < self.config.daemon.max_buffered_records:
+                # Only the interval is due (filtered-only progress): the flush in flight will
+                # commit soon anyway; do not stop consuming to wait for it.
+                return
+            self._finish_in_flight(block=True)
+        if self.mode is Mode.REWINDING:
+            return
+        started = time.monotonic()
+        ok, handle = self._flush_sinks(asynchronously=True)
+        if not ok:
+            return
+        self._in_flight = InFlightFlush(handle, dict(self._written), self._unflushed, started)
+        self._apply(Event.FLUSH_STARTED)
+        self._unflushed = 0
+        self._last_flush = self._clock()
+
+    def _flush_sinks(self, asynchronously: bool) -> tuple[bool, Any]:
+        """Flush the DLQ, then flush the sink (or start its ``flush_async``).  Returns (True,
+        the sink's result), or (False, None) after a failure, with the rewind scheduled."""
+        try:
+            if self.parts.dlq is not None:
+                self.parts.dlq.flush()
+            sink = self.parts.sink
+            return True, (sink.flush_async() if asynchronously else sink.flush())
+        except Exception as exc:
+            self._on_flush_failure(exc)
+            return False, None
+
+    def _finish_in_flight(self, block: bool) -> None:
+        """Commit the flush in flight if it is confirmed (or, with ``block``, once it is)."""
+        flight = self._in_flight
+        try:
+            if block:
+                flight.handle.wait()
+            elif not flight.handle.done():
+                return
+        except Exception as exc:
+            # Its records and everything written after it are dropped with the sink; the
+            # rewind to the last commit reads them all again.
+            self._in_flight = None
+            self._on_flush_failure(exc)
+            return
+        self._in_flight = None
+        self._apply(Event.FLUSH_CONFIRMED)
+        self._flushed(flight.started, flight.records, flight.positions)
+
+    def _flushed(self, started: float, records: int, positions: dict[TopicPartition, int],
+                 only: set[TopicPartition] | None = None) -> None:
+        """A flush (sync or async) succeeded: count it, end the failure backoff if it carried
+        records, and commit the positions noted with it."""
+        self.stats.flushes += 1
+        WorkerStats.note(self.stats.flush_seconds, time.monotonic() - started)
+        if records:
+            self.backoff.reset()
+        self._commit(positions, only)
+
+    # -- rewinding ------------------------------------------------------------------------------
+
+    def _on_flush_failure(self, exc: BaseException) -> None:
+        """A flush failed: what was written since the last flush may not be durable.
+
+        Nothing of it was committed.  Close the sink and the DLQ and wait to rebuild them;
+        then every partition goes back to its last committed position."""
+        self.stats.sink_errors += 1
+        if self.config.daemon.on_sink_error == "stop" or self.parts.make_sink is None:
+            raise WorkerStop(f"sink flush failed: {type(exc).__name__}: {exc}") from exc
+        delay = self.backoff.failure()
+        log.warning("sink flush failed (%s: %s); rewinding to the last commit and retrying in %.1fs",
+                    type(exc).__name__, exc, delay)
+        for obj in (self.parts.sink, self.parts.dlq):
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:
+                    log.debug("closing %r after a failed flush failed too", obj, exc_info=True)
+        self._next_try = self._clock() + delay
+        self._apply(Event.FLUSH_FAILED)
+
+    def _try_rewind(self) -> None:
+        if self._clock() < self._next_try:
+            return
+        try:
+            sink = self.parts.make_sink()  # type: ignore[misc]
+            dlq = self.parts.make_dlq() if self.parts.make_dlq is not None else None
+        except Exception as exc:
+            delay = self.backoff.failure()
+            self._next_try = self._clock() + delay
+            log.warning("sink still unavailable (%s: %s); next try in %.1fs", type(exc).__name__, exc, delay)
+            self._apply(Event.REBUILD_FAILED)
+            return
+        self.parts.sink, self.parts.dlq = sink, dlq
+        assigned = list(self.consumer.assignment())
+        unknown = [tp for tp in assigned if tp not in self._committed]
+        committed = dict(self._committed)
+        if unknown:
+            for tp, om in self.consumer.committed(unknown).items():
+                if om is not None:
+                    committed[tp] = om.offset
+        for tp in assigned:
+            # Never committed: back to where this worker started reading it.
+            target = committed.get(tp, self._origin.get(tp))
+            if target is not None:
+                self.consumer.seek(tp, target)
+        self._written = {tp: off for tp, off in committed.items() if tp in assigned}
+        self._unflushed = 0
+        log.info("sink rebuilt; consuming again from the last committed offsets")
+        self._apply(Event.REWOUND)
+
+    # -- committing -----------------------------------------------------------------------------
+
+    def _commit(self, positions: dict[TopicPartition, int], only: set[TopicPartition] | None = None) -> None:
+        assigned = self.consumer.assignment()
+        metadata = getattr(self.parts.sink, "commit_metadata", None)
+        offsets = {tp: OffsetAndMetadata(pos, metadata(tp.topic, tp.partition) if metadata else "")
+                   for tp, pos in positions.items()
+                   if tp in assigned and self._committed.get(tp) != pos and (only is None or tp in only)}
+        if not offsets:
+            return
+        started = time.monotonic()
+        try:
+            try:
+                self.consumer.commit(offsets)
+            except WakeupError:
+                # A stop request (request_stop → wakeup) arrived after the last poll and was
+                # raised here instead; raising consumed it.  The commit was not sent: send it
+                # now, or the final commit at shutdown would be lost.
+                self.consumer.commit(offsets)
+        except Exception as exc:
+            # Not fatal: the records are durable; the worst case is delivering them again.
+            self.stats.commit_failures += 1
+            log.warning("commit failed (%s: %s); the next flush commits again", type(exc).__name__, exc)
+            return
+        self.stats.commits += 1
+        WorkerStats.note(self.stats.commit_seconds, time.monotonic() - started)
+        for tp, om in offsets.items():
+            self._committed[tp] = om.offset
+        self._on_commit(offsets)

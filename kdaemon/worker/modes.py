@@ -1,0 +1,85 @@
+"""The delivery modes of a worker and the one table that moves between them.
+
+What the worker may do next depends on one mode, and only the table ``TRANSITIONS`` moves
+between modes (as h11's ``_state.py``; the group member's table in
+kdaemon/client/group/state.py is the same shape).  Spreading the mode over several flags made
+combinations possible that mean nothing (a held batch *and* a pending rewind); a transition
+missing from the table raises ``IllegalDeliveryTransition`` instead of running on in such a
+state.
+
+* RUNNING: consuming; every flush is synchronous or none is outstanding.
+* FLUSHING: a sink's ``flush_async`` (Spark) is outstanding; consuming goes on, and its
+  positions are committed when it is confirmed.  One flush in flight at most.
+* RETRYING: a write failed under the ``retry`` policy; the batch is held, every partition is
+  paused (nothing is lost and memory stays bounded) and the write is tried again with backoff.
+* REWINDING: a flush failed; the records written since the last commit may be gone with the
+  sink, which is closed.  Every partition is paused until a new sink is built, then each one is
+  sought back to its last commit, so those records are read and written again (duplicates in
+  the sink are possible, losses are not).
+
+The table is apart from kdaemon/worker/delivery.py (which acts on it) so it can be read, and
+tested, on its own: tests/pipeline/test_delivery_modes.py checks every legal transition and
+that every other pair raises.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Mode(Enum):
+    RUNNING = "running"
+    FLUSHING = "flushing"      # a flush_async is outstanding
+    RETRYING = "retrying"      # a batch is held for another write
+    REWINDING = "rewinding"    # a flush failed; waiting to rebuild the sink and seek back
+
+
+class Event(Enum):
+    FLUSH_STARTED = "flush_started"      # flush_async returned a handle
+    FLUSH_CONFIRMED = "flush_confirmed"  # that handle reported success
+    FLUSH_FAILED = "flush_failed"        # a flush (sync, async start or confirmation) failed
+    WRITE_FAILED = "write_failed"        # a write failed under the retry policy (or failed again)
+    WRITE_RETRIED = "write_retried"      # the held batch went through (bar records the sink refuses)
+    REBUILD_FAILED = "rebuild_failed"    # the sink could not be built again yet
+    REWOUND = "rewound"                  # new sink built, partitions sought back to the last commit
+
+
+M, E = Mode, Event
+
+TRANSITIONS: dict[tuple[Mode, Event], Mode] = {
+    (M.RUNNING, E.FLUSH_STARTED): M.FLUSHING,
+    (M.FLUSHING, E.FLUSH_CONFIRMED): M.RUNNING,
+    (M.RUNNING, E.FLUSH_FAILED): M.REWINDING,
+    (M.FLUSHING, E.FLUSH_FAILED): M.REWINDING,
+    (M.RUNNING, E.WRITE_FAILED): M.RETRYING,       # after the flush before it made earlier writes durable
+    (M.RETRYING, E.WRITE_FAILED): M.RETRYING,
+    (M.RETRYING, E.WRITE_RETRIED): M.RUNNING,
+    (M.REWINDING, E.REBUILD_FAILED): M.REWINDING,
+    (M.REWINDING, E.REWOUND): M.RUNNING,
+}
+
+PAUSED_MODES = frozenset({M.RETRYING, M.REWINDING})
+
+
+class IllegalDeliveryTransition(RuntimeError):
+    """A transition the table does not have: a bug in the worker, never a runtime condition."""
+
+
+class DeliveryModes:
+    """The current mode, moved only through ``TRANSITIONS``."""
+
+    __slots__ = ("mode",)
+
+    def __init__(self, mode: Mode = Mode.RUNNING) -> None:
+        self.mode = mode
+
+    def apply(self, event: Event) -> Mode:
+        try:
+            self.mode = TRANSITIONS[(self.mode, event)]
+        except KeyError:
+            raise IllegalDeliveryTransition(
+                f"delivery cannot handle {event.value} in mode {self.mode.value}") from None
+        return self.mode
+
+    def __repr__(self) -> str:
+        return f"<DeliveryModes {self.mode.value}>"
