@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -174,3 +175,114 @@ def test_builtins_can_be_left_out():
     with pytest.raises(ValueError, match="no deserializer named 'bytes'"):
         run_plugin(Upper(), [], deserializer="bytes", include_builtin=False)
     assert run_plugin(Upper(), make_records([b"x"]), deserializer="bytes").values == [b"x"]
+
+
+# -- run_plugin is the daemon's pipeline ------------------------------------------------------------
+
+class Chain:
+    """Interceptors for the chain rule: one that raises without touching its input, one that
+    returns a generator, one that tags, one whose on_commit raises."""
+
+    def __init__(self):
+        self.commits = []
+
+    @hookimpl
+    def kdaemon_interceptors(self):
+        plugin = self
+
+        class Boom:
+            def __init__(self, settings):
+                pass
+
+            def on_consume(self, records):
+                raise RuntimeError("boom")
+
+            def on_commit(self, offsets):
+                raise RuntimeError("commit boom")
+
+        class Tag:
+            def __init__(self, settings):
+                self.tag = settings["tag"]
+
+            def on_consume(self, records):
+                return [dataclasses.replace(r, value=r.value + self.tag) for r in records]
+
+            def on_commit(self, offsets):
+                plugin.commits.append((self.tag, dict(offsets)))
+
+        class Lazy:
+            def __init__(self, settings):
+                pass
+
+            def on_consume(self, records):
+                return (r for r in records if r.offset % 2 == 0)   # any iterable will do
+
+        return {"boom": Boom, "tag": Tag, "lazy": Lazy}
+
+
+CHAIN = ["boom", ("tag", {"tag": b"1"}), "boom", "lazy", ("tag", {"tag": b"2"})]
+
+
+def test_the_interceptor_chain_rule_runs_in_the_daemons_pipeline(caplog):
+    """Java semantics: an on_consume that raises is logged and counted, and the next
+    interceptor gets the output of the last one that succeeded; an on_commit that raises does
+    not keep the others from being told."""
+    plugin = Chain()
+    run = run_plugin(plugin, make_records([b"a", b"b", b"c", b"d"]), interceptors=CHAIN)
+    assert run.values == [b"a12", b"c12"]
+    assert [(n, out is None) for n, out in run.interceptor_outputs] == \
+        [("boom", True), ("tag", False), ("boom", True), ("lazy", False), ("tag", False)]
+    assert [(n, s, str(e)) for n, s, e in run.interceptor_errors] == [
+        ("boom", "on_consume", "boom"), ("boom", "on_consume", "boom"),
+        ("boom", "on_commit", "commit boom"), ("boom", "on_commit", "commit boom")]
+    assert plugin.commits == [(b"1", {TopicPartition("test", 0): OffsetAndMetadata(4)}),
+                              (b"2", {TopicPartition("test", 0): OffsetAndMetadata(4)})]
+    assert caplog.text.count("interceptor 'boom' raised in on_consume") == 2
+
+
+def test_run_plugin_and_the_daemons_stages_agree():
+    """The same names as a daemon configuration, built by build_pipeline_parts and run by the
+    worker's Pipeline directly: the same output and the same per-plugin error counts."""
+    from kdaemon.client.types import ConsumerRecord
+    from kdaemon.config import parse
+    from kdaemon.plugins.manager import PluginManager
+    from kdaemon.worker.build import build_pipeline_parts
+    from kdaemon.worker.pipeline import Pipeline
+
+    records = make_records([b"a", b"b", b"c", b"d"])
+    run = run_plugin(Chain(), records, interceptors=CHAIN)
+
+    manager = PluginManager(enabled=[])
+    manager.register(Chain(), "chain")
+    from kdaemon.sinks import builtin as builtin_sinks
+    manager.register(builtin_sinks, "builtin-sinks")
+    config = parse({"plugins": [], "kafka": {"bootstrap_servers": "x:1", "group_id": "g"},
+                    "daemon": {"topics": ["test"], "on_deserialize_error": "skip"},
+                    "interceptors": [{"name": n} if isinstance(n, str) else {"name": n[0], "settings": n[1]}
+                                     for n in CHAIN],
+                    "sink": {"type": "null"}})
+    pipeline = Pipeline(config, build_pipeline_parts(config, manager))
+    raw = [ConsumerRecord(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, r.key, r.value,
+                          r.headers, None) for r in records]
+    direct = pipeline.intercept(pipeline.deserialize(raw)[0])
+    assert [r.value for r in direct] == run.values
+    assert pipeline.stats.plugin_errors == {"boom": 2}
+
+
+def test_run_plugin_reports_problems_as_the_daemon_does():
+    with pytest.raises(ValueError, match=r"<run_plugin>: interceptors\[0\]\.name: no interceptor named 'nope'"):
+        run_plugin(Upper(), [], interceptors=["nope"])
+    with pytest.raises(ValueError, match=r"one \[deserializer.settings\] table for both"):
+        run_plugin(Upper(), [], deserializer=("str", {"encoding": "latin-1"}),
+                   key_deserializer=("str", {"encoding": "utf-8"}))
+    # The same settings for both, or settings for one only, is what the daemon can express.
+    run = run_plugin(Upper(), make_records([b"\xe9"], key=b"k"), deserializer=("str", {"encoding": "latin-1"}),
+                     key_deserializer="str")
+    assert run.values == ["é"] and run.output[0].key == "k"
+
+
+def test_a_filtered_only_batch_is_committed_without_reaching_the_sink():
+    run = run_plugin(Upper(), make_records([b"a", b"b"], offset=5), filters=["has-x"], sink="null")
+    assert run.kept == [] and len(run.dropped) == 2 and run.output == []
+    assert run.sink.records == 0
+    assert run.committed == {TopicPartition("test", 0): OffsetAndMetadata(7)}
