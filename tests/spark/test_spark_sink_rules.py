@@ -23,7 +23,7 @@ from kdaemon.sinks.spark.layout import BatchId  # noqa: E402
 from kdaemon.sinks.spark.staging import SparkSink, SparkUploadError, validate_settings  # noqa: E402
 from kdaemon.sinks.spark.uploader import Request, Uploader  # noqa: E402
 from kdaemon.worker.build import PipelineParts  # noqa: E402
-from kdaemon.worker.pipeline import Worker  # noqa: E402
+from kdaemon.worker.pipeline import Mode, Worker  # noqa: E402
 
 TOPIC = "events"
 
@@ -256,9 +256,9 @@ def test_no_commit_between_a_failed_flush_and_the_rewind(tmp_path):
     parts = PipelineParts(None, lambda t, h, b: b, lambda t, h, b: b, [], _sink(tmp_path), None,
                           make_sink=lambda: _sink(tmp_path))
     worker = Worker(config, parts, consumer, lambda c, w: None)
-    worker._deliver(_records(0, range(100)), [], {tp: 100})
+    worker.deliver(_records(0, range(100)), [], {tp: 100})
     worker.flush_and_commit()              # fails: nobody listens on the socket
-    assert worker._rewind_at is not None
+    assert worker.mode is Mode.REWINDING
     worker.on_partitions_revoked({tp})
     worker.shutdown()
     assert consumer.commits == []
@@ -290,7 +290,7 @@ def test_a_successful_flush_commits_with_the_batch_as_metadata(tmp_path):
     consumer = _Consumer(tp)
     sink = SparkSink({"type": "spark", "path": str(tmp_path / "out"), "socket": str(path)}, str(tmp_path / "state"))
     worker = Worker(config, PipelineParts(None, None, None, [], sink, None), consumer, lambda c, w: None)
-    worker._deliver(_records(0, range(7, 10)), [], {tp: 10})
+    worker.deliver(_records(0, range(7, 10)), [], {tp: 10})
     worker.flush_and_commit()
     t.join(5)
     server.close()
