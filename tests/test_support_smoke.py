@@ -9,12 +9,12 @@ import struct
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError
 
 from kdaemon.protocol.apis.api_versions import API_VERSIONS
 from kdaemon.protocol.messages import encode_request
 from kdaemon.protocol.versions import broker_ranges
-from tests.support.produce import (CODECS, ConsumedRecord, consume_all, create_topic, produce,
+from tests.support.produce import (CODECS, ConsumedRecord, Writer, consume_all, create_topic, produce,
                                    produce_transactional)
 from tests.support.rawfetch import fetch_raw
 from tests.support.tansu import tansu_binary
@@ -190,12 +190,11 @@ def test_mock_cluster_broker_down_and_up(mock_cluster):
     with pytest.raises(OSError):
         api_versions(host, port, version=2, timeout=2)
     # The partition's leader is down and leadership does not move: produce cannot complete.
-    p = Producer({"bootstrap.servers": mock_cluster.bootstrap, "message.timeout.ms": 1500})
-    errors = []
-    p.produce("updown", b"lost", partition=0, on_delivery=lambda err, msg: errors.append(err))
-    p.flush(10)
-    assert len(errors) == 1 and errors[0] is not None
-    assert errors[0].code() == KafkaError._MSG_TIMED_OUT
+    w = Writer(mock_cluster.bootstrap, "updown", **{"message.timeout.ms": 1500})
+    w.send(b"lost", partition=0)
+    w.flush(10)
+    assert len(w.failures) == 1 and not w.counts  # one report, and it is a failure
+    assert w.failures[0].code() == KafkaError._MSG_TIMED_OUT
 
     mock_cluster.broker_set_up(1)
     assert api_versions(host, port, version=2)["error_code"] == 0

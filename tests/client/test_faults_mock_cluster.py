@@ -32,12 +32,12 @@ import traceback
 from collections import Counter, defaultdict
 
 import pytest
-from confluent_kafka import Producer
 
 from kdaemon.client import (Consumer, KafkaTimeoutError, NoBrokersAvailableError, OffsetOutOfRangeError,
                             TopicPartition)
 from kdaemon.protocol.apis import LIST_OFFSETS
 from kdaemon.protocol.errors import BrokerError, Errors
+from tests.support import produce
 from tests.support.mockcluster import ERR_TRANSPORT
 from tests.support.proxy import CuttingProxy
 
@@ -81,13 +81,13 @@ class Writer:
     """An idempotent confluent-kafka producer that remembers where each record was delivered."""
 
     def __init__(self, bootstrap: str, partitions: int, topic: str = TOPIC) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                                  "linger.ms": 5, "message.timeout.ms": 30_000})
+        self.out = produce.Writer(bootstrap, topic, on_delivered=self._delivered,
+                                  **{"enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 30_000})
         self.topic = topic
         self.partitions = partitions
         self.sent = Counter()
         self.delivered: dict[tuple[int, int], bytes] = {}
-        self.errors: list[str] = []
+        self.errors = self.out.errors
 
     def write(self, n: int, partition: int | None = None) -> None:
         """``n`` records, round-robin over the partitions unless one is given."""
@@ -95,27 +95,20 @@ class Writer:
             i = sum(self.sent.values())
             p = i % self.partitions if partition is None else partition
             self.sent[p] += 1
-            self.producer.produce(self.topic, value=f"{self.topic}/{p}/{self.sent[p] - 1}".encode(),
-                                  partition=p, on_delivery=self._delivered)
-        self.producer.poll(0)
+            self.out.send(f"{self.topic}/{p}/{self.sent[p] - 1}".encode(), partition=p)
+        self.out.poll(0)
 
-    def _delivered(self, err, msg) -> None:
-        if err is not None:
-            self.errors.append(str(err))
-        else:
-            self.delivered[(msg.partition(), msg.offset())] = msg.value()
+    def _delivered(self, msg) -> None:
+        self.delivered[(msg.partition(), msg.offset())] = msg.value()
 
     def flush(self, timeout: float = 20.0) -> None:
-        left = self.producer.flush(timeout)
+        left = self.out.flush(timeout)
         assert left == 0 and not self.errors, f"{left} record(s) not delivered; errors: {self.errors[:3]}"
         assert len(self.delivered) == sum(self.sent.values())
 
     def ends(self) -> dict[int, int]:
         """End offset per partition, from the delivery reports (the test's own truth)."""
-        ends = defaultdict(int)
-        for p, offset in self.delivered:
-            ends[p] = max(ends[p], offset + 1)
-        return dict(ends)
+        return dict(self.out.ends)
 
 
 class Ledger:
@@ -163,13 +156,13 @@ def consume_until(consumer: Consumer, ledger: Ledger, done, what: str, writer: W
                                  f"{dict(ledger.next)}, written {dict(writer.sent) if writer else '?'}")
         poll(consumer, ledger)
         if writer is not None:
-            writer.producer.poll(0)
+            writer.out.poll(0)
 
 
 def everything(ledger: Ledger, writer: Writer):
     """Done when every record written was delivered and consumed."""
     def done() -> bool:
-        writer.producer.poll(0)
+        writer.out.poll(0)
         return len(writer.delivered) == sum(writer.sent.values()) and ledger.count >= len(writer.delivered)
     return done
 

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Producer
-
 from kdaemon.client import Consumer, TopicPartition
+from tests.support.produce import produce
 
 
 def _produce(bootstrap: str, topic: str, start: int, n: int) -> None:
-    p = Producer({"bootstrap.servers": bootstrap})
-    for i in range(start, start + n):
-        p.produce(topic, value=f"{i}".encode(), partition=0)
-    assert p.flush(10) == 0
+    produce(bootstrap, topic, [(None, f"{i}".encode()) for i in range(start, start + n)], partition=0)
 
 
 def _drain(c: Consumer, n: int, deadline_s: float = 20.0) -> list:

@@ -30,13 +30,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
-from confluent_kafka import Producer
 
 from kdaemon.client import Consumer, TopicPartition
 from tests.kafka.cluster_admin import (elect_preferred, find_coordinator, find_coordinators, leaders,
                                        reassign, wait_full_isr, wait_partitions)
 from tests.support.apache_kafka import KafkaCluster, KafkaUnavailable, start_kafka
-from tests.support.produce import create_topic
+from tests.support.produce import Writer, create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -97,30 +96,26 @@ class SteadyWriter(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
-                             "enable.idempotence": True, "linger.ms": 5,
-                             "message.timeout.ms": 120_000})
-
-        def on_delivery(err, msg) -> None:
-            if err is not None:
-                self.errors.append(f"{msg.partition()}: {err}")
-                return
+        def on_delivered(msg) -> None:
             with self._lock:
                 where = (msg.partition(), msg.offset())
                 self.delivered[where] = msg.value()
                 self.acked_at[where] = time.monotonic()
 
+        writer = Writer(self.bootstrap, self.topic, on_delivered=on_delivered,
+                        **{"acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                           "message.timeout.ms": 120_000})
+        self.errors = writer.errors
         i = 0
         started = time.monotonic()
         while not self._halt.is_set():
             due = int((time.monotonic() - started) * RATE)
             while i < due:
-                producer.produce(self.topic, key=str(i).encode(), value=f"{self.topic}#{i:07d}".encode(),
-                                 partition=i % PARTITIONS, on_delivery=on_delivery)
+                writer.send(f"{self.topic}#{i:07d}".encode(), str(i).encode(), partition=i % PARTITIONS)
                 i += 1
-            producer.poll(0.02)
+            writer.poll(0.02)
             time.sleep(0.02)   # poll returns early whenever a report arrives
-        self.left = producer.flush(90)
+        self.left = writer.flush(90)
 
     def stop(self) -> dict[tuple[int, int], bytes]:
         self._halt.set()

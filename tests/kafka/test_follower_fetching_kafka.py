@@ -28,12 +28,12 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kdaemon.client import Consumer, TopicPartition
 from kdaemon.protocol.apis import FETCH
 from tests.support.apache_kafka import HOST, KafkaCluster, start_kafka
+from tests.support.produce import Writer
 from tests.support.wire import request
 
 pytestmark = pytest.mark.kafka
@@ -71,23 +71,18 @@ class _Writer:
 
     def __init__(self, cluster: KafkaCluster, topic: str) -> None:
         self.topic = topic
-        self.producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+        self.out = Writer(cluster.bootstrap, topic, **{"linger.ms": 5})
         self.sent = 0
-        self.errors: list[str] = []
+        self.errors = self.out.errors
 
     def write(self, n: int) -> None:
         for _ in range(n):
-            self.producer.produce(self.topic, value=str(self.sent).encode(), partition=0,
-                                  on_delivery=self._delivered)
+            self.out.send(str(self.sent).encode(), partition=0)
             self.sent += 1
-        self.producer.poll(0)
-
-    def _delivered(self, err, msg) -> None:
-        if err is not None:
-            self.errors.append(str(err))
+        self.out.poll(0)
 
     def flush(self) -> None:
-        assert self.producer.flush(30) == 0 and not self.errors, self.errors[:3]
+        assert self.out.flush(30) == 0 and not self.errors, self.errors[:3]
 
 
 class _Reader:

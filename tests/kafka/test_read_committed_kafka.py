@@ -17,12 +17,11 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Producer
 
 from kdaemon.client import Consumer, TopicPartition
 from tests.kafka.parity import by_partition, drain_until, first_difference, read_to_end
 from tests.support.java_peer import JavaProduceOps, java_consume, java_offsets_for_times, java_produce
-from tests.support.produce import TIMEOUT, create_topic, produce, produce_transactions, producer_config
+from tests.support.produce import TIMEOUT, Writer, create_topic, produce, produce_transactions
 
 pytestmark = pytest.mark.kafka
 
@@ -36,25 +35,22 @@ def _topic(prefix: str) -> str:
 class TxnProducer:
     """confluent-kafka's transactional producer, driven step by step (begin, send, commit/abort)."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self.producer = Producer(producer_config(bootstrap, **{"transactional.id": f"rd-{uuid.uuid4().hex}"}))
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.writer = Writer(bootstrap, topic, **{"transactional.id": f"rd-{uuid.uuid4().hex}"})
+        self.producer = self.writer.producer
         self.producer.init_transactions(TIMEOUT)
-        self.errors: list[str] = []
+        self.errors = self.writer.errors
 
     def begin(self) -> None:
         self.producer.begin_transaction()
 
-    def send(self, topic: str, partition: int, value: bytes, key: bytes | None = None,
+    def send(self, partition: int, value: bytes, key: bytes | None = None,
              timestamp: int | None = None) -> None:
-        def report(err, msg):
-            if err is not None:
-                self.errors.append(f"{value!r}: {err}")
-        kw = {} if timestamp is None else {"timestamp": timestamp}
-        self.producer.produce(topic, key=key, value=value, partition=partition, on_delivery=report, **kw)
+        self.writer.send(value, key, partition=partition, timestamp=timestamp)
 
     def flush(self) -> None:
         """Everything sent is on the log (an abort then leaves aborted records behind)."""
-        assert self.producer.flush(TIMEOUT) == 0, "records still queued after the flush timeout"
+        assert self.writer.flush(TIMEOUT) == 0, "records still queued after the flush timeout"
         assert not self.errors, self.errors
 
     def commit(self) -> None:
@@ -101,7 +97,7 @@ def _enclose_java_run(bootstrap: str, topic: str, rd: TxnProducer, name: bytes, 
     def send_round():
         nonlocal n
         for p in range(PARTITIONS):
-            rd.send(topic, p, b"rd:%s:%s:%d:%d" % (name, outcome, p, n))
+            rd.send(p, b"rd:%s:%s:%d:%d" % (name, outcome, p, n))
         n += 1
         rd.flush()
     send_round()
@@ -119,7 +115,7 @@ def _enclose_java_run(bootstrap: str, topic: str, rd: TxnProducer, name: bytes, 
 def test_interleaved_transactions_match_java_in_both_isolation_levels(kafka):
     topic = _topic("rc")
     create_topic(kafka.bootstrap, topic, PARTITIONS)
-    rd = TxnProducer(kafka.bootstrap)
+    rd = TxnProducer(kafka.bootstrap, topic)
     # An aborted confluent-kafka transaction around committed and aborted Java ones, then a
     # committed one around more of both.
     _enclose_java_run(kafka.bootstrap, topic, rd, b"A", False, _java_transactions("1", [True, False, True, False, True]))
@@ -188,10 +184,10 @@ def test_open_transaction_holds_read_committed_at_the_lso(kafka):
     t0 = int(time.time() * 1000) - 60_000  # recent: Kafka refuses timestamps far in the future
     for p in (0, 1):
         produce(kafka.bootstrap, topic, [(None, b"before:%d:%d" % (p, i), (), t0 + i) for i in range(5)], partition=p)
-    rd = TxnProducer(kafka.bootstrap)
+    rd = TxnProducer(kafka.bootstrap, topic)
     rd.begin()
     for i in range(4):
-        rd.send(topic, 0, b"open:%d" % i, timestamp=t0 + 100 + i)
+        rd.send(0, b"open:%d" % i, timestamp=t0 + 100 + i)
     rd.flush()
     produce(kafka.bootstrap, topic, [(None, b"after:0:%d" % i, (), t0 + 200 + i) for i in range(3)], partition=0)
     produce(kafka.bootstrap, topic, [(None, b"after:1:%d" % i) for i in range(2)], partition=1)

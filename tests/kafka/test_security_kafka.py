@@ -32,13 +32,12 @@ import uuid
 
 import psutil
 import pytest
-from confluent_kafka import Producer
 
 from kdaemon.client import AuthenticationError, Consumer, TopicPartition
 from kdaemon.protocol.apis import METADATA, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from kdaemon.protocol.connection import KafkaConnection
 from tests.support.apache_kafka import HOST, REAUTH_MS, SASL_USERS, KafkaCluster
-from tests.support.produce import create_topic, produce
+from tests.support.produce import Writer, create_topic, produce
 
 pytestmark = pytest.mark.kafka
 
@@ -316,7 +315,7 @@ def test_sasl_sessions_are_renewed_on_the_same_connections(kafka_cluster, caplog
     create_topic(kafka_cluster.bootstrap, name, 1, replication=3)
     tp = TopicPartition(name, 0)
     sasl_ports = {n.ports["SASL_SSL"] for n in kafka_cluster.nodes.values()}
-    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap, "linger.ms": 5})
+    writer = Writer(kafka_cluster.bootstrap, name, **{"linger.ms": 5})
     control = _RawSaslConnection(kafka_cluster)
     late = _RawSaslConnection(kafka_cluster)
     consumers = {m: _consumer(kafka_cluster.bootstrap_for("SASL_SSL"), fetch_max_wait_ms=500,
@@ -336,19 +335,19 @@ def test_sasl_sessions_are_renewed_on_the_same_connections(kafka_cluster, caplog
         deadline = time.monotonic() + DEADLINE_S
         while not all(got.values()):
             assert time.monotonic() < deadline, {m: len(v) for m, v in got.items()}
-            producer.produce(name, value=str(produced).encode(), partition=0)
+            writer.send(str(produced).encode(), partition=0)
             produced += 1
-            producer.poll(0)
+            writer.poll(0)
             round_()
         sockets_at_start = _sockets_to(sasl_ports)
         logins_at_start = {m: _per_node(caplog, "authenticated", m) for m in MECHANISMS}
         started = time.monotonic()
         while time.monotonic() - started < LONG_RUN_S:
-            producer.produce(name, value=str(produced).encode(), partition=0)
+            writer.send(str(produced).encode(), partition=0)
             produced += 1
-            producer.poll(0)
+            writer.poll(0)
             round_()
-        assert producer.flush(30) == 0
+        assert writer.flush(30) == 0 and not writer.errors, writer.errors[:3]
         deadline = time.monotonic() + DEADLINE_S
         while any(len(v) < produced for v in got.values()):
             assert time.monotonic() < deadline, {m: len(v) for m, v in got.items()}

@@ -27,7 +27,6 @@ import uuid
 from dataclasses import dataclass, fields
 
 import pytest
-from confluent_kafka import Producer
 
 from kdaemon.protocol import messages, record_loop, records
 from kdaemon.protocol.apis.api_versions import API_VERSIONS
@@ -39,8 +38,8 @@ from kdaemon.protocol.versions import broker_ranges, choose_version
 from tests.support.ourfetch import (READ_COMMITTED, SOFTWARE, BrokerConnection, FetchRound,
                                     PartitionLeader, api_version_ranges, fetch_request,
                                     fetch_until, find_leader, metadata_request)
-from tests.support.produce import (CODECS, TIMEOUT, ConsumedRecord, Record, consume_all,
-                                   create_topic, produce, producer_config)
+from tests.support.produce import (CODECS, TIMEOUT, ConsumedRecord, Record, Writer, consume_all,
+                                   create_topic, produce, write_all)
 from tests.support.rawfetch import RawBatch, fetch_raw, split_batches
 
 pytestmark = pytest.mark.broker
@@ -423,28 +422,16 @@ def txn_rows(tag: str, n: int) -> list[Record]:
                    (("txn", tag.encode()), ("i", str(i).encode()))) for i in range(n)]
 
 
-def send_flushed(producer: Producer, topic: str, rows: list[Record]) -> list[int]:
-    """Produce inside the producer's open transaction and flush; the offsets written."""
-    offsets, errors = [], []
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors.append(err)
-        else:
-            offsets.append(msg.offset())
-
-    for r in rows:
-        producer.produce(topic, key=r.key, value=r.value, headers=list(r.headers), partition=0,
-                         on_delivery=on_delivery)
-    assert producer.flush(TIMEOUT) == 0 and not errors and len(offsets) == len(rows), errors
-    return sorted(offsets)
+def send_flushed(writer: Writer, rows: list[Record]) -> list[int]:
+    """Produce inside the writer's open transaction and flush; the offsets written."""
+    return sorted(d.offset for d in write_all(writer, rows, partition=0))
 
 
-def _transactional(bootstrap: str, codec: str, name: str) -> Producer:
-    producer = Producer(producer_config(bootstrap, codec, **{
-        "transactional.id": unique(name), "batch.num.messages": 100, "linger.ms": 5}))
-    producer.init_transactions(TIMEOUT)
-    return producer
+def _transactional(bootstrap: str, topic: str, codec: str, name: str) -> Writer:
+    writer = Writer(bootstrap, topic, codec, **{
+        "transactional.id": unique(name), "batch.num.messages": 100, "linger.ms": 5})
+    writer.producer.init_transactions(TIMEOUT)
+    return writer
 
 
 def aborted_index(batches: list[RawBatch]) -> list[tuple[int, int, int]]:
@@ -480,29 +467,29 @@ def txn_log(request, broker) -> TxnLog:
     codec, bootstrap = request.param, broker.bootstrap
     topic = unique(f"txn-{codec}")
     create_topic(bootstrap, topic)
-    a, b = _transactional(bootstrap, codec, "a"), _transactional(bootstrap, codec, "b")
+    a, b = _transactional(bootstrap, topic, codec, "a"), _transactional(bootstrap, topic, codec, "b")
 
     def plain(tag: str) -> list[int]:
         return [d.offset for d in produce(bootstrap, topic, txn_rows(tag, 1), codec, 0)]
 
     plain_0 = plain("plain-0")
-    a.begin_transaction()
-    a_commit_1 = send_flushed(a, topic, txn_rows("a-commit-1", 5))
-    a.commit_transaction(TIMEOUT)
-    a.begin_transaction()
-    a_abort_1 = send_flushed(a, topic, txn_rows("a-abort-1", 250))  # on the log before the abort
-    plain_inside = plain("plain-inside")                              # inside A's open transaction
-    b.begin_transaction()
-    b_commit = send_flushed(b, topic, txn_rows("b-commit", 3))        # another producer, inside too
-    b.commit_transaction(TIMEOUT)
-    a_abort_1 += send_flushed(a, topic, txn_rows("a-abort-1-late", 2))
-    a.abort_transaction(TIMEOUT)
-    a.begin_transaction()
-    a_commit_2 = send_flushed(a, topic, txn_rows("a-commit-2", 3))
-    a.commit_transaction(TIMEOUT)
-    a.begin_transaction()
-    a_abort_2 = send_flushed(a, topic, txn_rows("a-abort-2", 1))
-    a.abort_transaction(TIMEOUT)                                      # the log ends in this marker
+    a.producer.begin_transaction()
+    a_commit_1 = send_flushed(a, txn_rows("a-commit-1", 5))
+    a.producer.commit_transaction(TIMEOUT)
+    a.producer.begin_transaction()
+    a_abort_1 = send_flushed(a, txn_rows("a-abort-1", 250))   # on the log before the abort
+    plain_inside = plain("plain-inside")                      # inside A's open transaction
+    b.producer.begin_transaction()
+    b_commit = send_flushed(b, txn_rows("b-commit", 3))       # another producer, inside too
+    b.producer.commit_transaction(TIMEOUT)
+    a_abort_1 += send_flushed(a, txn_rows("a-abort-1-late", 2))
+    a.producer.abort_transaction(TIMEOUT)
+    a.producer.begin_transaction()
+    a_commit_2 = send_flushed(a, txn_rows("a-commit-2", 3))
+    a.producer.commit_transaction(TIMEOUT)
+    a.producer.begin_transaction()
+    a_abort_2 = send_flushed(a, txn_rows("a-abort-2", 1))
+    a.producer.abort_transaction(TIMEOUT)                     # the log ends in this marker
     committed = plain_0 + a_commit_1 + plain_inside + b_commit + a_commit_2
     aborted = a_abort_1 + a_abort_2
 

@@ -13,7 +13,6 @@ import os
 import random
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,10 +20,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from tests.daemon.harness import Daemon, free_port, wait_for
-from tests.support.produce import create_topic
+from tests.support.produce import Writer, create_topic, paced
 
 HOST = "127.0.0.1"
 UPLOADER_MODULE = "kdaemon.sinks.spark.uploader"
@@ -109,37 +108,21 @@ class Produced:
 def produce(bootstrap: str, produced: Produced, records: Iterable[Sent], *,
             rate: float | None = None, stop: threading.Event | None = None) -> None:
     """Produce ``records`` round-robin over the partitions; ``rate`` records/s if given."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
-                         "queue.buffering.max.messages": 200_000})
+    writer = Writer(bootstrap, produced.topic, "lz4", **{"linger.ms": 20, "queue.buffering.max.messages": 200_000})
 
-    def on_delivery(sent: Sent):
-        def cb(err, msg):
-            if err is not None:
-                produced.errors.append(str(err))
-            else:
-                with produced._lock:
-                    produced.records[(msg.partition(), msg.offset())] = sent
-        return cb
+    def on_delivered(sent: Sent):
+        def record(msg):
+            with produced._lock:
+                produced.records[(msg.partition(), msg.offset())] = sent
+        return record
 
-    started = time.monotonic()
-    for n, r in enumerate(records):
+    for n, r in enumerate(paced(records, rate)):
         if stop is not None and stop.is_set():
             break
-        if rate is not None and n % 500 == 0:
-            ahead = n / rate - (time.monotonic() - started)
-            if ahead > 0:
-                time.sleep(ahead)
-        while True:
-            try:
-                producer.produce(produced.topic, key=r.key, value=r.value, headers=list(r.headers),
-                                 timestamp=r.timestamp, partition=n % produced.partitions,
-                                 on_delivery=on_delivery(r))
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if n % 1000 == 0:
-            producer.poll(0)
-    left = producer.flush(60)
+        writer.send(r.value, r.key, headers=r.headers, timestamp=r.timestamp, partition=n % produced.partitions,
+                    on_delivered=on_delivered(r))
+    left = writer.flush(60)
+    produced.errors.extend(writer.errors)
     assert not left and not produced.errors, f"produce failed: {left} left, errors {produced.errors[:3]}"
 
 

@@ -4,6 +4,10 @@ Records go in as dicts or tuples and come back as ``ConsumedRecord``s, plain dat
 comparisons against kdaemon's own decoder.  Every helper raises on the first error instead of
 returning a partial result, and every wait is bounded.
 
+``Writer`` is the one confluent producer with a delivery callback that the tests and the
+benchmarks (bench/) use: a test that writes as it goes (numbered records between faults, at a
+rate, inside a transaction) keeps a Writer; one that writes a list at once calls ``produce``.
+
 Reading: Tansu reports a high watermark of last batch base offset + 1, so ``consume_all`` stops
 on known offsets or a known count, never on the watermark.
 """
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -104,6 +108,98 @@ def producer_config(bootstrap: str, compression: str = "none", **conf) -> dict:
             "message.max.bytes": _MAX_MESSAGE_BYTES, **conf}
 
 
+class Writer:
+    """One confluent-kafka producer writing to ``topic``, and what its delivery reports said.
+
+    ``send`` queues a record (waiting through a full local queue) and serves delivery reports
+    now and then; ``flush`` waits for the rest.  Reports are kept as counts and end offsets per
+    partition (cheap, for a million records), failures in ``errors`` (text) and ``failures``
+    (the KafkaErrors); ``on_delivered(msg)``, for the writer or one ``send``, sees each record
+    that arrived.  Reports are served by ``send``, ``poll`` and ``flush`` in the calling thread.
+    ``producer`` is the confluent Producer itself (transactions, say).
+    """
+
+    POLL_EVERY = 1000   # sends between serving delivery reports
+
+    def __init__(self, bootstrap: str, topic: str, compression: str = "none", *,
+                 on_delivered: Callable | None = None, **conf) -> None:
+        self.producer = Producer(producer_config(bootstrap, compression, **conf))
+        self.topic = topic
+        self.on_delivered = on_delivered
+        self.sent = 0
+        self.counts: dict[int, int] = {}   # records delivered, per partition
+        self.ends: dict[int, int] = {}     # highest offset delivered + 1, per partition
+        self.errors: list[str] = []
+        self.failures: list[KafkaError] = []
+
+    def send(self, value: bytes | None = None, key: bytes | None = None, *, partition: int | None = None,
+             headers: Sequence[Header] | None = None, timestamp: int | None = None,
+             on_delivered: Callable | None = None) -> None:
+        kw = {}
+        if partition is not None:
+            kw["partition"] = partition
+        if headers:
+            kw["headers"] = list(headers)
+        if timestamp is not None:
+            kw["timestamp"] = timestamp
+        report = self._report if on_delivered is None else (lambda err, msg: self._report(err, msg, on_delivered))
+        while True:
+            try:
+                self.producer.produce(self.topic, value, key, on_delivery=report, **kw)
+                break
+            except BufferError:  # local queue full: let deliveries drain it
+                self.producer.poll(0.1)
+        self.sent += 1
+        if self.sent % self.POLL_EVERY == 0:
+            self.producer.poll(0)
+
+    def _report(self, err, msg, then: Callable | None = None) -> None:
+        if err is not None:
+            self.errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
+            self.failures.append(err)
+            return
+        p = msg.partition()
+        self.counts[p] = self.counts.get(p, 0) + 1
+        self.ends[p] = max(self.ends.get(p, 0), msg.offset() + 1)
+        if self.on_delivered is not None:
+            self.on_delivered(msg)
+        if then is not None:
+            then(msg)
+
+    def poll(self, timeout: float = 0) -> None:
+        """Serve the delivery reports that have arrived (waiting up to ``timeout`` for one)."""
+        self.producer.poll(timeout)
+
+    def flush(self, timeout: float = TIMEOUT) -> int:
+        """Wait for every report; the number of records still queued after ``timeout``."""
+        return self.producer.flush(timeout)
+
+    def flush_checked(self, timeout: float = TIMEOUT) -> None:
+        """Flush, then raise ProduceError unless every record sent was delivered."""
+        left = self.flush(timeout)
+        if left:
+            raise ProduceError(f"{left} of {self.sent} record(s) to {self.topic!r} still queued after "
+                               f"{timeout} s; is the broker at the bootstrap address up?")
+        if self.errors:
+            raise ProduceError(f"delivery to {self.topic!r} failed for {len(self.errors)} of {self.sent} "
+                               f"record(s): " + "; ".join(self.errors[:5]))
+
+
+def paced(items: Iterable, rate: float | None, every: int = 500) -> Iterator:
+    """``items`` no faster than ``rate`` per second (checked every ``every`` items); all at once
+    without a rate."""
+    if rate is None:
+        yield from items
+        return
+    started = time.monotonic()
+    for n, item in enumerate(items):
+        if n % every == 0:
+            ahead = n / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+        yield item
+
+
 def produce(bootstrap: str, topic: str, records: Iterable, compression: str = "none",
             partition: int | None = None, **conf) -> list[Delivered]:
     """Produce ``records`` in order, flush, and return their delivery reports in the same order.
@@ -111,8 +207,7 @@ def produce(bootstrap: str, topic: str, records: Iterable, compression: str = "n
     Extra librdkafka settings go in ``conf`` (``**{"linger.ms": 100}``).  Raises ProduceError if
     any record was not delivered.
     """
-    producer = Producer(producer_config(bootstrap, compression, **conf))
-    return _produce_flush(producer, topic, records, partition)
+    return write_all(Writer(bootstrap, topic, compression, **conf), records, partition)
 
 
 def produce_transactions(bootstrap: str, topic: str, transactions: Iterable[tuple[Iterable, bool]],
@@ -123,14 +218,14 @@ def produce_transactions(bootstrap: str, topic: str, transactions: Iterable[tupl
     Each transaction is flushed before it is committed or aborted: librdkafka drops what is
     still queued when a transaction aborts, and the test wants aborted records on the log.
     """
-    producer = Producer(producer_config(
-        bootstrap, compression,
-        **{"transactional.id": transactional_id or f"kdaemon-tests-{uuid.uuid4().hex}", **conf}))
+    writer = Writer(bootstrap, topic, compression,
+                    **{"transactional.id": transactional_id or f"kdaemon-tests-{uuid.uuid4().hex}", **conf})
+    producer = writer.producer
     producer.init_transactions(TIMEOUT)
     reports = []
     for records, commit in transactions:
         producer.begin_transaction()
-        reports.append(_produce_flush(producer, topic, records, partition))
+        reports.append(write_all(writer, records, partition))
         if commit:
             producer.commit_transaction(TIMEOUT)
         else:
@@ -146,40 +241,28 @@ def produce_transactional(bootstrap: str, topic: str, committed: Iterable = (),
     return {"aborted": aborted_reports, "committed": committed_reports}
 
 
-def _produce_flush(producer: Producer, topic: str, records: Iterable,
-                   partition: int | None) -> list[Delivered]:
+def write_all(writer: Writer, records: Iterable, partition: int | None = None) -> list[Delivered]:
+    """``produce`` through a Writer the caller keeps (in its open transaction, say): the delivery
+    reports of ``records`` in order once flushed; ProduceError if any was not delivered."""
     records = [Record.of(r) for r in records]
     reports: list[Delivered | None] = [None] * len(records)
-    errors: list[str] = []
+    errors_before = len(writer.errors)
 
-    def on_delivery(i):
-        def cb(err, msg):
-            if err is not None:
-                errors.append(f"record {i}: {err}")
-            else:
-                reports[i] = Delivered(msg.topic(), msg.partition(), msg.offset())
-        return cb
+    def at(i):
+        def delivered(msg):
+            reports[i] = Delivered(msg.topic(), msg.partition(), msg.offset())
+        return delivered
 
     for i, r in enumerate(records):
-        kw = {"key": r.key, "value": r.value, "on_delivery": on_delivery(i)}
-        if r.headers:
-            kw["headers"] = list(r.headers)
-        if r.timestamp is not None:
-            kw["timestamp"] = r.timestamp
-        if partition is not None:
-            kw["partition"] = partition
-        while True:
-            try:
-                producer.produce(topic, **kw)
-                break
-            except BufferError:  # local queue full: let deliveries drain it
-                producer.poll(0.1)
-    left = producer.flush(TIMEOUT)
+        writer.send(r.value, r.key, partition=partition, headers=r.headers, timestamp=r.timestamp,
+                    on_delivered=at(i))
+    left = writer.flush(TIMEOUT)
     if left:
-        raise ProduceError(f"{left} of {len(records)} record(s) to {topic!r} still queued after "
+        raise ProduceError(f"{left} of {len(records)} record(s) to {writer.topic!r} still queued after "
                            f"{TIMEOUT} s; is the broker at the bootstrap address up?")
+    errors = writer.errors[errors_before:]
     if errors or None in reports:
-        raise ProduceError(f"delivery to {topic!r} failed: " + "; ".join(errors))
+        raise ProduceError(f"delivery to {writer.topic!r} failed: " + "; ".join(errors))
     return reports
 
 
