@@ -1,5 +1,11 @@
 """Helpers the benchmarks share: a free port, the brokers, one request over a socket, a process's
-CPU time, machine facts.
+CPU time, machine facts, and running a benchmark's own script as a child process.
+
+The benchmarks import from tests/support (the Kafka launcher, the producer, the one-request
+socket helper), never the reverse: tests/support is where the repository keeps how to start a
+broker and write test data, and a benchmark is one more user of it.  The tests do not depend on
+bench/ (bench/ is not a package they ship with; only tests/kafka/test_java_bench_peer.py reads
+the benchmarks' data set, the thing it checks).
 
 Two brokers, chosen by ``open_broker(kind, directory)``, both context managers with the same
 face (``bootstrap``, ``host``/``port``, ``offered``, ``pids``, ``cpu_s()``, ``describe()``):
@@ -17,18 +23,20 @@ face (``bootstrap``, ``host``/``port``, ``offered``, ``pids``, ``cpu_s()``, ``de
 
 from __future__ import annotations
 
+import json
 import os
 import platform
-import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from kdaemon import embedded
-from kdaemon.protocol.connection import KafkaConnection, Response
+from kdaemon.protocol.connection import Response
 from kdaemon.protocol.schema import Api
 
 HOST = embedded.HOST
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 BROKER_KINDS = ("kafka", "tansu")
@@ -45,18 +53,10 @@ def free_port(host: str = HOST) -> int:
 
 def request(host: str, port: int, api: Api, version: int, body: dict, *,
             timeout: float = 10.0, client_id: str = "kdaemon-bench") -> Response:
-    """One request/response over a fresh socket, framed by kdaemon's own sans-IO connection."""
-    conn = KafkaConnection(client_id=client_id)
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(conn.send(api, version, body))
-        while True:
-            data = sock.recv(1 << 20)
-            if not data:
-                raise ConnectionError(
-                    f"{host}:{port} closed the connection before answering {api.name} v{version}")
-            responses = conn.receive_data(data)
-            if responses:
-                return responses[0]
+    """One request/response over a fresh socket, framed by kdaemon's own sans-IO connection
+    (tests/support/wire.py's, with a benchmark's client id and a longer timeout)."""
+    from tests.support.wire import request as wire_request
+    return wire_request(host, port, api, version, body, timeout=timeout, client_id=client_id)
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -302,3 +302,32 @@ def machine_facts() -> dict:
         "cpu_count": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
     }
+
+
+# -- child processes ------------------------------------------------------------------------------
+
+def child_env(*, before: list[str] = (), after: list[str] = (), drop: tuple[str, ...] = ()) -> dict:
+    """The environment of a benchmark's child: kdaemon and bench from the tree this file lives in
+    (first on ``PYTHONPATH``, after ``before``), even when an editable install points elsewhere,
+    so a copy of the tree can be measured while others edit the checkout; ``drop`` names
+    variables the child must not inherit."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PYTHONPATH"] = os.pathsep.join(
+        list(before) + [str(REPO_ROOT)] + list(after)
+        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def run_child(script: str, flag: str, spec: dict, timeout: float, env: dict | None = None) -> dict:
+    """``python SCRIPT FLAG JSON(spec)`` in a fresh process, its answer the JSON object on the last
+    line of its stdout; ``{"error": ...}`` (its exit code and stderr's tail) when it fails or does
+    not answer within ``timeout`` seconds."""
+    cmd = [sys.executable, str(Path(script).resolve()), flag, json.dumps(spec)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                              env=child_env() if env is None else env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no answer within {timeout:g} s"}
+    if proc.returncode:
+        return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-2000:]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])

