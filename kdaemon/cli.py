@@ -84,15 +84,31 @@ def run(config_path: str, workers: int | None, in_process: bool) -> None:
 
 
 def _run_in_process(config: DaemonConfig) -> int:
-    import subprocess
-    from .worker.main import make_worker
-    uploader = None
-    if config.sink.type == "spark":
-        # One worker, so this process owns the uploader the supervisor would otherwise own.
-        uploader = subprocess.Popen([sys.executable, "-m", "kdaemon.sinks.spark.uploader", "-c", config.path])
+    """One worker in this process.  Without a supervisor this process also runs the sink's
+    companion processes (the Spark uploader, say) with the supervisor's ``Companions``: started
+    first, kept running from the worker's loop, stopped after the worker has flushed."""
+    from .supervisor.companions import Companions, specs_for
+    from .worker.main import load_plugins, make_worker
+    try:
+        specs = specs_for(config, load_plugins(config, configure=False))
+    except ValueError as exc:
+        click.echo(f"{config.path}: sink companions: {exc}", err=True)
+        return EXIT_CONFIG
+    companions = Companions()
+    companions.configure(specs, log_level=config.daemon.log_level, stop_timeout_s=config.daemon.shutdown_timeout_s)
+    companions.tick()
+    next_check = [0.0]
+
+    def keep_companions(worker) -> None:
+        now = time.monotonic()
+        if now >= next_check[0]:
+            next_check[0] = now + 0.5
+            companions.poll()
+            companions.tick()
+
     try:
         try:
-            worker = make_worker(config)
+            worker = make_worker(config, on_tick=keep_companions)
         except ConfigError as exc:
             # Sink settings are only checked when the sink is built (a dry run must not
             # create its files), so a bad [sink] table shows up here.
@@ -103,12 +119,7 @@ def _run_in_process(config: DaemonConfig) -> int:
             signal.signal(sig, lambda *_: worker.request_stop())
         return worker.run()
     finally:
-        if uploader is not None:
-            uploader.terminate()
-            try:
-                uploader.wait(60)
-            except subprocess.TimeoutExpired:
-                uploader.kill()
+        companions.stop_all()
 
 
 @main.command("check-config")

@@ -12,10 +12,11 @@ factory for bad settings: the message is shown to the operator as a configuratio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from . import hookspec
+from .companion import CompanionSpec, SinkContext
 from .types import Deserializer, Interceptor, Sink
 
 HeaderFilterFactory = Callable[[dict], Callable[[list], bool]]
@@ -68,14 +69,38 @@ def kdaemon_interceptors() -> Mapping[str, InterceptorFactory]:
 
 
 @hookspec
-def kdaemon_sinks() -> Mapping[str, SinkFactory]:
+def kdaemon_sinks(context: SinkContext | None) -> Mapping[str, SinkFactory]:
     """Sinks this plugin offers, by type name.
 
     Called once at start-up; ``[sink] type = "<name>"`` picks one and the factory receives the
     whole ``[sink]`` table.  The sink's ``flush()`` must return only when everything written
     is durable: offsets are committed right after it.
 
+    :param context: the daemon's ``kdaemon.plugins.companion.SinkContext`` (state directory,
+        daemon id, heartbeat timeout) for the factories to close over; ``None`` outside a
+        daemon (a plugin's own unit tests).  An implementation that needs no context may leave
+        the parameter out: pluggy passes only the arguments it names.
     :return: mapping of sink type to factory.
+    """
+
+
+@hookspec
+def kdaemon_sink_companions(sink_type: str, settings: dict, context: SinkContext) -> Iterable[CompanionSpec] | None:
+    """Companion processes a sink needs beside the workers (the Spark uploader, say).
+
+    Called in the supervisor (and by ``kdaemon run --in-process``) at start-up and on every
+    reload, once for ``[sink]`` and once for ``[dlq]``, before any worker exists; every
+    implementation is called, and the companions of all of them are run.  It runs in the
+    process every worker is forked from: describe the processes, do not start anything (no
+    threads, sockets or files here).  The supervisor starts them before the workers, restarts
+    them with backoff, restarts one whose spec a reload changed, and stops them after the last
+    worker (see ``kdaemon.plugins.companion.CompanionSpec``).  Two sinks asking for one name
+    share that process, which must then have the same spec.
+
+    :param sink_type: the table's ``type``; offer companions only for the sink types you provide.
+    :param settings: the whole ``[sink]`` (or ``[dlq]``) table, as its factory receives it.
+    :param context: the daemon's ``SinkContext`` (state directory, daemon id, ...).
+    :return: the ``CompanionSpec`` objects this sink needs, or ``None`` / ``()`` for none.
     """
 
 
@@ -145,5 +170,5 @@ def kdaemon_worker_exit(index: int, exit_code: int) -> None:
 
 
 ALL_HOOKS = ("kdaemon_header_filters", "kdaemon_deserializers", "kdaemon_interceptors",
-             "kdaemon_sinks", "kdaemon_configure", "kdaemon_pre_fork", "kdaemon_post_fork",
+             "kdaemon_sinks", "kdaemon_sink_companions", "kdaemon_configure", "kdaemon_pre_fork", "kdaemon_post_fork",
              "kdaemon_worker_exit")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pluggy
 
 from . import PROJECT, hookspecs
+from .companion import CompanionSpec, SinkContext
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class PluginManager:
 
     # -- typed access ---------------------------------------------------------------------------
 
-    def _collect(self, hook: pluggy.HookCaller) -> dict[str, object]:
+    def _collect(self, hook: pluggy.HookCaller, **kwargs: object) -> dict[str, object]:
         """Call a collecting hook once, through pluggy, and merge the mappings it returns.
 
         Through pluggy, never ``impl.function()``: tryfirst/trylast order the calls, a
@@ -110,24 +111,24 @@ class PluginManager:
         through a subset caller — on that error path only.
         """
         try:
-            results = hook()
+            results = hook(**kwargs)
         except Exception as exc:
             raise PluginError(f"{self._raised_by(hook, exc)}: {hook.name} raised "
                               f"{type(exc).__name__}: {exc}") from exc
         merged: dict[str, object] = {}
         for offered in results:
             if not isinstance(offered, Mapping):
-                culprits = self._returning(hook, lambda r: not isinstance(r, Mapping))
+                culprits = self._returning(hook, lambda r: not isinstance(r, Mapping), kwargs)
                 raise PluginError(f"{hook.name} must return a mapping of names to factories, got a "
                                   f"{type(offered).__name__} (from {self._names(culprits)})")
             for name, factory in offered.items():
                 if name in merged:
-                    raise PluginError(self._clash(hook, name))
+                    raise PluginError(self._clash(hook, name, kwargs))
                 merged[name] = factory
         return merged
 
-    def _clash(self, hook: pluggy.HookCaller, name: str) -> str:
-        owners = self._returning(hook, lambda r: isinstance(r, Mapping) and name in r)
+    def _clash(self, hook: pluggy.HookCaller, name: str, kwargs: dict) -> str:
+        owners = self._returning(hook, lambda r: isinstance(r, Mapping) and name in r, kwargs)
         if len(owners) >= 2:
             return (f"{hook.name}: {name!r} is offered by both {owners[0]!r} and {owners[1]!r}; "
                     "disable one of them")
@@ -135,7 +136,7 @@ class PluginManager:
         return (f"{hook.name}: {name!r} is offered twice, though only {self._names(owners)} offers it "
                 "alone: a wrapper=True implementation of this hook adds it again")
 
-    def _returning(self, hook: pluggy.HookCaller, test: Callable[[object], bool]) -> list[str]:
+    def _returning(self, hook: pluggy.HookCaller, test: Callable[[object], bool], kwargs: dict) -> list[str]:
         """The plugins (in registration order) whose own implementation of ``hook``, called
         alone through pluggy, returns something ``test`` accepts."""
         found: list[str] = []
@@ -145,7 +146,7 @@ class PluginManager:
                 continue
             alone = self._pm.subset_hook_caller(
                 hook.name, remove_plugins=[p for n, p in plugins if n != impl.plugin_name])
-            if any(test(r) for r in alone()):
+            if any(test(r) for r in alone(**kwargs)):
                 found.append(impl.plugin_name)
         return found
 
@@ -192,11 +193,23 @@ class PluginManager:
     def interceptors(self) -> dict[str, hookspecs.InterceptorFactory]:
         return self._collect(self._pm.hook.kdaemon_interceptors)  # type: ignore[return-value]
 
-    def sinks(self) -> dict[str, hookspecs.SinkFactory]:
-        return self._collect(self._pm.hook.kdaemon_sinks)  # type: ignore[return-value]
+    def sinks(self, context: SinkContext | None = None) -> dict[str, hookspecs.SinkFactory]:
+        return self._collect(self._pm.hook.kdaemon_sinks, context=context)  # type: ignore[return-value]
 
     def configure(self, config) -> None:
         self._pm.hook.kdaemon_configure(config=config)
+
+    def sink_companions(self, sink_type: str, settings: dict, context: SinkContext) -> list[CompanionSpec]:
+        """Every plugin's companions for this sink, in hook call order."""
+        out: list[CompanionSpec] = []
+        for offered in self._pm.hook.kdaemon_sink_companions(sink_type=sink_type, settings=settings,
+                                                             context=context):
+            for spec in offered or ():
+                if not isinstance(spec, CompanionSpec):
+                    raise PluginError(f"kdaemon_sink_companions must return CompanionSpec objects, got "
+                                      f"{type(spec).__name__} for sink {sink_type!r}")
+                out.append(spec)
+        return out
 
     # -- the supervisor's process hooks (notifications to every plugin, through pluggy) ----------
 

@@ -1,25 +1,26 @@
-"""The built-in sinks, registered as the plugin ``builtin-sinks`` by the worker."""
+"""The built-in sinks, registered as the plugin ``builtin-sinks`` by the worker (and by the
+supervisor, which asks it for the spark sink's companion, the uploader).
+
+What a sink needs to know about the daemon comes with the hook call (``SinkContext``), so
+nothing here is module state: two pipelines built in one process with different state
+directories each get their own."""
 
 from __future__ import annotations
 
 from ..plugins import hookimpl
+from ..plugins.companion import CompanionSpec, SinkContext
+
+_DEFAULT_STATE_DIR = "./var/kdaemon"   # without a daemon's context (a plugin's unit test)
 
 
-_STATE = {"state_dir": "./var/kdaemon", "heartbeat_timeout_s": None}
-
-
-@hookimpl
-def kdaemon_configure(config):
-    _STATE["state_dir"] = config.daemon.state_dir
-    _STATE["heartbeat_timeout_s"] = config.daemon.heartbeat_timeout_s
-
-
-def _spark(settings: dict):
+def _spark(settings: dict, context: SinkContext | None):
     try:
         from .spark.staging import SparkSink
     except ImportError as exc:
         raise ValueError(f"the spark sink needs the spark extra (pip install 'kdaemon[spark]'): {exc}") from None
-    return SparkSink(settings, _STATE["state_dir"], heartbeat_timeout_s=_STATE["heartbeat_timeout_s"])
+    if context is None:
+        return SparkSink(settings, _DEFAULT_STATE_DIR)
+    return SparkSink(settings, context.state_dir, heartbeat_timeout_s=context.heartbeat_timeout_s)
 
 
 def _with_validate(factory, validate):
@@ -39,9 +40,20 @@ def _validate_spark(settings: dict) -> None:
 
 
 @hookimpl
-def kdaemon_sinks():
+def kdaemon_sinks(context: SinkContext | None):
     from .jsonl import JsonlSink
     from .simple import NullSink, StdoutSink
     return {"jsonl": _with_validate(JsonlSink.from_settings, JsonlSink.validate_settings),
             "stdout": StdoutSink.from_settings, "null": NullSink.from_settings,
-            "spark": _with_validate(_spark, _validate_spark)}
+            "spark": _with_validate(lambda settings: _spark(settings, context), _validate_spark)}
+
+
+@hookimpl
+def kdaemon_sink_companions(sink_type: str, settings: dict, context: SinkContext):
+    """The spark sink's uploader: one process per daemon holding the SparkSession.  Its spec
+    carries the whole ``[sink]`` table, so a reload that changes any of it restarts the
+    uploader (which reads its settings only when it starts)."""
+    if sink_type != "spark":
+        return None
+    return [CompanionSpec("spark-uploader", entry="kdaemon.sinks.spark.uploader:run",
+                          kwargs={"settings": settings, "state_dir": context.state_dir})]

@@ -2,25 +2,25 @@
 
 Signal handlers only enqueue the signal and write to a wake-up pipe; the main loop dispatches
 (``handle_term``, ``handle_hup``, ...) and on every tick reaps children, checks heartbeats,
-restarts crashed workers with backoff, keeps the worker count, and talks to systemd.
+restarts crashed workers with backoff, keeps the worker count, and talks to systemd.  The
+sinks' companion processes (``companions.py``) start before the workers and stop after them.
 
 The supervisor itself never creates a Kafka client, a thread or a plugin's objects: those exist
 only in workers, after fork.  It does import the allowlisted plugins, to call their process
 hooks (``kdaemon_pre_fork`` here, ``kdaemon_post_fork`` and ``kdaemon_worker_exit`` in the
-child, see ``kdaemon.plugins.hookspecs``); their factories run only in workers.  It serves ``/metrics`` from its own select loop (no thread), aggregating
-the files the workers write in prometheus-client's multiprocess mode.
+child, see ``kdaemon.plugins.hookspecs``) and to ask which companions the sinks need; their
+factories run only in workers.  It serves ``/metrics`` from its own select loop (no thread,
+``metrics_http.py``), aggregating the files the workers write in prometheus-client's
+multiprocess mode.  Worker heartbeats are ``heartbeat.WorkerHeartbeat`` lines on a pipe.
 """
 
 from __future__ import annotations
 
-import errno
-import json
 import logging
 import os
 import select
 import shutil
 import signal
-import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -30,6 +30,10 @@ from ..config import ConfigError, DaemonConfig, load
 from ..plugins.manager import PluginManager
 from . import sdnotify
 from .child import EXIT_BOOT_FAILURE, run_child
+from .companions import STABLE_AFTER_S, Companions, specs_for
+from .heartbeat import HeartbeatReader
+from .metrics_http import MetricsEndpoint
+from .resources import ResourceSampler
 
 log = logging.getLogger("kdaemon.supervisor")
 
@@ -37,7 +41,7 @@ EXIT_OK = 0
 EXIT_WORKER_BOOT_FAILED = 4
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
 _RESTART_BACKOFF_MAX = 30.0
-_STABLE_AFTER_S = 60.0
+EXIT_CONFIG = 2
 _BOOT_CRASHES = 5  # a worker that dies this many times in a row before ever being ready: stop
 
 
@@ -54,8 +58,11 @@ class WorkerProc:
     delivered: int = 0
     stopping: bool = False
     stop_sent_at: float | None = None
-    buffer: bytes = b""
     generation: int = 0  # the config generation it was started with
+    reader: HeartbeatReader | None = None
+
+    def __post_init__(self) -> None:
+        self.reader = HeartbeatReader(f"worker {self.index} (pid {self.pid})")
 
 
 def _restart_backoff() -> Backoff:
@@ -89,24 +96,10 @@ def validate_in_subprocess(config_path: str) -> list[str]:
 
 
 def load_plugins(config: DaemonConfig) -> PluginManager:
-    """The allowlisted plugins and the built-in sinks, imported but not configured: no factory
-    and no ``kdaemon_configure`` runs here (see the module docstring)."""
-    from ..sinks import builtin as builtin_sinks
-    plugins = PluginManager(config.plugins)
-    plugins.register(builtin_sinks, "builtin-sinks")
-    return plugins
-
-
-def _peak_rss_bytes(pid: int) -> int | None:
-    """VmHWM from /proc (Linux); None where there is no such file."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    """The allowlisted plugins, imported but not configured: no factory and no
+    ``kdaemon_configure`` runs here (see the module docstring)."""
+    from ..worker.main import load_plugins as load
+    return load(config, configure=False)
 
 
 class Arbiter:
@@ -128,16 +121,15 @@ class Arbiter:
         self._config_generation = 0
         self._rolling: list[int] = []
         self._roll_waiting: int | None = None
-        self._metrics_sock: socket.socket | None = None
+        self._metrics_http: MetricsEndpoint | None = None
         self._metrics_dir: str | None = None
         self._next_sample = 0.0
         self._next_status = 0.0
         self._watchdog = sdnotify.watchdog_interval_s()
         self._next_watchdog = 0.0
         self._prom = None
-        self._uploader_pid: int | None = None
-        self._uploader_slot = Slot(Backoff(1.0, _RESTART_BACKOFF_MAX))
-        self._uploader_reloading = False
+        self.companions = Companions()
+        self._resources = ResourceSampler()
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -149,18 +141,7 @@ class Arbiter:
         self._metrics_dir = d
         from . import metrics as supervisor_metrics  # imported only now: the env var must be set
         self._prom = supervisor_metrics
-        host, _, port = self.config.daemon.metrics_addr.rpartition(":")
-        try:
-            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host.strip("[]"), int(port)))
-            sock.listen(16)
-            sock.setblocking(False)
-            sock.set_inheritable(False)
-            self._metrics_sock = sock
-            log.info("metrics on http://%s/metrics", self.config.daemon.metrics_addr)
-        except OSError as exc:
-            log.error("cannot serve metrics on %s: %s (continuing without)", self.config.daemon.metrics_addr, exc)
+        self._metrics_http = MetricsEndpoint(self.config.daemon.metrics_addr)
 
     def _install_signals(self) -> None:
         for sig in _HANDLED:
@@ -176,6 +157,11 @@ class Arbiter:
     # -- the main loop --------------------------------------------------------------------------
 
     def run(self) -> int:
+        try:
+            self._configure_companions(self.config, specs_for(self.config, self.plugins))
+        except ValueError as exc:
+            log.error("%s: sink companions: %s", self.config_path, exc)
+            return EXIT_CONFIG
         self._setup_metrics()
         self._install_signals()
         log.info("kdaemon supervisor %s starting %d worker(s)", os.getpid(), self.target)
@@ -187,10 +173,8 @@ class Arbiter:
                 self._dispatch_signals()
                 self._reap()
                 if self._stopping and not self.workers:
-                    # The uploader goes last: stopping workers flush their final batches to it.
-                    if self._uploader_pid is not None:
-                        self._stop_uploader()
-                        continue
+                    # Companions go last: stopping workers flush their final batches to them.
+                    self.companions.stop_all()
                     break
                 self._check_liveness()
                 self._sample_resources()
@@ -200,21 +184,18 @@ class Arbiter:
             log.exception("supervisor failure; stopping workers")
             self._exit_code = 1
             self._terminate_all(graceful=False)
-            if self._uploader_pid is not None:
-                try:
-                    os.kill(self._uploader_pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            self.companions.kill_all()
         finally:
-            if self._metrics_sock is not None:
-                self._metrics_sock.close()
+            if self._metrics_http is not None:
+                self._metrics_http.close()
         log.info("supervisor exiting with code %d", self._exit_code)
         return self._exit_code
 
     def _sleep(self) -> None:
         fds = [self._wake_r] + [w.heartbeat_fd for w in self.workers.values()]
-        if self._metrics_sock is not None:
-            fds.append(self._metrics_sock.fileno())
+        metrics_fd = self._metrics_http.fileno() if self._metrics_http is not None else None
+        if metrics_fd is not None:
+            fds.append(metrics_fd)
         try:
             readable, _, _ = select.select(fds, [], [], 0.5)
         except InterruptedError:
@@ -226,8 +207,8 @@ class Arbiter:
                         pass
                 except BlockingIOError:
                     pass
-            elif self._metrics_sock is not None and fd == self._metrics_sock.fileno():
-                self._serve_metrics()
+            elif fd == metrics_fd:
+                self._metrics_http.serve_one(self._prom.render)  # type: ignore[union-attr]
             else:
                 self._read_heartbeat(fd)
 
@@ -243,23 +224,14 @@ class Arbiter:
             data = b""
         if not data:
             return  # EOF: the worker is exiting; the reaper handles it
-        proc.buffer += data
-        *lines, proc.buffer = proc.buffer.split(b"\n")
         now = time.monotonic()
-        for line in lines:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
+        for beat in proc.reader.feed(data):
             proc.last_heartbeat = now
-            proc.assigned = msg.get("assigned", 0)
-            proc.lag = msg.get("lag", 0)
-            proc.delivered = msg.get("delivered", 0)
-            if "partitions" in msg:
-                generation = msg.get("generation")
+            proc.assigned, proc.lag, proc.delivered = beat.assigned, beat.lag, beat.delivered
+            if beat.partitions is not None:
                 log.info("worker %d (pid %d) has its assignment: generation %s, [%s]", proc.index, proc.pid,
-                         "-" if generation is None else generation, ", ".join(msg["partitions"]))
-            if msg.get("ready") and not proc.ready:
+                         "-" if beat.generation is None else beat.generation, ", ".join(beat.partitions))
+            if beat.ready and not proc.ready:
                 proc.ready = True
                 self.slots[proc.index].crashes_before_ready = 0
 
@@ -294,6 +266,7 @@ class Arbiter:
             if problems:
                 raise ConfigError(problems)
             plugins = load_plugins(new)
+            companions = specs_for(new, plugins)
         except ConfigError as exc:
             log.error("reload refused, keeping the running configuration:\n%s", exc)
             return
@@ -307,7 +280,7 @@ class Arbiter:
         self._rolling = sorted({w.index for w in self.workers.values() if not w.stopping})
         self._roll_waiting = None
         self._ready_sent = False
-        self._reload_uploader(changed=old.sink != new.sink or old.daemon.state_dir != new.daemon.state_dir)
+        self._configure_companions(new, companions)
         if self._workers_override is None and old.daemon.workers != new.daemon.workers:
             self.target = new.daemon.workers or os.cpu_count() or 1
             log.info("worker count from the new configuration: %d", self.target)
@@ -343,56 +316,12 @@ class Arbiter:
     def _live_indexes(self) -> set[int]:
         return {w.index for w in self.workers.values()}
 
-    # -- the Spark uploader (one per daemon, only with the spark sink) --------------------------
-
-    def _needs_uploader(self) -> bool:
-        return self.config.sink.type == "spark"
-
-    def _manage_uploader(self) -> None:
-        if self._stopping or not self._needs_uploader() or self._uploader_pid is not None:
-            return
-        if time.monotonic() < self._uploader_slot.next_start:
-            return
-        import subprocess
-        proc = subprocess.Popen([sys.executable, "-m", "kdaemon.sinks.spark.uploader", "-c", self.config_path],
-                                env={k: v for k, v in os.environ.items()
-                                     if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")})
-        self._uploader_pid = proc.pid
-        self._uploader_started = time.monotonic()
-        log.info("started the Spark uploader (pid %d)", proc.pid)
-
-    def _reload_uploader(self, changed: bool) -> None:
-        """The uploader reads the configuration when it starts: if its settings changed,
-        restart it now; if it is waiting out a crash backoff (after a bad setting, say), start
-        it now."""
-        self._uploader_slot = Slot(Backoff(1.0, _RESTART_BACKOFF_MAX))
-        if self._uploader_pid is not None and changed:
-            self._uploader_reloading = True
-            log.info("restarting the Spark uploader (pid %d) for the new configuration", self._uploader_pid)
-            try:
-                os.kill(self._uploader_pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-
-    def _on_uploader_exit(self, code: int) -> None:
-        self._uploader_pid = None
-        if self._stopping:
-            log.info("Spark uploader stopped with code %d", code)
-            return
-        if self._uploader_reloading:
-            self._uploader_reloading = False
-            log.info("Spark uploader stopped with code %d for the reload; starting it again", code)
-            return
-        slot = self._uploader_slot
-        if time.monotonic() - self._uploader_started > _STABLE_AFTER_S:
-            slot.backoff.reset()
-        backoff = slot.backoff.failure()
-        slot.next_start = time.monotonic() + backoff
-        log.error("Spark uploader exited with code %d; restarting it in %.1fs (workers pause their "
-                  "uploads meanwhile)", code, backoff)
+    def _configure_companions(self, config: DaemonConfig, specs) -> None:
+        self.companions.configure(specs, log_level=config.daemon.log_level,
+                                  stop_timeout_s=config.daemon.shutdown_timeout_s)
 
     def _manage_workers(self) -> None:
-        self._manage_uploader()
+        self.companions.tick()
         if self._stopping:
             return
         now = time.monotonic()
@@ -425,8 +354,8 @@ class Arbiter:
                 os.close(r)
                 os.close(self._wake_r)
                 os.close(self._wake_w)
-                if self._metrics_sock is not None:
-                    self._metrics_sock.close()
+                if self._metrics_http is not None:
+                    self._metrics_http.close()
                 for other in self.workers.values():
                     try:
                         os.close(other.heartbeat_fd)
@@ -452,25 +381,6 @@ class Arbiter:
         now = time.monotonic()
         self.workers[pid] = WorkerProc(index, pid, r, now, now, generation=self._config_generation)
         log.info("started worker %d (pid %d)", index, pid)
-
-    def _stop_uploader(self) -> None:
-        pid = self._uploader_pid
-        if pid is None:
-            return
-        try:
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + self.config.daemon.shutdown_timeout_s
-            while time.monotonic() < deadline:
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    self._on_uploader_exit(os.waitstatus_to_exitcode(status))
-                    return
-                time.sleep(0.1)
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        self._uploader_pid = None
 
     def _stop_worker(self, proc: WorkerProc) -> None:
         proc.stopping = True
@@ -499,8 +409,7 @@ class Arbiter:
                 return
             if pid == 0:
                 return
-            if pid == self._uploader_pid:
-                self._on_uploader_exit(os.waitstatus_to_exitcode(status))
+            if self.companions.reaped(pid, os.waitstatus_to_exitcode(status)):
                 continue
             proc = self.workers.pop(pid, None)
             if proc is None:
@@ -509,6 +418,7 @@ class Arbiter:
                 os.close(proc.heartbeat_fd)
             except OSError:
                 pass
+            self._resources.forget(pid)
             if self._prom is not None:
                 self._prom.mark_dead(pid)
                 self._prom.WORKER_RESOURCES.forget(proc.index, pid)
@@ -538,7 +448,7 @@ class Arbiter:
                 self._exit_code = EXIT_WORKER_BOOT_FAILED
                 self.handle_term()
                 return
-        if now - proc.started > _STABLE_AFTER_S:
+        if now - proc.started > STABLE_AFTER_S:
             slot.backoff.reset()
         backoff = slot.backoff.failure()
         slot.restarts += 1
@@ -576,21 +486,15 @@ class Arbiter:
         if now < self._next_sample:
             return
         self._next_sample = now + 5.0
-        try:
-            import psutil
-        except ImportError:
-            return
         limit = self.config.daemon.max_worker_rss_mb
         for proc in list(self.workers.values()):
-            try:
-                p = psutil.Process(proc.pid)
-                rss_mb = p.memory_info().rss / 1048576
-                cpu = p.cpu_percent(interval=None)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
+            usage = self._resources.sample(proc.pid)
+            if usage is None:
                 continue
+            rss_mb = usage.rss_bytes / 1048576
             if self._prom is not None:
-                self._prom.WORKER_RESOURCES.set(proc.index, proc.pid, rss_mb * 1048576,
-                                                _peak_rss_bytes(proc.pid), cpu)
+                self._prom.WORKER_RESOURCES.set(proc.index, proc.pid, usage.rss_bytes, usage.peak_rss_bytes,
+                                                usage.cpu_percent)
             if limit and rss_mb > limit and not proc.stopping and not self._rolling:
                 log.warning("worker %d (pid %d) uses %.0f MB > max_worker_rss_mb=%d; recycling it",
                             proc.index, proc.pid, rss_mb, limit)
@@ -645,30 +549,3 @@ class Arbiter:
             if live:
                 self._next_watchdog = now + self._watchdog
                 sdnotify.notify("WATCHDOG=1")
-
-    def _serve_metrics(self) -> None:
-        try:
-            conn, _ = self._metrics_sock.accept()  # type: ignore[union-attr]
-        except (BlockingIOError, OSError):
-            return
-        try:
-            conn.settimeout(2.0)
-            request = b""
-            while b"\r\n\r\n" not in request and len(request) < 8192:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    break
-                request += chunk
-            line = request.split(b"\r\n", 1)[0].decode("latin-1", "replace").split()
-            if len(line) >= 2 and line[0] == "GET" and line[1].split("?")[0] in ("/metrics", "/"):
-                body, ctype = self._prom.render()  # type: ignore[union-attr]
-                status = "200 OK"
-            else:
-                body, ctype, status = b"not found\n", "text/plain", "404 Not Found"
-            conn.sendall(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                         f"Connection: close\r\n\r\n".encode() + body)
-        except OSError as exc:
-            if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
-                log.debug("metrics request failed: %s", exc)
-        finally:
-            conn.close()

@@ -3,7 +3,7 @@
 Runs in the child right after fork: signal handlers are reset, NOTIFY_SOCKET is dropped (only
 the supervisor talks to systemd), and only then are the consumer, its threads and sockets, the
 plugins and the sink created.  The worker reports liveness and readiness over a pipe to the
-supervisor: one JSON line per heartbeat.
+supervisor: one ``WorkerHeartbeat`` line per beat (``heartbeat.py``).
 
 Exit codes: 0 clean stop; 3 stopped by an error policy; 4 could not boot (bad plugin,
 credentials, configuration only the plugins could check) — the supervisor does not restart a
@@ -12,7 +12,6 @@ worker that cannot boot; 1 anything else (restarted with backoff).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -20,14 +19,16 @@ import sys
 import time
 import traceback
 
+from .heartbeat import WorkerHeartbeat
+
 EXIT_BOOT_FAILURE = 4
 
 log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    """Writes ``{"ready": bool, "assigned": n, "lag": n, "delivered": n}`` lines, rate-limited;
-    the line where ``ready`` turns true also carries ``generation`` and ``partitions``."""
+    """Writes ``WorkerHeartbeat`` lines to the supervisor, rate-limited; the line where ``ready``
+    turns true also carries ``generation`` and ``partitions``."""
 
     def __init__(self, fd: int, interval_s: float = 0.5) -> None:
         self.fd = fd
@@ -47,17 +48,17 @@ class Heartbeat:
         self._last_ready = ready
         m = consumer.metrics()
         lag = sum(p.records_lag or 0 for p in m.partitions.values())
-        msg = {"ready": ready, "assigned": len(m.partitions), "lag": lag,
-               "delivered": sum(worker.stats.delivered.values())}
+        generation = partitions = None
         if newly_ready:
             # Once per (re)assignment, so the supervisor's log says who holds what since when:
             # that is how an operator (and a test) sees whether a restart moved partitions.
-            generation = consumer.group_generation()
-            msg["generation"] = generation[0] if generation else None
-            msg["partitions"] = sorted(f"{tp.topic}-{tp.partition}" for tp in consumer.assignment())
-        line = json.dumps(msg) + "\n"
+            group_generation = consumer.group_generation()
+            generation = group_generation[0] if group_generation else None
+            partitions = tuple(sorted(f"{tp.topic}-{tp.partition}" for tp in consumer.assignment()))
+        beat = WorkerHeartbeat(ready, len(m.partitions), lag, sum(worker.stats.delivered.values()),
+                               generation, partitions)
         try:
-            os.write(self.fd, line.encode())
+            os.write(self.fd, beat.encode())
         except (BlockingIOError, BrokenPipeError):
             pass
 

@@ -6,10 +6,13 @@ reported as configuration problems in the same ``file: section.key: problem`` fo
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config import ConfigError, DaemonConfig, FilterConfig
+from ..plugins.companion import SinkContext
 from ..protocol.header_match import HeaderRule, HeaderRules, resolve_default
 
 
@@ -51,6 +54,13 @@ class FilterChain:
 def _rule_group(rules: list[FilterConfig], default_setting: str) -> HeaderRules:
     compiled = [HeaderRule(r.header, r.op, tuple(r.values), keep=r.action == "keep") for r in rules]
     return HeaderRules(compiled, default=resolve_default(default_setting, compiled))
+
+
+def sink_context(config: DaemonConfig) -> SinkContext:
+    """What sink factories and companion factories learn about the daemon (one place for it)."""
+    d = config.daemon
+    return SinkContext(state_dir=os.path.abspath(d.state_dir), daemon_id=d.daemon_id or socket.gethostname(),
+                       heartbeat_timeout_s=d.heartbeat_timeout_s, log_level=d.log_level)
 
 
 def check_against_plugins(config: DaemonConfig, plugins) -> list[str]:
@@ -128,7 +138,7 @@ def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False
         if built is not None:
             interceptors.append((ic.name, built))
 
-    sink_factories = plugins.sinks()
+    sink_factories = plugins.sinks(sink_context(config))
     sink = make("sink", "sink.type", sink_factories, config.sink.type, config.sink.settings)
     dlq = None
     if config.dlq is not None:

@@ -20,11 +20,15 @@ from .pipeline import Worker
 log = logging.getLogger(__name__)
 
 
-def load_plugins(config: DaemonConfig) -> PluginManager:
+def load_plugins(config: DaemonConfig, *, configure: bool = True) -> PluginManager:
+    """The allowlisted plugins and the built-in sinks.  ``configure=False`` (the supervisor)
+    imports and registers them without running ``kdaemon_configure``: no plugin code but the
+    imports runs in the process every worker is forked from."""
     from ..sinks import builtin as builtin_sinks
     plugins = PluginManager(config.plugins)
     plugins.register(builtin_sinks, "builtin-sinks")
-    plugins.configure(config)
+    if configure:
+        plugins.configure(config)
     return plugins
 
 

@@ -278,7 +278,8 @@ def test_reload_metrics_and_resize(broker, tmp_path):
         d.signal(signal.SIGTTOU)
         wait_for(lambda: third not in d.worker_pids(), 20, "the third worker to exit", d.log_tail)
         assert d.workers() == rolled
-        assert re.search(rf"worker 2 \(pid {third}\) stopped with code 0", d.log()[mark:]), d.log_tail()
+        # The process is gone once it is a zombie; the supervisor logs it when it has reaped it.
+        d.wait_log(rf"worker 2 \(pid {third}\) stopped with code 0", 15, after=mark)
         # Reaped (the line above comes after): a removed worker leaves no stale series behind,
         # and the remaining ones keep theirs.
         assert not worker_series("2") & resources, sorted(d.metrics())

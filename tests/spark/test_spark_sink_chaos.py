@@ -65,7 +65,7 @@ def test_kill_uploader_and_workers_loses_and_duplicates_nothing(broker, spark, t
                 # Kill a serving uploader (one that is still starting Spark is a weaker test):
                 # wait until every start so far has logged "listening", then a little more.
                 wait_for(lambda: daemon.uploader() is not None and
-                         daemon.count("uploader listening on") >= daemon.count("started the Spark uploader"),
+                         daemon.count("uploader listening on") >= daemon.count("started companion spark-uploader"),
                          60, "the restarted uploader to serve", daemon.log_tail)
                 time.sleep(rng.uniform(0.0, 1.5))
                 victim = daemon.uploader()
@@ -86,7 +86,7 @@ def test_kill_uploader_and_workers_loses_and_duplicates_nothing(broker, spark, t
     print(f"staging peak {peak / 1e6:.1f} MB over {staging.samples} samples; "
           f"interrupted uploads cleaned: {log.count('an upload that did not finish')}; "
           f"rewinds: {log.count('rewinding to the last commit')}")
-    assert log.count("Spark uploader exited with code -9") == 3, daemon.log_tail()
+    assert log.count("companion spark-uploader exited with code -9") == 3, daemon.log_tail()
     assert sum(f"(pid {pid}) exited with code -9" in log for _, kind, pid in kills if kind == "worker") == 3
 
     assert_exact(read_output(spark, out), produced.expected())

@@ -22,6 +22,7 @@ from kdaemon.sinks.spark import layout, uploader as uploader_mod  # noqa: E402
 from kdaemon.sinks.spark.layout import BatchId  # noqa: E402
 from kdaemon.sinks.spark.staging import SparkSink, SparkUploadError, validate_settings  # noqa: E402
 from kdaemon.sinks.spark.uploader import Request, Uploader  # noqa: E402
+from kdaemon.sinks.spark.wire import UploadReply, UploadRequest, parse_line  # noqa: E402
 from kdaemon.worker.build import PipelineParts  # noqa: E402
 from kdaemon.worker.pipeline import Mode, Worker  # noqa: E402
 
@@ -277,8 +278,8 @@ def test_a_successful_flush_commits_with_the_batch_as_metadata(tmp_path):
         buf = b""
         while b"\n" not in buf:
             buf += conn.recv(65536)
-        req = json.loads(buf.split(b"\n")[0])
-        conn.sendall(json.dumps({"id": req["id"], "ok": True}).encode() + b"\n")
+        req = UploadRequest.decode(parse_line(buf.split(b"\n")[0]))
+        conn.sendall(UploadReply(req.id, True).encode())
         conn.close()
 
     t = threading.Thread(target=confirm, daemon=True)
@@ -306,7 +307,7 @@ class _HeldUploader:
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(str(path))
         self.server.listen(1)
-        self.requests: list[dict] = []
+        self.requests: list[UploadRequest] = []
         self.answers = __import__("queue").Queue()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -321,10 +322,9 @@ class _HeldUploader:
             while b"\n" not in buf:
                 buf += conn.recv(65536)
             line, buf = buf.split(b"\n", 1)
-            req = json.loads(line)
+            req = UploadRequest.decode(parse_line(line))
             self.requests.append(req)
-            reply = {"id": req["id"], "ok": ok} if ok else {"id": req["id"], "ok": False, "error": "disk full"}
-            conn.sendall(json.dumps(reply).encode() + b"\n")
+            conn.sendall(UploadReply(req.id, ok, None if ok else "disk full").encode())
         conn.close()
 
     def stop(self) -> None:
@@ -359,11 +359,11 @@ def test_flush_async_returns_before_the_upload_is_confirmed(tmp_path):
         assert not os.listdir(sink.staging)
         # The next one covers only what came after, and a failure reaches the caller.
         second = sink.flush_async()
-        assert (up.requests[0]["first"], up.requests[0]["last"]) == (0, 4)
+        assert (up.requests[0].first, up.requests[0].last) == (0, 4)
         up.answers.put(False)
         with pytest.raises(SparkUploadError, match="disk full"):
             second.wait()
-        assert up.requests[1]["first"] == 5 and up.requests[1]["last"] == 7
+        assert up.requests[1].first == 5 and up.requests[1].last == 7
         assert not os.listdir(sink.staging)
         assert sink.commit_metadata(TOPIC, 0) == f"spark:{BatchId(0, 0, 4).name}"
     finally:

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from ...plugins.types import Record
 from .layout import BatchId
+from .wire import UploadReply, UploadRequest, socket_path
 
 STAGED_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
@@ -121,12 +122,9 @@ class _Buffer:
     reread: bool = False
 
 
-def socket_path(state_dir: str) -> str:
-    return os.path.join(os.path.abspath(state_dir), "spark-uploader.sock")
-
-
 class UploaderClient:
-    """One worker's connection to the uploader: JSON lines both ways."""
+    """One worker's connection to the uploader: ``wire.UploadRequest`` lines out,
+    ``wire.UploadReply`` lines back."""
 
     def __init__(self, path: str, timeout_s: float) -> None:
         self.path = path
@@ -148,15 +146,15 @@ class UploaderClient:
         return self._sock
 
     def send(self, requests: list[dict]) -> set[int]:
-        """Send upload requests; return their ids for ``collect``."""
+        """Send upload requests (``UploadRequest`` fields but the id); return their ids for
+        ``collect``."""
         sock = self._connect()
         ids = set()
         try:
             for req in requests:
                 self._next_id += 1
-                req = dict(req, op="upload", id=self._next_id)
                 ids.add(self._next_id)
-                sock.sendall(json.dumps(req).encode() + b"\n")
+                sock.sendall(UploadRequest(id=self._next_id, **req).encode())
         except OSError as exc:
             self.close()
             raise SparkUploadError(f"the Spark uploader did not take the upload: {exc}") from None
@@ -184,10 +182,10 @@ class UploaderClient:
                 self._buf += chunk
                 *lines, self._buf = self._buf.split(b"\n")
                 for line in lines:
-                    msg = json.loads(line)
-                    ids.discard(msg.get("id"))
-                    if not msg.get("ok"):
-                        errors.append(msg.get("error", "unknown error"))
+                    reply = UploadReply.decode(line)
+                    ids.discard(reply.id)
+                    if not reply.ok:
+                        errors.append(reply.error or "unknown error")
         except (OSError, ValueError) as exc:
             self.close()
             raise SparkUploadError(f"the Spark uploader did not confirm the upload: {exc}") from None

@@ -1,15 +1,16 @@
 """The Spark uploader: one process per daemon holding the SparkSession.
 
-Started by the supervisor (``python -m kdaemon.sinks.spark.uploader -c FILE``) before the
-workers and stopped after them; restarted with backoff if it dies.  Workers connect over a Unix
-socket and send one request per staged batch; the uploader gathers what arrives within a short
-window into one Spark job, and answers each request once its batch is in the output (files moved
-into place, manifest written) — or with the error.
+A companion process of the spark sink (``kdaemon.sinks.builtin`` declares it; ``run`` is its
+entry): the supervisor starts it before the workers and stops it after them, restarts it with
+backoff if it dies, and restarts it when a reload changes the ``[sink]`` table.  Workers
+connect over a Unix socket and send one request per staged batch (``wire.py``); the uploader
+gathers what arrives within a short window into one Spark job, and answers each request once
+its batch is in the output (files moved into place, manifest written) — or with the error.
 
 The socket is bound before the SparkSession starts (which takes seconds), so a worker's first
 upload waits for the session instead of failing; if the session cannot start (a bad master
 URL, say), the uploader logs why and exits, its listeners see the connection close, and the
-supervisor starts it again with backoff (re-reading the configuration file).
+supervisor starts it again with backoff (and at once after a reload that changed the settings).
 
 Exactly-once holds in ``path`` mode when the uploader and Spark's executors see the same
 filesystem at ``path`` (local mode, or a shared mount): the uploader moves Spark's output into
@@ -21,7 +22,6 @@ See ``layout.py`` for the output layout and the exactly-once rules.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -30,7 +30,6 @@ import selectors
 import shutil
 import signal
 import socket
-import sys
 import time
 import uuid
 from collections import defaultdict
@@ -43,7 +42,8 @@ import pyarrow.parquet as pq
 
 from . import layout
 from .layout import BatchId
-from .staging import socket_path, validate_settings
+from .staging import validate_settings
+from .wire import UploadReply, UploadRequest, parse_line, socket_path
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
@@ -371,16 +371,15 @@ class Uploader:
             for line in lines:
                 msg = None
                 try:
-                    msg = json.loads(line)
-                    req = Request(conn, int(msg["id"]), str(msg["file"]), str(msg["topic"]),
-                                  BatchId(int(msg["partition"]), int(msg["first"]), int(msg["last"])),
-                                  int(msg["rows"]))
+                    msg = parse_line(line)
+                    wanted = UploadRequest.decode(msg)
                 except (ValueError, KeyError, TypeError) as exc:
                     log.error("bad request from a worker (%s: %s): %.200r", type(exc).__name__, exc, line)
-                    if isinstance(msg, dict) and "id" in msg:
-                        self._send(conn, {"id": msg["id"], "ok": False, "error": f"bad request: {exc}"})
+                    if isinstance(msg, dict) and isinstance(msg.get("id"), int):
+                        self._send(conn, UploadReply(msg["id"], False, f"bad request: {exc}"))
                     continue
-                self._queue.append(req)
+                self._queue.append(Request(conn, wanted.id, wanted.file, wanted.topic, wanted.batch,
+                                           wanted.rows))
 
     def _drop(self, conn: socket.socket) -> None:
         """A worker went away: what it still had queued is nobody's to confirm."""
@@ -392,10 +391,10 @@ class Uploader:
         conn.close()
         self._queue = [r for r in self._queue if r.conn is not conn]
 
-    def _send(self, conn: socket.socket, msg: dict) -> None:
+    def _send(self, conn: socket.socket, reply: UploadReply) -> None:
         try:
             conn.setblocking(True)
-            conn.sendall(json.dumps(msg).encode() + b"\n")
+            conn.sendall(reply.encode())
             conn.setblocking(False)
         except OSError:
             self._drop(conn)
@@ -403,10 +402,7 @@ class Uploader:
     def _reply(self, req: Request, ok: bool, error: str | None = None) -> None:
         if req.conn is None or req.conn.fileno() < 0:
             return
-        msg = {"id": req.id, "ok": ok}
-        if error:
-            msg["error"] = error
-        self._send(req.conn, msg)
+        self._send(req.conn, UploadReply(req.id, ok, error))
 
     # -- one job --------------------------------------------------------------------------------
 
@@ -581,24 +577,13 @@ def _plan_moves(src: str, dest_root: str, moves: dict[str, list[tuple[str, str]]
                                       os.path.join(target_dir, f"part-{batch_name}-{n:03d}.parquet")))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="kdaemon's Spark uploader (started by the supervisor)")
-    parser.add_argument("-c", "--config", required=True)
-    args = parser.parse_args(argv)
-    from ...config import ConfigError, load
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s uploader %(name)s: %(message)s",
-                        stream=sys.stderr)
+def run(settings: dict, state_dir: str) -> int:
+    """The uploader process: serve until SIGTERM.  The spark sink's ``CompanionSpec`` names
+    this function (``kdaemon.sinks.builtin``); the supervisor's companion runner calls it in a
+    fresh interpreter with the ``[sink]`` table and the daemon's state directory, so this
+    layer never reads the configuration file."""
     try:
-        config = load(args.config)
-    except ConfigError as exc:
-        log.error("bad configuration:\n%s", exc)
-        return EXIT_BAD_SETTINGS
-    logging.getLogger().setLevel(getattr(logging, config.daemon.log_level, logging.INFO))
-    if config.sink.type != "spark":
-        log.error("the configured sink is %r, not spark", config.sink.type)
-        return EXIT_BAD_SETTINGS
-    try:
-        uploader = Uploader(config.sink.settings, config.daemon.state_dir)
+        uploader = Uploader(settings, state_dir)
     except ValueError as exc:
         log.error("bad spark sink settings: %s", exc)
         return EXIT_BAD_SETTINGS
@@ -607,7 +592,3 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         log.exception("the uploader failed: %s: %s", type(exc).__name__, _first_line(exc))
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The one definition of what workers and the Spark uploader say to each other.
+
+A worker (``staging.UploaderClient``) connects to the uploader's Unix socket and writes one
+``UploadRequest`` per staged batch, a JSON line each; the uploader (``uploader.Uploader``)
+answers each with one ``UploadReply`` once the batch is in the output, or failed.  Several
+requests may be in flight on one connection; ``id`` pairs a reply with its request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+from .layout import BatchId
+
+
+def socket_path(state_dir: str) -> str:
+    """Where the uploader of the daemon with this state directory listens (unless ``[sink]
+    socket`` says otherwise)."""
+    return os.path.join(os.path.abspath(state_dir), "spark-uploader.sock")
+
+
+@dataclass(frozen=True)
+class UploadRequest:
+    """Upload the staged Parquet ``file``: ``rows`` records of ``topic`` / ``partition``, offsets
+    ``first`` .. ``last`` (inclusive)."""
+
+    id: int
+    file: str
+    topic: str
+    partition: int
+    first: int
+    last: int
+    rows: int
+
+    @property
+    def batch(self) -> BatchId:
+        return BatchId(self.partition, self.first, self.last)
+
+    def encode(self) -> bytes:
+        return json.dumps(dict(asdict(self), op="upload")).encode() + b"\n"
+
+    @classmethod
+    def decode(cls, msg: dict) -> "UploadRequest":
+        """From a parsed line; ValueError, KeyError or TypeError name what is missing or wrong."""
+        op = msg.get("op", "upload")
+        if op != "upload":
+            raise ValueError(f"unknown op {op!r}")
+        return cls(int(msg["id"]), str(msg["file"]), str(msg["topic"]), int(msg["partition"]),
+                   int(msg["first"]), int(msg["last"]), int(msg["rows"]))
+
+
+@dataclass(frozen=True)
+class UploadReply:
+    """The batch of request ``id`` is in the output (``ok``), or ``error`` says why not."""
+
+    id: int
+    ok: bool
+    error: str | None = None
+
+    def encode(self) -> bytes:
+        msg = {"id": self.id, "ok": self.ok}
+        if self.error:
+            msg["error"] = self.error
+        return json.dumps(msg).encode() + b"\n"
+
+    @classmethod
+    def decode(cls, line: bytes) -> "UploadReply":
+        msg = json.loads(line)
+        if not isinstance(msg, dict) or "id" not in msg or "ok" not in msg:
+            raise ValueError(f"not an upload reply: {line[:200]!r}")
+        return cls(int(msg["id"]), bool(msg["ok"]), msg.get("error"))
+
+
+def parse_line(line: bytes) -> dict:
+    """A line as a JSON object (ValueError otherwise): the uploader reads the ``id`` of a
+    request it cannot decode from it, to answer with the error."""
+    msg = json.loads(line)
+    if not isinstance(msg, dict):
+        raise ValueError(f"a request is a JSON object, not {type(msg).__name__}")
+    return msg

@@ -1,0 +1,70 @@
+"""The worker heartbeat: the one definition of what a worker tells the supervisor over its pipe.
+
+A forked worker writes one ``WorkerHeartbeat`` per line (JSON) at most every half second, and
+at once when its readiness changes; the supervisor reads them with a ``HeartbeatReader`` per
+pipe.  A line is liveness (the supervisor kills a worker silent for ``heartbeat_timeout_s``),
+readiness (READY=1 once every worker has its assignment) and the figures of systemd's STATUS.
+Both ends use this module, so the fields cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+
+log = logging.getLogger("kdaemon.supervisor")
+
+
+@dataclass(frozen=True)
+class WorkerHeartbeat:
+    """One beat.  ``generation`` and ``partitions`` only come with the beat on which ``ready``
+    turns true (once per assignment): who holds what since when, for the supervisor's log."""
+
+    ready: bool
+    assigned: int
+    lag: int
+    delivered: int
+    generation: int | None = None
+    partitions: tuple[str, ...] | None = None
+
+    def encode(self) -> bytes:
+        msg = asdict(self)
+        if self.partitions is None:
+            del msg["generation"], msg["partitions"]
+        else:
+            msg["partitions"] = list(self.partitions)
+        return json.dumps(msg).encode() + b"\n"
+
+    @classmethod
+    def decode(cls, line: bytes) -> "WorkerHeartbeat":
+        """One line without its newline; ValueError names what is wrong with it."""
+        msg = json.loads(line)
+        if not isinstance(msg, dict):
+            raise ValueError(f"a heartbeat is a JSON object, not {type(msg).__name__}")
+        try:
+            partitions = msg.get("partitions")
+            return cls(bool(msg["ready"]), int(msg["assigned"]), int(msg["lag"]), int(msg["delivered"]),
+                       None if msg.get("generation") is None else int(msg["generation"]),
+                       None if partitions is None else tuple(str(p) for p in partitions))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"a heartbeat without a valid {exc}") from None
+
+
+class HeartbeatReader:
+    """Turns the bytes read from one worker's pipe into heartbeats (a line may arrive in parts)."""
+
+    def __init__(self, who: str) -> None:
+        self.who = who
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> list[WorkerHeartbeat]:
+        self._buffer += data
+        *lines, self._buffer = self._buffer.split(b"\n")
+        beats = []
+        for line in lines:
+            try:
+                beats.append(WorkerHeartbeat.decode(line))
+            except ValueError as exc:
+                log.warning("%s sent a heartbeat that does not parse (%s): %.200r", self.who, exc, line)
+        return beats

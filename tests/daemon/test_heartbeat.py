@@ -1,0 +1,39 @@
+"""The worker heartbeat message: what the child writes is what the supervisor reads."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from kdaemon.supervisor.heartbeat import HeartbeatReader, WorkerHeartbeat
+
+
+def test_round_trip_with_and_without_the_assignment():
+    plain = WorkerHeartbeat(True, 4, 17, 1000)
+    assigned = WorkerHeartbeat(True, 2, 0, 5, generation=7, partitions=("t-0", "t-1"))
+    unknown_generation = WorkerHeartbeat(True, 1, 0, 0, generation=None, partitions=("t-3",))
+    for beat in (plain, assigned, unknown_generation):
+        line = beat.encode()
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        assert WorkerHeartbeat.decode(line[:-1]) == beat
+    assert b"partitions" not in plain.encode()   # only the beat that turns ready carries them
+
+
+def test_reader_joins_split_lines_and_reports_bad_ones(caplog):
+    reader = HeartbeatReader("worker 1 (pid 42)")
+    a, b = WorkerHeartbeat(False, 0, 0, 0), WorkerHeartbeat(True, 3, 9, 12, generation=2, partitions=("t-0",))
+    data = a.encode() + b"{not json}\n" + b'{"ready": true}\n' + b.encode()
+    with caplog.at_level(logging.WARNING, logger="kdaemon.supervisor"):
+        got = reader.feed(data[:7]) + reader.feed(data[7:-5]) + reader.feed(data[-5:])
+    assert got == [a, b]   # a bad line is no heartbeat (it does not count as liveness) ...
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2 and all("worker 1 (pid 42) sent a heartbeat that does not parse" in w
+                                      for w in warnings), warnings   # ... and never passes silently
+    assert "'assigned'" in warnings[1], warnings
+
+
+@pytest.mark.parametrize("line", [b"[1, 2]", b'{"ready": true, "assigned": "x", "lag": 0, "delivered": 0}'])
+def test_decode_refuses_what_is_not_a_heartbeat(line):
+    with pytest.raises(ValueError):
+        WorkerHeartbeat.decode(line)

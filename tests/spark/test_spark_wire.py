@@ -1,0 +1,37 @@
+"""The messages between a worker's spark sink and the uploader (``kdaemon.sinks.spark.wire``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kdaemon.sinks.spark.layout import BatchId
+from kdaemon.sinks.spark.wire import UploadReply, UploadRequest, parse_line
+
+
+def test_request_round_trip():
+    req = UploadRequest(3, "/s/p0.parquet", "events", 0, 10, 19, 10)
+    line = req.encode()
+    assert line.endswith(b"\n")
+    assert UploadRequest.decode(parse_line(line[:-1])) == req
+    assert req.batch == BatchId(0, 10, 19)
+
+
+def test_reply_round_trip():
+    for reply in (UploadReply(3, True), UploadReply(4, False, "disk full")):
+        assert UploadReply.decode(reply.encode()[:-1]) == reply
+    assert b"error" not in UploadReply(3, True).encode()
+
+
+@pytest.mark.parametrize("line, exc, says", [
+    (b'{"op": "delete", "id": 1}', ValueError, "unknown op 'delete'"),
+    (b'{"id": 1, "file": "f", "topic": "t", "partition": 0, "first": 0, "last": 1}', KeyError, "rows"),
+    (b"[1]", ValueError, "a request is a JSON object"),
+])
+def test_bad_requests_say_what_is_wrong(line, exc, says):
+    with pytest.raises(exc, match=says):
+        UploadRequest.decode(parse_line(line))
+
+
+def test_bad_reply_is_refused():
+    with pytest.raises(ValueError, match="not an upload reply"):
+        UploadReply.decode(b'{"ok": true}')
