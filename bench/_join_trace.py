@@ -1,0 +1,187 @@
+"""bench/group_join.py's traces: the request timeline of a traced kdaemon member (``KdaemonTrace``,
+installed in the member's child process), librdkafka's debug log turned into the same kind of
+timeline, and the phases both are cut into for the breakdown ``--trace`` prints.
+
+Only the standard library at module level: a member's child imports this module, and kdaemon
+only once a trace is installed (never in a timed run).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+
+# -- the kdaemon member's trace (child process) ---------------------------------------------------
+
+class KdaemonTrace:
+    """Request and connection timeline of one kdaemon consumer, taken by wrapping methods.
+
+    Patched in the child only, never in timed runs.  Nothing in kdaemon is changed.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, str]] = []
+
+    def add(self, text: str) -> None:
+        self.events.append((time.monotonic(), text))
+
+    def install(self) -> None:
+        import logging
+
+        from kdaemon.client import connection, network
+
+        trace = self
+        send, connect, ready = network.NetworkClient.send, connection.BrokerConnection.connect, \
+            connection.BrokerConnection._become_ready
+
+        def traced_send(self, node_id, api, body, **kw):
+            fut = send(self, node_id, api, body, **kw)
+            name = api.name
+            extra = ""
+            if name == "Fetch":
+                extra = f" ({sum(len(t['partitions']) for t in body.get('topics', ()))} partitions)"
+            trace.add(f"send {name} to node {node_id}{extra}")
+
+            def done(value) -> None:
+                version, resp = value
+                code = resp.get("error_code") if isinstance(resp, dict) else None
+                if name == "FindCoordinator" and resp.get("coordinators"):
+                    code = resp["coordinators"][0]["error_code"]
+                if name == "Fetch":
+                    n = sum(len(p.get("records") or b"") for t in resp.get("responses", ())
+                            for p in t.get("partitions", ()))
+                    trace.add(f"answer {name} v{version} ({n} record bytes)")
+                else:
+                    trace.add(f"answer {name} v{version}" + (f" error {code}" if code else ""))
+            fut.add_callback(done)
+            fut.add_errback(lambda exc: trace.add(f"failed {name}: {exc}"))
+            return fut
+
+        def traced_connect(self, now):
+            trace.add(f"connect node {self.node_id} ({self.host}:{self.port})")
+            return connect(self, now)
+
+        def traced_ready(self, now):
+            trace.add(f"node {self.node_id} ready (ApiVersions done)")
+            return ready(self, now)
+
+        network.NetworkClient.send = traced_send
+        connection.BrokerConnection.connect = traced_connect
+        connection.BrokerConnection._become_ready = traced_ready
+
+        class ToTrace(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                trace.add(f"log {record.name.rsplit('.', 1)[-1]}: {record.getMessage()}")
+
+        logger = logging.getLogger("kdaemon.client")
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(ToTrace())
+
+
+# -- timelines ---------------------------------------------------------------------------------
+
+# A librdkafka log line: %level|unix seconds.ms|FACILITY|client name| [thrd:name]: text
+_RDKAFKA_LINE = re.compile(r"^%(\d)\|(\d+\.\d+)\|([A-Z0-9_]+)\|[^|]*\| \[thrd:([^\]]*)\]: (.*)$")
+# librdkafka requests worth showing; Fetch only the first time it appears.
+_RD_SHOWN = re.compile(r"(Sent|Received) (\w+?)(Request|Response) \(v(\d+)[^)]*?(?:rtt ([\d.]+)ms)?\)")
+
+
+def confluent_timeline(log_path: str, wall_at_build: float, until_s: float) -> list[tuple[float, str]]:
+    """Request send/answer lines from librdkafka's debug log, relative to the consumer's build."""
+    out = []
+    fetch_seen = 0
+    for line in Path(log_path).read_text(errors="replace").splitlines():
+        m = _RDKAFKA_LINE.match(line)
+        if not m or "consumer" not in line.split("|", 4)[3]:
+            continue
+        rel = float(m.group(2)) - wall_at_build
+        if rel > until_s + 0.05:
+            break
+        fac, thread, text = m.group(3), m.group(4), m.group(5)
+        r = _RD_SHOWN.search(text)
+        if fac in ("SEND", "RECV") and r:
+            name = r.group(2)
+            if name == "Fetch":
+                fetch_seen += 1
+                if fetch_seen > 2:
+                    continue
+            where = thread.split("/")[-1] if "/" in thread else thread
+            verb = "send" if r.group(1) == "Sent" else "answer"
+            rtt = f" (rtt {float(r.group(5)):.0f} ms)" if r.group(5) else ""
+            out.append((rel, f"{verb} {name} v{r.group(4)} [{where}]{rtt}"))
+        elif fac in ("CGRPJOINSTATE", "JOINGROUP", "ASSIGNDONE", "HEARTBEAT", "REBALANCE"):
+            out.append((rel, f"{fac.lower()}: {text[:110]}"))
+    return out
+
+
+def kdaemon_timeline(trace: list, until_s: float) -> list[tuple[float, str]]:
+    out, fetches = [], 0
+    for rel, text in trace:
+        if rel > until_s + 0.05:
+            break
+        if "Fetch" in text and "OffsetFetch" not in text:
+            fetches += 1
+            if fetches > 2:
+                continue
+        out.append((rel, text))
+    return out
+
+
+def print_timeline(title: str, events: list[tuple[float, str]], first_s: float) -> None:
+    print(f"\n{title}  (ms from building the consumer; first record at {first_s * 1000:.1f} ms)")
+    last = 0.0
+    for rel, text in events:
+        gap = (rel - last) * 1000
+        print(f"  {rel * 1000:9.1f}  (+{gap:7.1f})  {text}")
+        last = rel
+
+
+# Milestones common to both timelines, in protocol order; a phase runs from one to the next.
+PHASES = (
+    ("connect, ApiVersions, metadata, FindCoordinator", "send JoinGroup", "first"),
+    ("JoinGroup (all rounds; the broker holds the last)", "answer JoinGroup", "last-before:send SyncGroup"),
+    ("SyncGroup", "answer SyncGroup", "first"),
+    ("OffsetFetch (committed offsets)", "answer OffsetFetch", "first"),
+    ("ListOffsets (reset to earliest), incl. leader connect", "answer ListOffsets", "last-before:send Fetch"),
+    ("until the first Fetch is sent", "send Fetch", "first-after:answer SyncGroup"),
+    ("first Fetch answered, records returned to the caller", "first record", "first"),
+)
+
+
+def phases(events: list[tuple[float, str]], first_s: float) -> list[tuple[str, float | None]]:
+    """(phase, milliseconds) for one traced member, from its timeline."""
+    events = events + [(first_s, "first record")]
+
+    def find(prefix: str, rule: str) -> float | None:
+        hits = [t for t, text in events if text.startswith(prefix)]
+        if rule.startswith("last-before:"):
+            bound = find(rule.split(":", 1)[1], "first")
+            hits = [t for t in hits if bound is None or t <= bound]
+            return hits[-1] if hits else None
+        if rule.startswith("first-after:"):
+            bound = find(rule.split(":", 1)[1], "first")
+            hits = [t for t in hits if bound is not None and t >= bound]
+        return hits[0] if hits else None
+
+    out, last = [], 0.0
+    for label, prefix, rule in PHASES:
+        t = find(prefix, rule)
+        if t is None:
+            out.append((label, None))
+            continue
+        out.append((label, (t - last) * 1000))
+        last = t
+    return out
+
+
+def rebalance_reaction(events: list[tuple[float, str]]) -> tuple[float, float] | None:
+    """(when the first member's heartbeat saw the rebalance, when it sent JoinGroup), in its own
+    timeline's seconds; None if the trace does not show both."""
+    seen = next((t for t, text in events if ("answer Heartbeat" in text and "error 27" in text)
+                 or text.startswith("heartbeat: ") and "heartbeat error response" in text), None)
+    if seen is None:
+        return None
+    joined = next((t for t, text in events if t >= seen and text.startswith("send JoinGroup")), None)
+    return None if joined is None else (seen, joined)
