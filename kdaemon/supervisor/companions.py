@@ -18,7 +18,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..backoff import Backoff
 from ..config import DaemonConfig
@@ -60,14 +60,14 @@ class _Companion:
     retired: bool = False                       # no longer wanted: do not start it again
 
 
-@dataclass
 class Companions:
     """The companions of one daemon.  Not thread-safe: one loop drives it."""
 
-    log_level: str = "INFO"
-    stop_timeout_s: float = 30.0
-    _all: dict[str, _Companion] = field(default_factory=dict)
-    _stopping: bool = False
+    def __init__(self) -> None:
+        self.log_level = "INFO"
+        self.stop_timeout_s = 30.0   # for a spec without its own stop_timeout_s
+        self._all: dict[str, _Companion] = {}
+        self._stopping = False
 
     # -- what should run ------------------------------------------------------------------------
 

@@ -179,3 +179,49 @@ def test_runner_without_its_environment_says_what_it_is():
     proc = subprocess.run([sys.executable, "-m", "kdaemon.supervisor.companion_run", "x:y"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "started by the kdaemon supervisor" in proc.stderr, proc.stderr
+
+
+def _sleeper(name: str, **env: str) -> CompanionSpec:
+    code = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); time.sleep(600)"
+    return CompanionSpec(name, argv=(sys.executable, "-c", code), env=env, stop_timeout_s=10)
+
+
+def test_companions_follow_the_wanted_specs():
+    """``Companions`` without a supervisor (``poll`` reaps): retired, wanted again while still
+    stopping, changed, unchanged — real processes each time."""
+    from kdaemon.supervisor.companions import Companions
+    companions = Companions()
+
+    def settle(what):
+        def done():
+            companions.poll()
+            companions.tick()
+            return what()
+        return wait_for(done, 30, "the companions to settle")
+
+    try:
+        companions.configure([_sleeper("a"), _sleeper("b")], log_level="INFO", stop_timeout_s=10)
+        companions.tick()
+        first = companions.pids()
+        assert len(first) == 2
+        # "b" is no longer wanted: stopped and forgotten; "a" is unchanged: same process.
+        companions.configure([_sleeper("a")], log_level="INFO", stop_timeout_s=10)
+        settle(lambda: len(companions.pids()) == 1)
+        (a_pid,) = companions.pids()
+        assert a_pid in first
+        # Changed spec: replaced once the old process has exited.
+        companions.configure([_sleeper("a", KD_TAG="2")], log_level="INFO", stop_timeout_s=10)
+        settle(lambda: companions.pids() and a_pid not in companions.pids())
+        (a2,) = companions.pids()
+        # Retired, then wanted again before it was reaped: it comes back as one process.
+        companions.configure([], log_level="INFO", stop_timeout_s=10)
+        companions.configure([_sleeper("a", KD_TAG="2")], log_level="INFO", stop_timeout_s=10)
+        settle(lambda: companions.pids() and a2 not in companions.pids())
+        assert len(companions.pids()) == 1
+    finally:
+        last = companions.pids()
+        companions.stop_all()
+    assert companions.pids() == set()
+    for pid in last:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)   # reaped: no zombie left behind
