@@ -43,7 +43,6 @@ from collections import defaultdict
 
 import pytest
 from confluent_kafka import Consumer as RdConsumer
-from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as RdTopicPartition
 
 from kdaemon.client import Consumer, TopicPartition
@@ -52,6 +51,7 @@ from kdaemon.protocol.apis import (API_VERSIONS, FETCH, FIND_COORDINATOR, HEARTB
                                    LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP, api_by_key)
 from kdaemon.protocol.errors import Errors
 from kdaemon.protocol.messages import decode_request, encode_response
+from tests.support import produce
 from tests.support.produce import create_topic
 
 SCENARIO_LIMIT_S = 45
@@ -115,35 +115,29 @@ class Writer:
     """Numbered records ("p/i") through an idempotent producer, remembered by delivery."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, idempotent: bool = True) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": idempotent,
-                                  "linger.ms": 5, "message.timeout.ms": 30_000})
+        self.out = produce.Writer(bootstrap, topic, on_delivered=self._delivered,
+                                  **{"enable.idempotence": idempotent, "linger.ms": 5,
+                                     "message.timeout.ms": 30_000})
         self.topic, self.partitions = topic, partitions
         self.sent = 0
         self.delivered: dict[tuple[int, int], bytes] = {}
-        self.errors: list[str] = []
+        self.errors = self.out.errors
 
     def write(self, n: int) -> None:
         for _ in range(n):
             p = self.sent % self.partitions
-            self.producer.produce(self.topic, value=f"{p}/{self.sent}".encode(), partition=p,
-                                  on_delivery=self._delivered)
+            self.out.send(f"{p}/{self.sent}".encode(), partition=p)
             self.sent += 1
-        self.producer.poll(0)
+        self.out.poll(0)
 
-    def _delivered(self, err, msg) -> None:
-        if err is not None:
-            self.errors.append(str(err))
-        else:
-            self.delivered[(msg.partition(), msg.offset())] = msg.value()
+    def _delivered(self, msg) -> None:
+        self.delivered[(msg.partition(), msg.offset())] = msg.value()
 
     def flush(self) -> None:
-        assert self.producer.flush(20) == 0 and not self.errors, self.errors[:3]
+        assert self.out.flush(20) == 0 and not self.errors, self.errors[:3]
 
     def ends(self) -> dict[int, int]:
-        ends: dict[int, int] = defaultdict(int)
-        for p, off in self.delivered:
-            ends[p] = max(ends[p], off + 1)
-        return dict(ends)
+        return dict(self.out.ends)
 
 
 class Seen:
