@@ -194,24 +194,37 @@ def offsets(config_path: str, timeout_ms: int) -> None:
 def tail(topic: str, config_path: str, partition: tuple[int, ...], start: str, count: int | None,
          idle_ms: int) -> None:
     """Print records of TOPIC as JSON lines, through the configured filters and deserializers
-    (like ``kcat -C``).  Never joins the group or commits."""
+    (like ``kcat -C``).  Never joins the group or commits.
+
+    The records go through the daemon's own stages (config, ``build_pipeline_parts``, the
+    consumer options and ``Pipeline``): tail only prints, so what it shows is what the daemon
+    would hand to its sink."""
     from .client import Consumer, TopicPartition
     from .sinks.encoding import record_to_json
     from .worker.build import build_pipeline_parts
-    from .worker.pipeline import Pipeline
+    from .worker.main import consumer_options
+    from .worker.pipeline import Pipeline, StageObserver
     config = _load_or_exit(config_path)
     _setup_logging("WARNING")
     manager = _plugins_or_exit(config)
     parts = build_pipeline_parts(config, manager, dry_run=True)
-    opts = config.consumer_options()
+    opts = consumer_options(config, parts)
     opts.pop("group_id", None)
     opts.pop("group_instance_id", None)
-    opts.update(enable_auto_commit=False, header_filter=parts.header_filter)
     consumer = Consumer(**opts)
+
+    class Report(StageObserver):
+        def deserialize_failed(self, record, exc):
+            # The position and the error type, never the payload.
+            click.echo(f"# {record.topic}-{record.partition}@{record.offset}: could not deserialize "
+                       f"({type(exc).__name__})", err=True)
+
     # Whatever the daemon's policy, tail reports a record that fails to deserialize and goes
-    # on ("stop" would end it with a traceback on exactly the record one wants to look at).
+    # on ("stop" would end it with a traceback on exactly the record one wants to look at);
+    # "dlq" only hands the dead letter back, which tail drops once reported.
     pipeline = Pipeline(dataclasses.replace(
-        config, daemon=dataclasses.replace(config.daemon, on_deserialize_error="dlq")), parts)
+        config, daemon=dataclasses.replace(config.daemon, on_deserialize_error="dlq")), parts,
+        observer=Report())
     printed = 0
     try:
         found = consumer.partitions_for(topic)
@@ -233,14 +246,12 @@ def tail(topic: str, config_path: str, partition: tuple[int, ...], start: str, c
             raw = [r for rs in polled.values() for r in rs]
             if raw:
                 last = time.monotonic()
-            records, dead = pipeline.deserialize(raw)
+            records, _ = pipeline.deserialize(raw)
             for r in pipeline.intercept(records):
                 click.echo(record_to_json(r))  # already one JSON line
                 printed += 1
                 if count is not None and printed >= count:
                     break
-            for d in dead:
-                click.echo(f"# {d.topic}-{d.partition}@{d.offset}: could not deserialize", err=True)
             if idle_ms and (time.monotonic() - last) * 1000 >= idle_ms:
                 break
     finally:
