@@ -53,7 +53,7 @@ from tests.support.produce import Writer, create_topic, paced  # noqa: E402
 TOPIC_PARTITIONS = 4
 TYPES = (b"order.created", b"order.shipped", b"page.view", b"heartbeat")
 UPLOADER_MODULE = "kdaemon.sinks.spark.uploader"
-_JOB = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO uploader kdaemon\.spark\.uploader: uploaded "
+_JOB = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \S+ kdaemon\.spark\.uploader: uploaded "
                   r"(\d+) batch\(es\), (\d+) rows \((\d+) new\) in ([\d.]+)s", re.M)
 
 
