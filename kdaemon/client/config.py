@@ -16,6 +16,8 @@ from ..protocol.records import HeaderFilter
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+GROUP_PROTOCOLS = ("classic", "consumer")
+REMOTE_ASSIGNORS = ("uniform", "range")   # the assignors Apache Kafka's coordinator ships
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,16 @@ class ConsumerConfig:
     max_poll_interval_ms: int = 300_000
     rebalance_timeout_ms: int | None = None
     partition_assignment_strategy: tuple[str, ...] = ("range", "cooperative-sticky")
+    # Java's group.protocol: "classic" (JoinGroup/SyncGroup, the leader member assigns) or
+    # "consumer" (KIP-848: ConsumerGroupHeartbeat, the broker assigns, incremental rebalances).
+    # Under "consumer" the broker decides the session timeout and the heartbeat interval
+    # (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms) and assigns
+    # with its own assignor: session_timeout_ms, heartbeat_interval_ms and
+    # partition_assignment_strategy cannot be set, as Java refuses them.
+    group_protocol: str = "classic"
+    # Java's group.remote.assignor: the broker-side assignor ("uniform", "range"); None lets
+    # the broker choose (its first group.consumer.assignors).  "consumer" protocol only.
+    group_remote_assignor: str | None = None
     on_consume: Callable | None = None
     on_commit: Callable | None = None
 
@@ -137,8 +149,35 @@ class ConsumerConfig:
         if self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL") and \
                 (not self.sasl_username or self.sasl_password is None):
             problems.append(f"security_protocol={self.security_protocol} needs sasl_username and sasl_password")
+        problems += self._group_protocol_problems()
         if problems:
             raise ValueError("invalid consumer configuration: " + "; ".join(problems))
+
+    def _group_protocol_problems(self) -> list[str]:
+        """Java's ConsumerConfig refuses the classic-only options with group.protocol=consumer
+        (CLASSIC_PROTOCOL_UNSUPPORTED_CONFIGS) and group.remote.assignor with classic.  A
+        dataclass cannot tell "set" from "left at the default", so an option counts as set
+        when it differs from its default."""
+        problems = []
+        if self.group_protocol not in GROUP_PROTOCOLS:
+            return [f"group_protocol={self.group_protocol!r} is not one of {', '.join(GROUP_PROTOCOLS)}"]
+        if self.group_protocol == "consumer":
+            defaults = {f.name: f.default for f in fields(self)}
+            for name, why in (("partition_assignment_strategy", "the broker assigns partitions; choose its "
+                               "assignor with group_remote_assignor"),
+                              ("session_timeout_ms", "the broker decides it (group.consumer.session.timeout.ms)"),
+                              ("heartbeat_interval_ms", "the broker decides it "
+                               "(group.consumer.heartbeat.interval.ms)")):
+                if getattr(self, name) != defaults[name]:
+                    problems.append(f"{name} cannot be set with group_protocol='consumer': {why}; "
+                                    "leave it unset, or use group_protocol='classic'")
+            if self.group_remote_assignor is not None and self.group_remote_assignor not in REMOTE_ASSIGNORS:
+                problems.append(f"group_remote_assignor={self.group_remote_assignor!r} is not one of "
+                                f"{', '.join(REMOTE_ASSIGNORS)} (or unset for the broker's default)")
+        elif self.group_remote_assignor is not None:
+            problems.append("group_remote_assignor is for group_protocol='consumer' only (the classic "
+                            "protocol assigns in the client: see partition_assignment_strategy)")
+        return problems
 
     @classmethod
     def from_options(cls, **options: Any) -> "ConsumerConfig":

@@ -181,9 +181,10 @@ class Consumer:
                     wait = max(0.0, remaining)
                     until = self._fetcher.has_completed
                     if group is not None and self._subscriptions.has_subscription:
-                        # A rebalance noticed by the heartbeat thread ends the wait.
+                        # A rebalance (or, under KIP-848, a new target assignment) noticed by the
+                        # heartbeat thread ends the wait.
                         membership = group.membership
-                        until = lambda: self._fetcher.has_completed() or membership.need_rejoin  # noqa: E731
+                        until = lambda: self._fetcher.has_completed() or membership.needs_attention  # noqa: E731
                     if not self._subscriptions.fetchable() or self._fetcher.waiting_for_nodes:
                         # Metadata, resets and connections move on between these waits: wake as
                         # soon as a response arrives or a connection is ready, not after a sleep.
@@ -422,13 +423,16 @@ class Consumer:
             return {tp: found.get(tp) for tp in parts}
 
     def group_stable(self) -> bool:
-        """True once this member completed a rebalance (JoinGroup and SyncGroup) and holds its
-        assignment, until the next rebalance starts."""
+        """True once this member completed a rebalance (JoinGroup and SyncGroup; under the
+        consumer protocol, reconciled its target assignment) and holds its assignment, until the
+        next rebalance starts."""
         return self._group is not None and self._group.membership.stable
 
     def group_state(self) -> GroupState | None:
         """A snapshot of this member's group, or None when the consumer is not subscribed as
-        a group member (no group_id, or partitions assigned by hand)."""
+        a group member (no group_id, or partitions assigned by hand).  Under
+        ``group_protocol="consumer"`` (KIP-848) ``protocol`` is "consumer", ``generation`` the
+        member epoch and ``leader_id`` None (the broker assigns)."""
         if self._group is None or not self._subscriptions.has_subscription:
             return None
         m = self._group.membership

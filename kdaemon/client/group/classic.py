@@ -22,7 +22,8 @@ from ...protocol.apis import HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP
 from ...protocol.apis.consumer_protocol import decode_assignment
 from ...protocol.errors import BrokerError, DecodeError, Errors, error_code
 from ..config import ConsumerConfig
-from ..errors import ConnectionFailedError, FencedInstanceIdError, GroupError
+from ..errors import (CommitFailedError, ConnectionFailedError, FencedInstanceIdError, GroupError,
+                      RebalanceInProgressError)
 from ..future import Future
 from ..metadata import ClusterMetadata
 from ..network import NetworkClient
@@ -114,6 +115,20 @@ class ClassicMembership(GroupMembership):
             if self._poll_timeout_left:
                 self._poll_timeout_left = False
                 self.state.apply(MemberEvent.REJOIN_REQUESTED)
+
+    def commit_member(self) -> tuple[int, str, str | None]:
+        """Only a STABLE member commits (Java's generationIfStable): a commit sent with the old
+        generation while a join is under way could answer ILLEGAL_GENERATION after the new
+        generation arrived and reset it."""
+        state = self.state.state
+        if state != MemberState.STABLE:
+            if state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
+                raise RebalanceInProgressError(
+                    f"group {self.group_id}: cannot commit while rebalancing; poll() and retry")
+            raise CommitFailedError(
+                f"group {self.group_id}: not a member of the group (partitions were reassigned); the "
+                "records since the last commit may be delivered again to another member")
+        return self.generation, self.member_id, self.instance_id
 
     # -- joining --------------------------------------------------------------------------------
 

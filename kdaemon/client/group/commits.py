@@ -1,10 +1,17 @@
 """Committed offsets: OffsetCommit (sync, async, automatic) and OffsetFetch.
 
 Follows the commit half of the Java ``ConsumerCoordinator``.  A commit carries the member's
-identity (generation, member id, instance id) when the consumer is a subscribed member, so the
-coordinator can refuse one from a member the group moved on from; what an answer says about the
-membership (a rebalance, a lost generation, a fenced static member) is handed to the
-``GroupMembership``, which owns that state.
+identity when the consumer is a subscribed member, so the coordinator can refuse one from a
+member the group moved on from; the membership says what that identity is
+(``commit_member()``: the generation under the classic protocol, the member epoch under KIP-848
+at OffsetCommit v9+; ``fetch_member()`` for OffsetFetch v9+), and what an answer says about the
+membership (a rebalance, a lost generation, a fenced member) is handed to it.
+
+KIP-848's STALE_MEMBER_EPOCH (the commit raced a heartbeat that moved the epoch on) is handled
+as Java's ``CommitRequestManager``: a synchronous commit (``commit_sync``, the auto-commit before
+a revocation) is retried with the epoch the member holds by then, until its deadline, while the
+member still has an epoch; an asynchronous one fails to its callback.  A partition the member
+no longer owns is never committed (``GroupMembership.committable``).
 
 Threads: everything here runs in the application thread except response callbacks, which run
 under the network client's lock in whichever thread completes them; async commit callbacks are
@@ -29,7 +36,6 @@ from ..subscription import SubscriptionState
 from ..types import OffsetAndMetadata, TopicPartition
 from .discovery import COORDINATOR_ERRORS, CoordinatorLookup
 from .membership import GroupMembership
-from .state import MemberState
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,10 @@ _MAX_COMMIT_VERSION = 9   # v10 names topics by id; names work everywhere
 _MAX_FETCH_VERSION = 9
 
 Offsets = dict[TopicPartition, OffsetAndMetadata]
+
+# OffsetFetch answers that mean "ask again on the next poll": the coordinator moved, or the
+# KIP-848 member's epoch moved on (or it is rejoining) between sending and answering.
+_ASK_AGAIN = COORDINATOR_ERRORS | {Errors.STALE_MEMBER_EPOCH, Errors.UNKNOWN_MEMBER_ID}
 
 
 class OffsetCommits:
@@ -83,7 +93,7 @@ class OffsetCommits:
         self._offset_fetch = None
         if fut.failed:
             exc = fut.exception
-            if isinstance(exc, BrokerError) and not exc.retriable and exc.code not in COORDINATOR_ERRORS:
+            if isinstance(exc, BrokerError) and not exc.retriable and exc.code not in _ASK_AGAIN:
                 raise exc
             return
         for tp, om in fut.value().items():
@@ -106,8 +116,10 @@ class OffsetCommits:
         for tp in partitions:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         topics = [{"name": t, "partition_indexes": sorted(ps)} for t, ps in sorted(by_topic.items())]
+        member_id, member_epoch = self.membership.fetch_member() if self.subscriptions.has_subscription \
+            else (None, -1)
         body = {"group_id": self.group_id, "topics": topics,
-                "groups": [{"group_id": self.group_id, "member_id": None, "member_epoch": -1,
+                "groups": [{"group_id": self.group_id, "member_id": member_id, "member_epoch": member_epoch,
                             "topics": topics}],
                 "require_stable": self.config.read_committed}
         fut = self.coordinator.send(OFFSET_FETCH, body, max_version=_MAX_FETCH_VERSION)
@@ -155,42 +167,42 @@ class OffsetCommits:
             if not fut.failed:
                 return fut.value()
             exc = fut.exception
-            retriable = getattr(exc, "retriable", False) or isinstance(exc, ConnectionFailedError)
+            retriable = getattr(exc, "retriable", False) or isinstance(exc, ConnectionFailedError) or \
+                (isinstance(exc, BrokerError) and exc.code in _ASK_AGAIN)
             if not retriable or time.monotonic() >= deadline:
                 raise exc
             drive(self.config.retry_backoff_ms / 1000, lambda: False)
 
     # -- OffsetCommit ---------------------------------------------------------------------------
 
-    def _commit_body(self, offsets: Offsets) -> dict:
+    def _commit_body(self, offsets: Offsets, member: tuple[int, str, str | None] | None) -> dict:
         by_topic: dict[str, list] = {}
         for tp, om in offsets.items():
             by_topic.setdefault(tp.topic, []).append({
                 "partition_index": tp.partition, "committed_offset": om.offset,
                 "committed_leader_epoch": -1 if om.leader_epoch is None else om.leader_epoch,
                 "committed_metadata": om.metadata or ""})
-        m = self.membership
-        member = self.subscriptions.has_subscription and m.generation >= 0
+        generation, member_id, instance_id = member if member is not None else (-1, "", None)
         return {"group_id": self.group_id,
-                "generation_id_or_member_epoch": m.generation if member else -1,
-                "member_id": m.member_id if member else "",
-                "group_instance_id": m.instance_id if member else None,
+                "generation_id_or_member_epoch": generation,
+                "member_id": member_id,
+                "group_instance_id": instance_id,
                 "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
     def _send_commit(self, offsets: Offsets) -> Future:
         result = Future()
-        # Only a STABLE member commits (Java's generationIfStable): a commit sent with the old
-        # generation while a join is under way could answer ILLEGAL_GENERATION after the new
-        # generation arrived and reset it.
-        state = self.membership.member_state
-        if self.subscriptions.has_subscription and state != MemberState.STABLE:
-            if state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
-                return result.failure(RebalanceInProgressError(
-                    f"group {self.group_id}: cannot commit while rebalancing; poll() and retry"))
-            return result.failure(CommitFailedError(
-                f"group {self.group_id}: not a member of the group (partitions were reassigned); the "
-                "records since the last commit may be delivered again to another member"))
-        fut = self.coordinator.send(OFFSET_COMMIT, self._commit_body(offsets), max_version=_MAX_COMMIT_VERSION)
+        member = None
+        if self.subscriptions.has_subscription:
+            try:
+                with self._lock:
+                    member = self.membership.commit_member()
+                    offsets = self.membership.committable(offsets)
+            except (RebalanceInProgressError, CommitFailedError) as exc:
+                return result.failure(exc)
+            if not offsets:
+                return result.success({})
+        fut = self.coordinator.send(OFFSET_COMMIT, self._commit_body(offsets, member),
+                                    max_version=_MAX_COMMIT_VERSION)
 
         def done(value) -> None:
             version, resp = value
@@ -213,7 +225,9 @@ class OffsetCommits:
                 elif code == Errors.REBALANCE_IN_PROGRESS:
                     self.membership.request_rejoin("commit saw a rebalance")
                     result.failure(RebalanceInProgressError(str(err)))
-                elif code in (Errors.UNKNOWN_MEMBER_ID, Errors.ILLEGAL_GENERATION):
+                elif code == Errors.STALE_MEMBER_EPOCH:
+                    result.failure(err)   # commit_sync retries with the epoch the member has by then
+                elif code in (Errors.UNKNOWN_MEMBER_ID, Errors.ILLEGAL_GENERATION, Errors.FENCED_MEMBER_EPOCH):
                     self.membership.reset_generation(f"commit says {err.name}")
                     result.failure(CommitFailedError(
                         f"{err}: the group rebalanced and this member's partitions may belong to another "
@@ -235,7 +249,7 @@ class OffsetCommits:
         return result
 
     def _run_on_commit(self, offsets) -> None:
-        if self._on_commit is None:
+        if self._on_commit is None or not offsets:
             return
         try:
             self._on_commit(offsets)
@@ -255,11 +269,13 @@ class OffsetCommits:
             if not fut.done:
                 raise KafkaTimeoutError(f"group {self.group_id}: commit not acknowledged in time")
             if not fut.failed:
-                self._run_on_commit(offsets)
+                self._run_on_commit(fut.value())
                 return
             exc = fut.exception
             retriable = isinstance(exc, ConnectionFailedError) or \
-                (isinstance(exc, BrokerError) and (exc.retriable or exc.code in COORDINATOR_ERRORS))
+                (isinstance(exc, BrokerError) and (exc.retriable or exc.code in COORDINATOR_ERRORS)) or \
+                (isinstance(exc, BrokerError) and exc.code == Errors.STALE_MEMBER_EPOCH
+                 and self.membership.generation > 0)
             if not retriable:
                 raise exc
             delay = backoff.failure()
@@ -290,7 +306,7 @@ class OffsetCommits:
             self._queue_async(callback, offsets, exc)
             return Future().failure(exc)
         fut = self._send_commit(offsets)
-        fut.add_callback(lambda value: (self._run_on_commit(offsets), self._queue_async(callback, offsets, None)))
+        fut.add_callback(lambda value: (self._run_on_commit(value), self._queue_async(callback, offsets, None)))
         fut.add_errback(lambda exc: self._queue_async(callback, offsets, exc))
         return fut
 

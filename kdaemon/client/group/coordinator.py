@@ -6,6 +6,8 @@ Each responsibility has its own module (as kafka-python splits ``coordinator/bas
 * ``discovery.py``  — FindCoordinator, the coordinator's connection;
 * ``membership.py`` — what a membership protocol provides (the seam for KIP-848);
 * ``classic.py``    — the classic protocol: JoinGroup/SyncGroup/Heartbeat/LeaveGroup;
+* ``consumer_group.py`` — the consumer protocol of KIP-848 (ConsumerGroupHeartbeat), with its
+  pure parts ``consumer_heartbeat.py`` (requests, timer) and ``reconcile.py``;
 * ``heartbeat.py``  — the pure heartbeat timer and the thread that drives it;
 * ``state.py``      — the member's state table (state, need_rejoin, fatal error);
 * ``commits.py``    — OffsetCommit (sync, async, auto-commit) and OffsetFetch.
@@ -27,6 +29,7 @@ from ..network import NetworkClient
 from ..subscription import SubscriptionState
 from .classic import ClassicMembership
 from .commits import OffsetCommits
+from .consumer_group import ConsumerMembership
 from .discovery import CoordinatorLookup
 from .membership import GroupMembership, InvokeListener, RebalanceListener
 
@@ -48,8 +51,9 @@ class GroupCoordinator:
             on_found=lambda: self.membership.coordinator_found(time.monotonic()),
             on_fatal=lambda error: self.membership.fail(error),
             raise_if_fatal=lambda: self.membership.raise_if_fatal())
-        # The one place a second membership protocol (KIP-848) will be chosen.
-        self.membership: GroupMembership = ClassicMembership(
+        # The one place the membership protocol is chosen (Java's group.protocol).
+        protocol = ConsumerMembership if config.group_protocol == "consumer" else ClassicMembership
+        self.membership: GroupMembership = protocol(
             config, network, metadata, subscriptions, self.coordinator,
             before_rebalance=lambda: self.commits.commit_before_rebalance())
         self.commits = OffsetCommits(config, network, subscriptions, self.coordinator, self.membership,

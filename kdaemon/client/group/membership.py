@@ -32,6 +32,13 @@ What a membership must provide, and what it may rely on:
   ConsumerGroupHeartbeat with epoch -1 under KIP-848) and forgets the generation; ``close()``
   stops whatever background work it runs (the heartbeat thread).
 * ``subscribed_topics()`` says what the member subscribes to (patterns resolved).
+* ``commit_member()`` is the identity an OffsetCommit carries — (generation or member epoch,
+  member id, instance id) — or raises ``RebalanceInProgressError``/``CommitFailedError`` when
+  the member may not commit now; ``fetch_member()`` the (member id, member epoch) an
+  OffsetFetch carries ((None, -1) under the classic protocol); ``committable(offsets)`` drops
+  what the member must not commit (KIP-848: partitions it no longer owns).
+* ``needs_attention``: the application's ``poll`` should come back to ``ensure_active`` now (a
+  rebalance to join, a target assignment to reconcile, lost partitions to report).
 
 It may rely on: the ``CoordinatorLookup`` it is given (``ensure``, ``send``, ``mark_unknown``), the
 network client's lock being held while response callbacks run, and ``before_rebalance``, a
@@ -87,6 +94,19 @@ class GroupMembership(ABC):
 
     def raise_if_fatal(self) -> None:
         self.state.raise_if_fatal()
+
+    @property
+    def needs_attention(self) -> bool:
+        return self.state.need_rejoin
+
+    @abstractmethod
+    def commit_member(self) -> tuple[int, str, str | None]: ...
+
+    def fetch_member(self) -> tuple[str | None, int]:
+        return None, -1
+
+    def committable(self, offsets: dict) -> dict:
+        return offsets
 
     @abstractmethod
     def subscribed_topics(self) -> set[str]: ...

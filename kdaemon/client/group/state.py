@@ -3,7 +3,9 @@
 Like h11's ``_state.py``: a table of (state, event) -> (state, rejoin) and an error for anything
 not in it, so an impossible transition is a loud bug rather than a silently odd group member.
 
-States follow the Java consumer: UNJOINED (no generation), PREPARING_REBALANCE (JoinGroup in
+States follow the Java consumer's classic protocol; the consumer protocol of KIP-848 maps its
+own onto them (UNJOINED also after a fence or a leave; PREPARING_REBALANCE while the joining
+heartbeat is out; COMPLETING_REBALANCE while reconciling a target assignment).  Classic states: UNJOINED (no generation), PREPARING_REBALANCE (JoinGroup in
 flight), COMPLETING_REBALANCE (SyncGroup in flight), STABLE (heartbeating with an assignment),
 and FATAL (fenced by another static member with the same instance id, or refused for good:
 never rejoins; every later poll and commit raises the error that made it so).
@@ -45,6 +47,10 @@ class MemberEvent(Enum):
                                        # session expiry, poll interval exceeded, leave)
     FATAL_ERROR = "fatal_error"        # FENCED_INSTANCE_ID, or an error no retry mends (group
                                        # authorization, invalid group id or session timeout, ...)
+    # KIP-848 (consumer_group.py): JOIN_SENT is the heartbeat with epoch 0, JOINED its answer;
+    # the member then reconciles in COMPLETING_REBALANCE, fetching the partitions it keeps.
+    TARGET_CHANGED = "target_changed"  # a heartbeat answer brought a new target assignment
+    RECONCILED = "reconciled"          # the member owns its target and the listener ran
 
 
 S, E = MemberState, MemberEvent
@@ -64,6 +70,10 @@ TRANSITIONS: dict[tuple[MemberState, MemberEvent], tuple[MemberState, bool | Non
     # The generation was lost between SyncGroup and the application taking the assignment
     # (the heartbeat thread saw ILLEGAL_GENERATION): the member stays due to rejoin.
     (S.UNJOINED, E.ASSIGNMENT_TAKEN): (S.UNJOINED, None),
+    # KIP-848: reconciling a new target; done when the member owns it (the listener ran).
+    (S.STABLE, E.TARGET_CHANGED): (S.COMPLETING_REBALANCE, None),
+    (S.COMPLETING_REBALANCE, E.TARGET_CHANGED): (S.COMPLETING_REBALANCE, None),
+    (S.COMPLETING_REBALANCE, E.RECONCILED): (S.STABLE, False),
     **{(s, E.REJOIN_REQUESTED): (s, True) for s in _LIVE},
     **{(s, E.RESET): (S.UNJOINED, True) for s in _LIVE},
     **{(s, E.FATAL_ERROR): (S.FATAL, None) for s in _LIVE},
@@ -78,6 +88,8 @@ TRANSITIONS: dict[tuple[MemberState, MemberEvent], tuple[MemberState, bool | Non
     (S.FATAL, E.JOIN_FAILED): (S.FATAL, None),
     (S.FATAL, E.SYNCED): (S.FATAL, None),
     (S.FATAL, E.SYNC_FAILED): (S.FATAL, None),
+    (S.FATAL, E.TARGET_CHANGED): (S.FATAL, None),
+    (S.FATAL, E.RECONCILED): (S.FATAL, None),
 }
 
 
