@@ -383,8 +383,7 @@ class ConsumerMembership(GroupMembership):
                 return   # the same assignment again (a full request's answer): nothing to do
             self._target = target
             self._target_version += 1
-            if self.state.state is S.STABLE:
-                self.state.apply(MemberEvent.TARGET_CHANGED)
+            self.state.apply(MemberEvent.TARGET_CHANGED)   # STABLE or COMPLETING -> COMPLETING
             self.network.interrupt()   # a poll waiting on fetches comes back to reconcile
 
     def _on_heartbeat_error(self, code: int, message: str | None, fields: MemberFields) -> None:

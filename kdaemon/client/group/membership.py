@@ -1,12 +1,11 @@
 """What a group membership protocol provides: the seam where a second protocol plugs in.
 
-Today there is one protocol, the *classic* one (``classic.py``: JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, with the assignment computed by the leader member).  KIP-848's
-*consumer* protocol (one ConsumerGroupHeartbeat request, see
+Two protocols provide it: the *classic* one (``classic.py``: JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup, with the assignment computed by the leader member) and KIP-848's
+*consumer* protocol (``consumer_group.py``: one ConsumerGroupHeartbeat request, see
 ``kdaemon/protocol/apis/consumer_group_heartbeat.py``; the broker assigns, and a member's
-epoch replaces the generation) is the next one.  It is a second class providing
-``GroupMembership``, chosen by ``GroupCoordinator`` from the configuration
-(``group.protocol`` in Java); nothing above ``GroupCoordinator`` changes.
+epoch replaces the generation).  ``GroupCoordinator`` chooses one from the configuration
+(``group_protocol``, Java's ``group.protocol``); nothing above ``GroupCoordinator`` changes.
 
 What a membership must provide, and what it may rely on:
 
