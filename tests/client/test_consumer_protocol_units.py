@@ -19,7 +19,7 @@ from kdaemon.client.group.consumer_group import ConsumerMembership
 from kdaemon.client.group.consumer_heartbeat import (ConsumerHeartbeatTimer, HeartbeatRequestState, MemberFields,
                                                      leave_request)
 from kdaemon.client.group.reconcile import owned_by_topic_id, plan, resolve_target
-from kdaemon.client.group.state import MemberState
+from kdaemon.client.group.state import IllegalTransition, MemberEvent, MemberState, MemberStateMachine
 from kdaemon.client.metadata import ClusterMetadata
 from kdaemon.client.network import NetworkClient
 from kdaemon.client.subscription import SubscriptionState
@@ -125,6 +125,26 @@ def test_the_heartbeat_timer_follows_the_broker_interval_and_backs_off_after_err
     t.failed(102.5, 0.1)
     assert not t.due(102.55, urgent=True) and t.due(102.6, urgent=True)
     assert not t.poll_timeout_expired(110.0) and t.poll_timeout_expired(110.1)
+
+
+# -- state.py: the consumer protocol's path through the table -----------------------------------
+
+
+def test_the_consumer_protocol_moves_through_the_state_table_and_nothing_else():
+    S, E = MemberState, MemberEvent
+    m = MemberStateMachine()
+    with pytest.raises(IllegalTransition, match="target_changed in state unjoined"):
+        m.apply(E.TARGET_CHANGED)
+    assert [m.apply(e) for e in (E.JOIN_SENT, E.JOINED, E.RECONCILED)] == \
+        [S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE, S.STABLE]
+    assert m.stable
+    assert m.apply(E.TARGET_CHANGED) is S.COMPLETING_REBALANCE and not m.stable
+    assert m.apply(E.TARGET_CHANGED) is S.COMPLETING_REBALANCE
+    with pytest.raises(IllegalTransition, match="reconciled in state unjoined"):
+        m.apply(E.RESET)
+        m.apply(E.RECONCILED)
+    m.apply(E.FATAL_ERROR, GroupError("refused"))
+    assert m.apply(E.TARGET_CHANGED) is S.FATAL and m.apply(E.RECONCILED) is S.FATAL
 
 
 # -- config ---------------------------------------------------------------------------------------

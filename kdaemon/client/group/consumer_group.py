@@ -225,6 +225,12 @@ class ConsumerMembership(GroupMembership):
         self._deliver_lost(invoke_listener)
         with self._lock:
             self._heartbeat_once(time.monotonic())   # the acknowledgement goes out now
+        if not self.state.stable and not self.subscriptions.assigned():
+            # Nothing to fetch meanwhile (topic ids waiting for metadata, a join being retried):
+            # wait a little for news rather than send poll() back at once, spinning.
+            seen = (self.metadata.version, self._target_version, self.state.state)
+            drive(max(0.0, min(deadline - time.monotonic(), self.config.retry_backoff_ms / 1000)),
+                  lambda: (self.metadata.version, self._target_version, self.state.state) != seen)
         return self.state.stable
 
     def _reconcile(self, invoke_listener: InvokeListener) -> bool:
@@ -236,6 +242,7 @@ class ConsumerMembership(GroupMembership):
             key = (version, self.metadata.version)
         if key == self._reconciled:
             return False   # nothing new since the last try (ids still unresolved)
+        new_target = self._reconciled is None or self._reconciled[0] != version
         self._reconciled = key
         resolved = resolve_target(target, self.metadata.topic_names)
         if resolved.unresolved:
@@ -262,7 +269,8 @@ class ConsumerMembership(GroupMembership):
             log.info("group %s: epoch %s: revoked %s, assigned %s, kept %d", self.group_id, epoch,
                      sorted(map(str, change.revoked)) or "nothing", sorted(map(str, change.added)) or "nothing",
                      len(change.kept))
-        invoke_listener("on_partitions_assigned", set(change.added))
+        if change.added or new_target:   # once per target, as a classic rebalance does
+            invoke_listener("on_partitions_assigned", set(change.added))
         with self._lock:
             self._owned = owned_by_topic_id(self.subscriptions.assigned(), self._topic_ids)
             self._urgent = True

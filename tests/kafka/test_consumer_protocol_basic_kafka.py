@@ -1,0 +1,235 @@
+"""The consumer group protocol (KIP-848) of kdaemon's own client on Apache Kafka, kdaemon members
+only: a member joins and gets everything; a second one joins and partitions move incrementally
+(the first never loses a partition that does not move); a member leaves with epoch -1; a static
+member leaves with -2 and gets its assignment back; a regular expression is matched by the
+broker.  Mixed groups with the Java consumer and librdkafka are in
+test_groups_consumer_protocol_kafka.py; the pure logic in tests/client/test_consumer_protocol_units.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from kdaemon.client import Consumer
+from kdaemon.client.types import TopicPartition
+from tests.support.produce import create_topic, produce
+
+pytestmark = pytest.mark.kafka
+
+WAIT = 90.0
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+class Member(threading.Thread):
+    """A kdaemon consumer polling in a thread, recording its listener calls, its records and
+    the ConsumerGroupHeartbeat requests it wrote."""
+
+    def __init__(self, bootstrap: str, group: str, name: str, *, topics=None, pattern=None, **options) -> None:
+        super().__init__(name=name, daemon=True)
+        self.consumer = Consumer(bootstrap, group_id=group, group_protocol="consumer", client_id=name,
+                                 auto_offset_reset="earliest", auto_commit_interval_ms=500, **options)
+        self.topics, self.pattern = topics, pattern
+        self.events: list[tuple[str, frozenset]] = []
+        self.records: list[tuple[str, int, int]] = []
+        self.heartbeats: list[dict] = []
+        self.owned: frozenset = frozenset()
+        self.state = None
+        self.error: BaseException | None = None
+        self._stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self.consumer._network.observers.append(self._observe)   # the public seam for tests
+
+    def _observe(self, node, api, version, body, response) -> None:
+        if api.name == "ConsumerGroupHeartbeat" and not response:
+            with self._lock:
+                self.heartbeats.append(dict(body))
+
+    def _record(self, kind: str):
+        def call(partitions) -> None:
+            with self._lock:
+                self.events.append((kind, frozenset(partitions)))
+        return call
+
+    def run(self) -> None:
+        c = self.consumer
+        try:
+            listener = type("L", (), {"on_partitions_revoked": staticmethod(self._record("revoked")),
+                                      "on_partitions_assigned": staticmethod(self._record("assigned")),
+                                      "on_partitions_lost": staticmethod(self._record("lost"))})()
+            c.subscribe(topics=self.topics, pattern=self.pattern, listener=listener)
+            while not self._stop_event.is_set():
+                batch = c.poll(100)
+                with self._lock:
+                    for tp, records in batch.items():
+                        self.records.extend((tp.topic, tp.partition, r.offset) for r in records)
+                    self.owned = frozenset(c.assignment())
+                    self.state = c.group_state()
+        except BaseException as exc:   # noqa: BLE001 - reported by the test
+            self.error = exc
+        finally:
+            try:
+                c.close()
+            except Exception as exc:   # noqa: BLE001
+                self.error = self.error or exc
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(30)
+        assert not self.is_alive(), f"{self.name} did not stop"
+
+    def mark(self) -> int:
+        with self._lock:
+            return len(self.events)
+
+    def events_since(self, mark: int) -> list[tuple[str, frozenset]]:
+        with self._lock:
+            return list(self.events[mark:])
+
+
+def wait_until(predicate, what: str, members) -> None:
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        for m in members:
+            if m.error is not None:
+                raise AssertionError(f"{m.name} failed while waiting for {what}") from m.error
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}: " + "; ".join(
+                f"{m.name} owns {sorted(m.owned)}, state {m.state}, events {m.events[-4:]}" for m in members))
+        time.sleep(0.1)
+
+
+def partitions(topic: str, n: int) -> frozenset:
+    return frozenset(TopicPartition(topic, p) for p in range(n))
+
+
+def split(members, expected) -> bool:
+    owned = [m.owned for m in members]
+    return all(owned) and sum(len(o) for o in owned) == len(expected) and frozenset().union(*owned) == expected \
+        and all(m.state is not None and m.state.stable for m in members)
+
+
+def produce_numbered(bootstrap: str, topic: str, n_partitions: int, per_partition: int, start: int = 0) -> set:
+    expected = set()
+    for p in range(n_partitions):
+        for d in produce(bootstrap, topic, [(None, f"{p}-{i}".encode()) for i in range(start, start + per_partition)],
+                         partition=p):
+            expected.add((topic, p, d.offset))
+    return expected
+
+
+def test_members_join_move_partitions_incrementally_and_leave_with_epoch_minus_one(kafka):
+    bootstrap = kafka.bootstrap
+    topic, group = _name("kip848"), _name("g")
+    create_topic(bootstrap, topic, 6)
+    everything = partitions(topic, 6)
+    expected = produce_numbered(bootstrap, topic, 6, 10)
+    first = Member(bootstrap, group, "first", topics=[topic])
+    first.start()
+    second = None
+    try:
+        wait_until(lambda: first.owned == everything and first.state.stable, "the first member to own everything",
+                   [first])
+        join = first.heartbeats[0]
+        assert (join["member_epoch"], join["subscribed_topic_names"], join["topic_partitions"]) == (0, [topic], [])
+        assert join["member_id"] == first.state.member_id and len(join["member_id"]) == 22
+        assert join["rebalance_timeout_ms"] == first.consumer.config.max_poll_interval_ms
+        assert first.state.protocol == "consumer" and first.state.generation > 0 and first.state.leader_id is None
+        # Heartbeats after the acknowledgement repeat nothing that did not change.
+        wait_until(lambda: any(h["member_epoch"] > 0 and h["topic_partitions"] is None
+                               and h["subscribed_topic_names"] is None and h["rebalance_timeout_ms"] == -1
+                               for h in first.heartbeats), "a heartbeat carrying no unchanged field", [first])
+
+        mark = first.mark()
+        second = Member(bootstrap, group, "second", topics=[topic])
+        second.start()
+        wait_until(lambda: split([first, second], everything), "a complete, disjoint split", [first, second])
+        moved = second.owned
+        kept = first.owned
+        events = first.events_since(mark)
+        assert not [e for e in events if e[0] == "lost"], events
+        revoked = frozenset().union(*[ps for kind, ps in events if kind == "revoked"])
+        # Incremental: the first member gave up exactly what moved, nothing it kept.
+        assert revoked == moved and not revoked & kept, events
+        assert [kind for kind, _ in second.events] and all(kind == "assigned" for kind, _ in second.events)
+
+        expected |= produce_numbered(bootstrap, topic, 6, 10, start=10)
+        seen = lambda: first.records + second.records  # noqa: E731
+        wait_until(lambda: set(seen()) >= expected, "every record read", [first, second])
+        # The commit before the revocation lets the new owner go on where the old one stopped.
+        assert len(seen()) == len(set(seen())), "a record was delivered twice"
+
+        mark = first.mark()
+        second.stop()
+        leave = second.heartbeats[-1]
+        assert (leave["member_epoch"], leave["member_id"]) == (-1, second.state.member_id)
+        wait_until(lambda: first.owned == everything and first.state.stable, "the first member to get all back",
+                   [first])
+        events = first.events_since(mark)
+        assert {kind for kind, _ in events} == {"assigned"}, events
+        assert frozenset().union(*[ps for _, ps in events]) == moved, events
+    finally:
+        for m in (first, second):
+            if m is not None and m.is_alive():
+                m.stop()
+    assert first.error is None and (second is None or second.error is None)
+
+
+def test_a_static_member_leaves_with_epoch_minus_two_and_gets_its_assignment_back(kafka):
+    bootstrap = kafka.bootstrap
+    topic, group = _name("kip848-static"), _name("g")
+    create_topic(bootstrap, topic, 4)
+    everything = partitions(topic, 4)
+    instance = _name("static")
+    static = Member(bootstrap, group, "static", topics=[topic], group_instance_id=instance)
+    other = Member(bootstrap, group, "other", topics=[topic])
+    static.start()
+    other.start()
+    back = None
+    try:
+        wait_until(lambda: split([static, other], everything), "a complete split", [static, other])
+        owned = static.owned
+        mark = other.mark()
+        static.stop()
+        leave = static.heartbeats[-1]
+        assert (leave["member_epoch"], leave["instance_id"]) == (-2, instance)
+        back = Member(bootstrap, group, "static-again", topics=[topic], group_instance_id=instance)
+        back.start()
+        wait_until(lambda: back.owned == owned and back.state.stable, "the static member's partitions back",
+                   [back, other])
+        # The broker kept the assignment for the static member: the other one saw nothing move.
+        assert other.events_since(mark) == [] and other.owned == everything - owned
+        assert back.heartbeats[0]["instance_id"] == instance and back.heartbeats[0]["member_epoch"] == 0
+    finally:
+        for m in (static, other, back):
+            if m is not None and m.is_alive():
+                m.stop()
+    assert static.error is None and other.error is None and (back is None or back.error is None)
+
+
+def test_a_regular_expression_is_matched_by_the_broker_against_whole_topic_names(kafka):
+    bootstrap = kafka.bootstrap
+    prefix = _name("rx")
+    for suffix, n in (("a", 2), ("b", 1)):
+        create_topic(bootstrap, f"{prefix}-{suffix}", n)
+    create_topic(bootstrap, f"x{prefix}-a", 1)     # contains a match, but is not one as a whole name
+    pattern = f"{prefix}-.*"
+    m = Member(bootstrap, _name("g"), "regex", pattern=pattern)
+    m.start()
+    try:
+        matched = partitions(f"{prefix}-a", 2) | partitions(f"{prefix}-b", 1)
+        wait_until(lambda: m.owned == matched and m.state.stable, "the topics the pattern matches", [m])
+        join = m.heartbeats[0]
+        assert (join["subscribed_topic_regex"], join["subscribed_topic_names"]) == (pattern, None)
+        assert m.consumer.subscription() == {f"{prefix}-a", f"{prefix}-b"}
+        create_topic(bootstrap, f"{prefix}-c", 1)   # created later: the broker picks it up
+        wait_until(lambda: m.owned == matched | partitions(f"{prefix}-c", 1), "the new topic assigned", [m])
+    finally:
+        m.stop()
+    assert m.error is None
