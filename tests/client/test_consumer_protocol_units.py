@@ -229,8 +229,9 @@ class Member:
         self.subs = SubscriptionState("earliest")
         self.coordinator = ScriptedCoordinator()
         self.commits_before_revoke: list[set] = []
-        self.m = ConsumerMembership(self.config, self.network, self.metadata, self.subs, self.coordinator,
-                                    before_rebalance=lambda: self.commits_before_revoke.append(set(self.subs.assigned())))
+        self.m = ConsumerMembership(
+            self.config, self.network, self.metadata, self.subs, self.coordinator,
+            before_rebalance=lambda: self.commits_before_revoke.append(set(self.subs.assigned())))
         self.calls: list[tuple[str, set]] = []
         self.subs.subscribe(["a"])
 
@@ -427,7 +428,8 @@ def test_a_commit_on_a_stale_epoch_is_retried_with_the_epoch_the_heartbeat_broug
             if name == OFFSET_COMMIT.name and not fut.done:
                 step = next(script)
                 code = Errors.STALE_MEMBER_EPOCH if step == "stale" else 0
-                fut.success((9, {"topics": [{"name": "a", "partitions": [{"partition_index": 0, "error_code": code}]}]}))
+                partition = {"partition_index": 0, "error_code": code}
+                fut.success((9, {"topics": [{"name": "a", "partitions": [partition]}]}))
                 if step == "stale":       # the heartbeat that moved the epoch on answers meanwhile
                     _, hb = member.beat()
                     answer(hb, epoch=7)

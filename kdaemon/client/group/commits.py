@@ -226,7 +226,10 @@ class OffsetCommits:
                     self.membership.request_rejoin("commit saw a rebalance")
                     result.failure(RebalanceInProgressError(str(err)))
                 elif code == Errors.STALE_MEMBER_EPOCH:
-                    result.failure(err)   # commit_sync retries with the epoch the member has by then
+                    # KIP-848 only: a heartbeat now brings the current epoch, and commit_sync
+                    # retries with it (a consumer-protocol member's request_rejoin is exactly that).
+                    self.membership.request_rejoin("commit saw a stale member epoch")
+                    result.failure(err)
                 elif code in (Errors.UNKNOWN_MEMBER_ID, Errors.ILLEGAL_GENERATION, Errors.FENCED_MEMBER_EPOCH):
                     self.membership.reset_generation(f"commit says {err.name}")
                     result.failure(CommitFailedError(

@@ -51,7 +51,7 @@ import uuid
 from collections.abc import Callable
 
 from ...protocol.apis import CONSUMER_GROUP_HEARTBEAT
-from ...protocol.errors import BrokerError, Errors, UnsupportedVersionError, error_code
+from ...protocol.errors import Errors, UnsupportedVersionError, error_code
 from ..config import ConsumerConfig
 from ..errors import (CommitFailedError, ConnectionFailedError, FencedInstanceIdError, GroupError,
                       RebalanceInProgressError)
