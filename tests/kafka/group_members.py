@@ -7,7 +7,18 @@ Every member records the same things in the same shape, so a test can compare th
 * ``assignment()``: what the member owns now, folded from those events (eager listeners revoke
   everything and assign everything; cooperative ones revoke and assign only what moves, so one
   rule fits both: owned = owned - revoked - lost + assigned);
-* ``records``: (topic, partition, offset) of every record handed to the application.
+* ``records``: (topic, partition, offset) of every record handed to the application;
+* ``log.stamped``: the same listener calls with the ``time.monotonic()`` of the call (the Java
+  peer stamps its own events with that clock), to order the calls of members in different
+  processes on one machine (test_groups_consumer_protocol_kafka.py's never-shared check).
+
+Every member takes ``group_protocol`` ("classic", the default, or KIP-848's "consumer").  Under
+"consumer" the broker assigns (``group.remote.assignor`` / ``group_remote_assignor``; the
+``assignor`` argument names it) and owns the session and heartbeat timing, so neither the
+client-side assignor nor ``session.timeout.ms`` / ``heartbeat.interval.ms`` are set (Java and
+librdkafka refuse them there).  With ``commit=True`` a member commits what it processed after
+each poll (commit-after-process): ``KdProcessMember.commits`` and ``RdMember.commits`` keep the
+offsets each successful commit carried.
 
 ``KdMember`` (kdaemon) and ``RdMember`` (librdkafka) each poll in their own thread, as a consumer
 belongs to one thread; anything else a test wants from them (a commit, a look-up) goes through
@@ -45,6 +56,28 @@ SESSION = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
 KD_OPTIONS = dict(session_timeout_ms=6000, heartbeat_interval_ms=500, fetch_max_wait_ms=200,
                   auto_offset_reset="earliest", enable_auto_commit=False, retry_backoff_ms=50,
                   request_timeout_ms=15_000)
+PROTOCOLS = ("classic", "consumer")
+
+
+def _check_protocol(group_protocol: str) -> None:
+    if group_protocol not in PROTOCOLS:
+        raise ValueError(f"group_protocol {group_protocol!r} is not one of {PROTOCOLS}")
+
+
+def kd_options(group_protocol: str, assignor: str | None, options: dict) -> dict:
+    """kdaemon Consumer options for a test member: KD_OPTIONS, the protocol's assignor option,
+    then ``options``.  Under "consumer" the broker owns session and heartbeat timing."""
+    _check_protocol(group_protocol)
+    opts = dict(KD_OPTIONS)
+    if group_protocol == "consumer":
+        del opts["session_timeout_ms"], opts["heartbeat_interval_ms"]
+        opts["group_protocol"] = "consumer"
+        if assignor is not None:
+            opts["group_remote_assignor"] = assignor
+    elif assignor is not None:
+        opts["partition_assignment_strategy"] = (assignor,)
+    opts.update(options)
+    return opts
 
 
 def _tps(partitions: Iterable) -> frozenset[TP]:
@@ -57,11 +90,14 @@ class _Events:
 
     def __init__(self) -> None:
         self.events: list[tuple[str, frozenset[TP]]] = []
+        self.stamped: list[tuple[float, str, frozenset[TP]]] = []   # (monotonic time, kind, partitions)
         self._lock = threading.Lock()
 
-    def note(self, kind: str, partitions: Iterable) -> None:
+    def note(self, kind: str, partitions: Iterable, at: float | None = None) -> None:
+        parts = _tps(partitions)
         with self._lock:
-            self.events.append((kind, _tps(partitions)))
+            self.events.append((kind, parts))
+            self.stamped.append((time.monotonic() if at is None else at, kind, parts))
 
     def assignment(self) -> frozenset[TP]:
         owned: set[TP] = set()
@@ -137,13 +173,14 @@ class _PollingMember(threading.Thread):
 
 class KdMember(_PollingMember):
     def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str] | None = None,
-                 pattern: str | None = None, assignor: str = "range", name: str = "kd",
-                 **options) -> None:
+                 pattern: str | None = None, assignor: str | None = "range", name: str = "kd",
+                 group_protocol: str = "classic", observer: Callable | None = None, **options) -> None:
         super().__init__(name)
-        opts = dict(KD_OPTIONS)
-        opts.update(options)
+        opts = kd_options(group_protocol, assignor, options)
         opts.setdefault("client_id", name)
-        self.consumer = Consumer(bootstrap, group_id=group, partition_assignment_strategy=(assignor,), **opts)
+        self.consumer = Consumer(bootstrap, group_id=group, **opts)
+        if observer is not None:   # sees every request and answer on the wire, from the first
+            self.consumer._network.observers.append(observer)   # the public seam for tests
         self.topics = None if topics is None else list(topics)
         self.pattern = pattern
         self.start()
@@ -173,16 +210,26 @@ class KdMember(_PollingMember):
 
 
 class RdMember(_PollingMember):
-    def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str], assignor: str = "range",
-                 name: str = "rd", **conf) -> None:
+    def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str], assignor: str | None = "range",
+                 name: str = "rd", group_protocol: str = "classic", commit: bool = False, **conf) -> None:
         super().__init__(name)
+        _check_protocol(group_protocol)
         config = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
-                  "partition.assignment.strategy": assignor, "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 2000,
-                  "fetch.wait.max.ms": 200, **SESSION}
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "topic.metadata.refresh.interval.ms": 2000, "fetch.wait.max.ms": 200,
+                  "group.protocol": group_protocol}
+        if group_protocol == "consumer":
+            if assignor is not None:
+                config["group.remote.assignor"] = assignor
+        else:
+            config.update(SESSION)
+            if assignor is not None:
+                config["partition.assignment.strategy"] = assignor
         config.update(conf)
         self.consumer = RdConsumer(config)
         self.topics = list(topics)
+        self.commit = commit
+        self.commits: list[dict[TP, int]] = []   # what each successful commit carried
         self.start()
 
     def run(self) -> None:
@@ -195,11 +242,17 @@ class RdMember(_PollingMember):
         try:
             c.subscribe(self.topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
             while not self._stop_flag.is_set():
-                msg = c.poll(0.1)
-                if msg is not None:
+                processed: dict[TP, int] = {}
+                for msg in c.consume(500, 0.1):
                     if msg.error():
                         raise KafkaException(msg.error())
                     self.records.append((msg.topic(), msg.partition(), msg.offset()))
+                    processed[(msg.topic(), msg.partition())] = msg.offset() + 1
+                if self.commit and processed:
+                    # After processing, before the next poll (where a revocation would run).
+                    c.commit(offsets=[RdTopicPartition(t, p, o) for (t, p), o in processed.items()],
+                             asynchronous=False)
+                    self.commits.append(processed)
                 self._run_calls(c)
         except BaseException as exc:
             self.error = exc
@@ -211,14 +264,22 @@ class JavaMember:
     """The Java KafkaConsumer in the group (the peer process); SIGTERM leaves, SIGKILL does not."""
 
     def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str] | None = None,
-                 pattern: str | None = None, assignor: str = "range", name: str = "java",
-                 instance_id: str | None = None, commit: bool = False, settings: dict | None = None) -> None:
+                 pattern: str | None = None, regex: str | None = None, assignor: str | None = "range",
+                 name: str = "java", instance_id: str | None = None, commit: bool = False,
+                 settings: dict | None = None, group_protocol: str = "classic") -> None:
         self.name = name
-        conf = dict(SESSION)
+        _check_protocol(group_protocol)
+        conf = dict(SESSION) if group_protocol == "classic" else {}
         conf.update(settings or {})
-        kw = dict(pattern=pattern) if pattern is not None else dict(topics=list(topics or ()))
+        if pattern is not None:
+            kw = dict(pattern=pattern)
+        elif regex is not None:
+            kw = dict(regex=regex)
+        else:
+            kw = dict(topics=list(topics or ()))
         self.proc = JavaConsumerProcess(bootstrap, group=group, assignor=assignor, instance_id=instance_id,
-                                        commit=commit, client_id=name, settings=conf, commands=True, **kw)
+                                        commit=commit, client_id=name, settings=conf, commands=True,
+                                        group_protocol=group_protocol, **kw)
         self._log = _Events()
         self._taken = 0
 
@@ -231,7 +292,7 @@ class JavaMember:
             self.proc.seen.append(event)
         for event in self.proc.seen[self._taken:]:
             if event["event"] in ("assigned", "revoked", "lost"):
-                self._log.note(event["event"], [tuple(tp) for tp in event["partitions"]])
+                self._log.note(event["event"], [tuple(tp) for tp in event["partitions"]], event.get("t"))
         self._taken = len(self.proc.seen)
 
     @property
@@ -339,16 +400,26 @@ def kd_committed_of(consumer: Consumer, partitions: Iterable[TP]) -> dict[TP, tu
 
 class KdProcessMember:
     """A kdaemon member in a child process (tests/kafka/kd_member_main.py), so a test can SIGKILL
-    it: no close, no LeaveGroup, no last commit, as a crashed worker."""
+    it: no close, no LeaveGroup, no last commit, as a crashed worker; or SIGSTOP it.
 
-    def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str], assignor: str = "range",
-                 name: str = "kd-proc", **options) -> None:
+    With ``commit=True`` it commits each poll's records right after printing them: ``commits``
+    holds what each successful commit carried, ``commit_failures`` (error type, text, offsets)
+    the ones that raised.  ``epochs`` is (generation / member epoch, member id, stable,
+    assignment) each time the member's ``group_state()`` changes, ``heartbeats`` the KIP-848
+    ConsumerGroupHeartbeat requests and answers whose epoch or error changed (``("sent",
+    epoch)``, ``("answer", error code, epoch)``).  ``stall()`` makes it SIGSTOP itself right
+    after it printed a poll's records and before it commits them (``stalled`` then holds
+    those records)."""
+
+    def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str], assignor: str | None = "range",
+                 name: str = "kd-proc", group_protocol: str = "classic", commit: bool = False,
+                 stall_file: str | None = None, **options) -> None:
         self.name = name
-        opts = dict(KD_OPTIONS)
-        opts.update(options)
+        opts = kd_options(group_protocol, assignor, options)
         opts.setdefault("client_id", name)
-        spec = {"bootstrap": bootstrap, "group": group, "topics": list(topics), "assignor": assignor,
-                "options": opts}
+        self.stall_file = stall_file
+        spec = {"bootstrap": bootstrap, "group": group, "topics": list(topics), "options": opts,
+                "commit": commit, "stall_file": stall_file}
         root = Path(__file__).resolve().parents[2]
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.kafka.kd_member_main", json.dumps(spec)],
                                      cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -356,19 +427,63 @@ class KdProcessMember:
         self.log = _Events()
         self.records: list[tuple[str, int, int]] = []
         self.generations: list[tuple[int, str]] = []
+        self.epochs: list[tuple[int, str, bool, frozenset[TP]]] = []
+        self.heartbeats: list[tuple] = []
+        self.commits: list[dict[TP, int]] = []
+        self.commit_failures: list[tuple[str, str, dict[TP, int]]] = []
+        self.stalled: list[tuple[str, int, int]] | None = None
+        self.stalled_at: float | None = None  # monotonic time it stopped itself
+        self.ended_at: float | None = None    # monotonic time of a SIGKILL, once it took effect
+        self.lines: list[dict] = []           # everything it printed, in order
         self._stderr: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=lambda: self._stderr.extend(self.proc.stderr), daemon=True).start()
 
     def _read(self) -> None:
+        def offsets(rows) -> dict[TP, int]:
+            return {(t, p): o for t, p, o in rows}
+
         for line in self.proc.stdout:
             o = json.loads(line)
-            if o["event"] == "generation":
+            self.lines.append(o)
+            kind = o["event"]
+            if kind == "generation":
                 self.generations.append((o["generation"], o["member_id"]))
-            elif o["event"] == "records":
+            elif kind == "epoch":
+                self.epochs.append((o["epoch"], o["member_id"], o["stable"],
+                                    frozenset(tuple(tp) for tp in o["assignment"])))
+            elif kind == "heartbeat":
+                self.heartbeats.append(tuple(o["what"]))
+            elif kind == "records":
                 self.records.extend(tuple(r) for r in o["records"])
+            elif kind == "committed":
+                self.commits.append(offsets(o["offsets"]))
+            elif kind == "commit_failed":
+                self.commit_failures.append((o["type"], o["error"], offsets(o["offsets"])))
+            elif kind == "stalling":
+                self.stalled = [tuple(r) for r in o["records"]]
+                self.stalled_at = o["t"]
+            elif kind in ("assigned", "revoked", "lost"):
+                self.log.note(kind, [tuple(tp) for tp in o["partitions"]], o["t"])
             else:
-                self.log.note(o["event"], [tuple(tp) for tp in o["partitions"]])
+                raise AssertionError(f"{self.name} printed an unknown event: {o}")
+
+    def stall(self) -> None:
+        """Ask the member to SIGSTOP itself between printing its next records and committing them."""
+        if self.stall_file is None:
+            raise ValueError(f"{self.name} was started without stall_file")
+        Path(self.stall_file).touch()
+
+    def is_stopped(self) -> bool:
+        """True while the process is stopped (state T in /proc)."""
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
 
     @property
     def events(self) -> list[tuple[str, frozenset[TP]]]:
@@ -394,8 +509,11 @@ class KdProcessMember:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(10)
+        if self.ended_at is None:
+            self.ended_at = time.monotonic()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)   # a stopped member must run to see SIGTERM
             self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(30)

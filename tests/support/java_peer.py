@@ -7,7 +7,9 @@ and returns the ``java`` command line that runs it.  Tests and benchmarks use:
 * ``java_consume(bootstrap, assign=[(t, p)], until_end=True, isolation=...)`` → ``JavaRun`` with
   the records (``JavaRecord``, the fields of a Java ``ConsumerRecord``) and the end event;
 * ``JavaConsumerProcess`` for a long-running group member: events as they come (assigned,
-  revoked, lost, committed), ``stop()`` by SIGTERM (the peer commits if asked and closes, leaving
+  revoked, lost, committed; each with ``t``, the peer's monotonic clock, which is Python's
+  ``time.monotonic()``), subscribed to topics, a client-side ``pattern`` or (consumer protocol)
+  a broker-side RE2J ``regex``, ``stop()`` by SIGTERM (the peer commits if asked and closes, leaving
   the group); with ``commands=True`` its ``committed()`` and ``commit()`` run on the live consumer;
 * ``java_offsets_for_times(bootstrap, [(t, p, ts)])``;
 * ``java_produce(bootstrap, topic, ops)``: records and transaction markers through the Java
@@ -127,7 +129,8 @@ class JavaRun:
 
 def _consume_args(bootstrap: str, *, assign: Iterable[tuple[str, int]] | None = None,
                   topics: Sequence[str] | None = None, pattern: str | None = None,
-                  group: str | None = None, assignor: str | None = None, instance_id: str | None = None,
+                  regex: str | None = None, group: str | None = None, assignor: str | None = None,
+                  instance_id: str | None = None,
                   group_protocol: str = "classic", isolation: str = "read_uncommitted",
                   reset: str = "earliest", until_end: bool = False, max_records: int | None = None,
                   idle_ms: int | None = None, commit: bool = False, print_records: bool = True,
@@ -139,10 +142,15 @@ def _consume_args(bootstrap: str, *, assign: Iterable[tuple[str, int]] | None = 
         args += ["--assign", ",".join(f"{t}:{p}" for t, p in assign)]
     elif pattern is not None:
         args += ["--pattern", pattern]
+    elif regex is not None:
+        if group_protocol != "consumer":
+            raise ValueError("regex= is the broker-side (RE2J) subscription of group_protocol='consumer'; "
+                             "use pattern= with the classic protocol")
+        args += ["--regex", regex]
     elif topics:
         args += ["--topics", ",".join(topics)]
     else:
-        raise ValueError("give assign=, topics= or pattern=")
+        raise ValueError("give assign=, topics=, pattern= or regex=")
     for flag, value in (("--group", group), ("--assignor", assignor), ("--instance-id", instance_id),
                         ("--max-records", max_records), ("--idle-ms", idle_ms), ("--client-id", client_id)):
         if value is not None:
