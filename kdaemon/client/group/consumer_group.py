@@ -68,7 +68,10 @@ from .membership import GroupMembership, InvokeListener
 from .reconcile import owned_by_topic_id, plan, resolve_target
 from .state import MemberEvent, MemberState, MemberStateMachine
 
-log = logging.getLogger(__name__)
+# The logger and the join line are the classic membership's ("group <g>: joined generation <n>"),
+# the generation being the member epoch: operators' log filters and tests/daemon/harness.py count
+# joins by them whichever protocol the daemon chose.
+log = logging.getLogger("kdaemon.client.group.coordinator")
 
 # Codes kdaemon.protocol.errors.Errors does not name (its table does)
 GROUP_ID_NOT_FOUND = 69
@@ -376,8 +379,8 @@ class ConsumerMembership(GroupMembership):
         epoch = resp["member_epoch"]
         if state is S.PREPARING_REBALANCE:
             self.state.apply(MemberEvent.JOINED)
-            log.info("group %s: joined at epoch %s as %s (consumer protocol, heartbeat every %s ms)",
-                     self.group_id, epoch, self.member_id, resp["heartbeat_interval_ms"])
+            log.info("group %s: joined generation %s as %s (consumer protocol: the member epoch; heartbeat "
+                     "every %s ms)", self.group_id, epoch, self.member_id, resp["heartbeat_interval_ms"])
             if resp["assignment"] is None:
                 self._target = {}
                 self._target_version += 1
