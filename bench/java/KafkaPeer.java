@@ -10,9 +10,11 @@
 //            [--group-protocol classic|consumer] [--isolation read_committed|read_uncommitted]
 //            [--reset earliest|latest|none] [--until-end] [--max-records N] [--idle-ms MS]
 //            [--commit sync|none] [--print] [--commands] [--set key=value ...]
-//     Prints {"event":"assigned"|"revoked"|"lost", "partitions":[[t,p],...]} from the rebalance
-//     listener, each record (with --print) as {"topic","partition","offset","timestamp",
-//     "timestamp_type","leader_epoch","key","value","headers"} (bytes as base64, null kept), and
+//     Prints {"event":"building"} right before the KafkaConsumer is built, {"event":"closing"} right
+//     before close(), {"event":"assigned"|"revoked"|"lost", "partitions":[[t,p],...]} from the rebalance
+//     listener (every event with "t", monotonic seconds: System.nanoTime() / 1e9), each record
+//     (with --print) as {"topic","partition","offset","timestamp","timestamp_type","leader_epoch",
+//     "key","value","headers"} (bytes as base64, null kept), and
 //     last {"event":"end","count","positions":[[t,p,offset],...],"lags":[[t,p,currentLag|null],...],
 //     "committed":[[t,p,offset],...]}.
 //     --until-end (assign mode): stop once every position reached the end offset read at start
@@ -192,9 +194,13 @@ public final class KafkaPeer {
         return arr;
     }
 
+    // Every event carries "t": System.nanoTime() in seconds, which HotSpot on Linux reads from
+    // CLOCK_MONOTONIC, the clock of Python's time.monotonic(): bench/group_join.py combines the
+    // Java members' events with the Python members' on one time line.
     private static ObjectNode event(String name) {
         ObjectNode o = JSON.createObjectNode();
         o.put("event", name);
+        o.put("t", System.nanoTime() / 1e9);
         return o;
     }
 
@@ -217,7 +223,9 @@ public final class KafkaPeer {
     // --- consume -------------------------------------------------------------------------------
 
     private static void consume(Map<String, List<String>> a) throws Exception {
-        KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps(a));
+        Properties props = consumerProps(a);
+        emit(event("building"));   // the clock of bench/group_join.py starts here, as for its Python members
+        KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props);
         AtomicBoolean stopping = new AtomicBoolean(false);
         Thread main = Thread.currentThread();
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
@@ -310,6 +318,7 @@ public final class KafkaPeer {
         }
     }
 
+            emit(event("closing"));   // bench/group_join.py times a member's leave from here
     // A --commands line, on the consumer's own thread (KafkaConsumer is single-threaded).
     private static void runCommand(KafkaConsumer<byte[], byte[]> consumer, JsonNode cmd) {
         String op = cmd.get("op").asText();
