@@ -178,10 +178,12 @@ class KafkaBroker(_Broker):
     JVM_PERFORMANCE_OPTS = ("-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                             "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent")
 
-    def __init__(self, directory: Path, *, heap: str | None = "1g", timeout: float = 120.0) -> None:
+    def __init__(self, directory: Path, *, heap: str | None = "1g", timeout: float = 120.0,
+                 properties: dict[str, str] | None = None) -> None:
         self.directory = Path(directory)
         self._heap = heap
         self._timeout = timeout
+        self._properties = dict(properties or {})   # server.properties beyond the launcher's
         self._cluster = None
 
     @property
@@ -228,7 +230,8 @@ class KafkaBroker(_Broker):
                                     f"imported: {exc}; run from the repository root") from None
         try:
             self._cluster = start_kafka(self.directory, nodes=1, heap=self._heap, timeout=self._timeout,
-                                        java_opts=self.JVM_PERFORMANCE_OPTS)
+                                        java_opts=self.JVM_PERFORMANCE_OPTS,
+                                        extra_properties=self._properties)
         except (KafkaUnavailable, KafkaStartError) as exc:
             raise BrokerUnavailable(f"Apache Kafka did not start: {exc}") from None
         return self

@@ -1,6 +1,6 @@
 """bench/group_join.py's traces: the request timeline of a traced kdaemon member (``KdaemonTrace``,
-installed in the member's child process), librdkafka's debug log turned into the same kind of
-timeline, and the phases both are cut into for the breakdown ``--trace`` prints.
+installed in the member's child process) and librdkafka's debug log turned into the same kind of
+timeline, printed by ``--trace``.
 
 Only the standard library at module level: a member's child imports this module, and kdaemon
 only once a trace is installed (never in a timed run).
@@ -111,7 +111,7 @@ def confluent_timeline(log_path: str, wall_at_build: float, until_s: float) -> l
             verb = "send" if r.group(1) == "Sent" else "answer"
             rtt = f" (rtt {float(r.group(5)):.0f} ms)" if r.group(5) else ""
             out.append((rel, f"{verb} {name} v{r.group(4)} [{where}]{rtt}"))
-        elif fac in ("CGRPJOINSTATE", "JOINGROUP", "ASSIGNDONE", "HEARTBEAT", "REBALANCE"):
+        elif fac in ("CGRPJOINSTATE", "CGRPSTATE", "JOINGROUP", "ASSIGNDONE", "ASSIGNMENT", "HEARTBEAT", "REBALANCE"):
             out.append((rel, f"{fac.lower()}: {text[:110]}"))
     return out
 
@@ -129,59 +129,10 @@ def kdaemon_timeline(trace: list, until_s: float) -> list[tuple[float, str]]:
     return out
 
 
-def print_timeline(title: str, events: list[tuple[float, str]], first_s: float) -> None:
-    print(f"\n{title}  (ms from building the consumer; first record at {first_s * 1000:.1f} ms)")
+def print_timeline(title: str, events: list[tuple[float, str]], end_s: float, end_label: str) -> None:
+    print(f"\n{title}  (ms from building the consumer; {end_label} at {end_s * 1000:.1f} ms)")
     last = 0.0
     for rel, text in events:
         gap = (rel - last) * 1000
         print(f"  {rel * 1000:9.1f}  (+{gap:7.1f})  {text}")
         last = rel
-
-
-# Milestones common to both timelines, in protocol order; a phase runs from one to the next.
-PHASES = (
-    ("connect, ApiVersions, metadata, FindCoordinator", "send JoinGroup", "first"),
-    ("JoinGroup (all rounds; the broker holds the last)", "answer JoinGroup", "last-before:send SyncGroup"),
-    ("SyncGroup", "answer SyncGroup", "first"),
-    ("OffsetFetch (committed offsets)", "answer OffsetFetch", "first"),
-    ("ListOffsets (reset to earliest), incl. leader connect", "answer ListOffsets", "last-before:send Fetch"),
-    ("until the first Fetch is sent", "send Fetch", "first-after:answer SyncGroup"),
-    ("first Fetch answered, records returned to the caller", "first record", "first"),
-)
-
-
-def phases(events: list[tuple[float, str]], first_s: float) -> list[tuple[str, float | None]]:
-    """(phase, milliseconds) for one traced member, from its timeline."""
-    events = events + [(first_s, "first record")]
-
-    def find(prefix: str, rule: str) -> float | None:
-        hits = [t for t, text in events if text.startswith(prefix)]
-        if rule.startswith("last-before:"):
-            bound = find(rule.split(":", 1)[1], "first")
-            hits = [t for t in hits if bound is None or t <= bound]
-            return hits[-1] if hits else None
-        if rule.startswith("first-after:"):
-            bound = find(rule.split(":", 1)[1], "first")
-            hits = [t for t in hits if bound is not None and t >= bound]
-        return hits[0] if hits else None
-
-    out, last = [], 0.0
-    for label, prefix, rule in PHASES:
-        t = find(prefix, rule)
-        if t is None:
-            out.append((label, None))
-            continue
-        out.append((label, (t - last) * 1000))
-        last = t
-    return out
-
-
-def rebalance_reaction(events: list[tuple[float, str]]) -> tuple[float, float] | None:
-    """(when the first member's heartbeat saw the rebalance, when it sent JoinGroup), in its own
-    timeline's seconds; None if the trace does not show both."""
-    seen = next((t for t, text in events if ("answer Heartbeat" in text and "error 27" in text)
-                 or text.startswith("heartbeat: ") and "heartbeat error response" in text), None)
-    if seen is None:
-        return None
-    joined = next((t for t, text in events if t >= seen and text.startswith("send JoinGroup")), None)
-    return None if joined is None else (seen, joined)

@@ -1,297 +1,300 @@
-"""Group join latency: kdaemon's Consumer beside confluent-kafka, on the same Tansu broker.
+"""Group join and rebalance latency: classic (eager, cooperative) vs the consumer protocol (KIP-848),
+kdaemon vs the Java consumer vs librdkafka (confluent-kafka), on one Apache Kafka broker in one run.
 
 Run from the repository root::
 
-    python bench/group_join.py [--repeats N] [--heartbeat-ms MS] [--poll-ms MS] [--trace]
+    python bench/group_join.py [--repeats N] [--protocols ...] [--clients ...] [--trace]
                                [--json results.json]
 
-Input: a Tansu broker on a free loopback port (``bench/_common.py``), one topic of 4 partitions
-pre-filled by confluent-kafka with 250 records in every partition, so whichever partitions a
-member gets, it has records to read from offset 0.
+Input: one Apache Kafka node (the test suite's launcher, tests/support/apache_kafka.py, through
+``bench/_common.KafkaBroker``), one topic of 12 partitions with a few records in each, written
+by confluent-kafka.  The broker runs with ``group.consumer.heartbeat.interval.ms`` = the
+heartbeat interval and ``group.consumer.session.timeout.ms`` = the session timeout the classic
+members set themselves (``--heartbeat-ms``, default 1000; ``--session-ms``, default 10000), so
+both protocols heartbeat and expire members alike; under the consumer protocol the broker, not
+the client, decides both.  The launcher sets ``group.initial.rebalance.delay.ms=0`` (Kafka's
+default holds a classic group's first join 3 s).
 
-Both clients get the same group settings: ``session.timeout.ms`` 6000, the same heartbeat
-interval (``--heartbeat-ms``, default 1000), the ``range`` assignor only,
-``auto.offset.reset=earliest`` and auto-commit off.  Auto-commit is off so that no member ever
-commits: a newcomer then starts its partitions at offset 0 (by the reset) and always has a record
-to return, and no commit round trip sits in either client's rebalance.  Fetch settings stay at
-both clients' defaults (``fetch_max_wait_ms`` / ``fetch.wait.max.ms`` 500).  Every run uses a
-fresh group id.
+Three rebalance protocols: ``eager`` (classic, the ``range`` assignor), ``cooperative``
+(classic, ``cooperative-sticky``) and ``consumer`` (KIP-848, the broker's ``uniform``
+assignor).  Three clients, each in its own process per member (bench/_join_members.py):
+kdaemon's ``Consumer``, the Java ``KafkaConsumer`` (bench/java/KafkaPeer.java) and
+confluent-kafka; every member subscribes to the topic, ``auto.offset.reset=earliest``,
+auto-commit off, and polls with 200 ms timeouts (the Java peer's) until told to leave.
 
-Two cases, each repeated ``--repeats`` times (default 5), clients interleaved and their order
-alternated from one repeat to the next:
+One *round* is one fresh group of one client and one protocol; every round measures, in order:
 
-* (a) solo: one member joins an empty group.  Figure: subscribe → first record.
-* (b) newcomer: a first member (same client) has joined, read its first records and is polling
-  (``--poll-ms`` per poll call, default 1000); ``--settle-s`` later (default 1.0) a second member
-  subscribes.  Figures: the newcomer's subscribe → first record, and subscribe → both stable, the
-  moment the later of the two members' assignment callbacks ran with assignments that are
-  disjoint, non-empty and together cover all four partitions.
+* **first assignment**: member 1 (static) builds its consumer in the empty group; the figure
+  runs to its first assignment callback.  Members 2-4 (static) then join, untimed.
+* **join**: member 5 (dynamic) builds its consumer; the figure runs to the group's stable moment.
+* **leave**: member 5 closes (it leaves the group); the figure runs from right before its
+  ``close()`` to the stable moment of the four left.
+* **kill + restart**: member 4 is killed (SIGKILL, no leave) and started again at once with
+  its ``group.instance.id``, well within the session timeout; the figure runs from the new
+  process's consumer build to the stable moment (the process start, interpreter or JVM, is left
+  out, as for the other figures; the kill → stable time is on a row of its own).  Under the consumer
+  protocol Kafka refuses the instance id of a static member that did not leave (epoch -2)
+  until its session expires (UNRELEASED_INSTANCE_ID, fatal to the Java consumer and
+  librdkafka): a restarted member that fails is started again after 0.5 s, as a supervisor
+  would, and the figure runs from its first build; the attempts are printed.
 
-Every member runs in its own child process (``--worker``), so each client connects to the broker
-from scratch: connection set-up, ApiVersions, metadata and coordinator discovery are inside the
-figure for both.  The clock starts right before the consumer object is built (``subscribe`` is
-the very next call) because confluent-kafka starts connecting in its constructor; imports are
-done before, including the group module kdaemon's ``Consumer()`` would otherwise import lazily.
-Children report ``time.monotonic()`` instants, which are comparable across processes on one
-Linux machine (CLOCK_MONOTONIC), so the parent can combine two members' events.
+Each figure's clock starts when the member builds its consumer object: imports done, the JVM up
+(the Java consumer loads its classes lazily, so that much class loading is inside its figures).
 
-Tansu's group coordinator holds every JoinGroup about 3 s (an initial-rebalance-style delay,
-also on the rejoin of a member that is already in the group) and, in (b), the non-leader's
-SyncGroup about 1 s.  Those holds are most of every figure and the same for both clients; the
-breakdown printed with ``--trace`` shows them apart from the clients' own time.
+**Stable**, the same for every client: each member's assignment is what its own rebalance
+callbacks say it holds (assigned adds the partitions given, revoked and lost take them away:
+all three clients pass the whole assignment under eager and the change under the incremental
+protocols).  The group is stable at the first instant from which every expected member holds
+a non-empty assignment, the assignments are disjoint and cover all 12 partitions, and no
+member's callback runs for ``--quiet-s`` (default 3) afterwards; the figure ends at the callback
+from which on that holds (callbacks that change nothing, such as an empty "assigned", do not
+move it).  Every member stamps its events with its own
+``CLOCK_MONOTONIC`` (Python's ``time.monotonic()``, Java's ``System.nanoTime()``), so the
+parent lays all members' events on one time line.
 
-``--trace`` adds, after the timed runs, one traced run of each case per client and prints the
-timelines: kdaemon's with a wrapper around its ``NetworkClient.send`` (every request's send and
-answer), its connections' set-up and the ``kdaemon.client`` DEBUG log; confluent-kafka's from
-librdkafka's ``debug=cgrp,protocol`` log (millisecond wall-clock stamps).  Traced runs are not
-part of the figures.
+**CPU per member**, beside each figure: the parent samples every member process's CPU time
+(``/proc/PID/stat``, all threads) every 50 ms; the figure is the CPU the members of the group
+used over the figure's interval, divided by their number (the killed member not counted).
 
-Nothing here asserts a timing; the goal (kdaemon ≤ confluent-kafka) is printed as met / not met.
+Rounds run ``--repeats`` times (default 3), the clients' order reversed every other repeat.
+``--trace`` adds, after the timed rounds, one traced round per protocol for kdaemon and
+confluent-kafka and prints member 5's timeline up to the group's stable moment after its join
+(kdaemon: every request and answer; librdkafka: its ``cgrp,protocol`` debug log); traced rounds
+are not part of the figures.
+
+Goals, printed as met / not met, never asserted: kdaemon's consumer-protocol rebalance time
+(join, leave, kill + restart) ≤ the Java consumer's; under the consumer protocol a member
+joining a 4-member group settles kdaemon's group in ≤ 1/3 of kdaemon's classic eager time.
 """
 
 from __future__ import annotations
 
-# Only the standard library at module level: a worker imports nothing but its own client.
-import importlib
+# Only the standard library at module level: a member's child imports nothing but its own client.
 import json
-import queue
 import statistics
-import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 
 TOPIC = "bench-group-join"
-PARTITIONS = 4
-RECORDS_PER_PARTITION = 250
-SESSION_TIMEOUT_MS = 6000
-ASSIGNOR = "range"
-CHILD_TIMEOUT_S = 90.0       # one member's whole life, set-up to exit
-EVENT_TIMEOUT_S = 60.0       # one awaited event (ready, first record, stable)
-CLIENTS = ("kdaemon", "confluent")
-LABELS = {"kdaemon": "kdaemon", "confluent": "confluent-kafka"}
+PARTITIONS = 12
+RECORDS_PER_PARTITION = 50
+EVENT_TIMEOUT_S = 90.0       # one awaited event or stable group
+RESTART_PAUSE_S = 0.5        # between a failed restart of a killed member and the next
+CLIENTS = ("kdaemon", "java", "confluent")
+LABELS = {"kdaemon": "kdaemon", "java": "Java consumer", "confluent": "librdkafka"}
+PROTOCOL_NAMES = ("eager", "cooperative", "consumer")
+SCENARIOS = (("first", "first assignment (empty group)"),
+             ("join", "join: 4 -> 5 members, to stable"),
+             ("leave", "leave: 5 -> 4 members, to stable"),
+             ("restart", "kill + restart static member, to stable"),
+             ("kill", "  the same, from the kill"))
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench._join_trace import (  # noqa: E402
-    PHASES, KdaemonTrace, confluent_timeline, kdaemon_timeline, phases, print_timeline, rebalance_reaction)
+from bench._join_members import ASSIGNMENT_EVENTS, MemberFailed, start_member  # noqa: E402
 from bench._report import arguments, banner, check_sources, command_line, parse, write_json  # noqa: E402
 
 
-# -- the worker (child process) ----------------------------------------------------------------
+# -- one group's life ----------------------------------------------------------------------------
 
-class Emitter:
-    """One JSON object per stdout line, flushed at once: the parent reacts to events live."""
+class Round:
+    """One group of one client and one protocol: its members, every event they printed (on one
+    monotonic time line) and their CPU samples."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, args, bootstrap: str, client: str, protocol: str, log_dir: Path, tag: str,
+                 env: dict) -> None:
+        self.args, self.client, self.protocol = args, client, protocol
+        self.log_dir, self.tag, self.env = log_dir, tag, env
+        self.spec = {"client": client, "protocol": protocol, "bootstrap": bootstrap, "topic": TOPIC,
+                     "group": f"gj-{protocol}-{client}-{uuid.uuid4().hex[:8]}",
+                     "session_ms": args.session_ms, "heartbeat_ms": args.heartbeat_ms, "poll_ms": args.poll_ms}
+        self.members: dict = {}
+        self.history: list[tuple[float, str, dict]] = []
+        self.cpu: dict[str, list[tuple[float, float]]] = {}
+        self.gone: set[str] = set()     # members asked to leave or killed: their exit is expected
+        self.failures: list[str] = []   # restarts that failed (``restart``)
 
-    def __call__(self, event: str, **fields) -> None:
-        line = json.dumps({"event": event, "t": time.monotonic(), **fields}, default=str)
-        with self._lock:
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
+    def start(self, name: str, instance_id: str | None, trace: bool = False):
+        spec = dict(self.spec, instance_id=instance_id, trace=trace)
+        member = start_member(name, spec, self.log_dir / f"{self.tag}-{name}.log", self.env)
+        self.members[name] = member
+        self.cpu[name] = []
+        return member
 
+    def leave(self, name: str) -> None:
+        self.gone.add(name)
+        self.members[name].leave()
 
-def _stop_on_stdin(stop: threading.Event) -> None:
-    """The parent writes a line (or closes stdin) when this member may stop."""
-    def read() -> None:
-        sys.stdin.readline()
-        stop.set()
-    threading.Thread(target=read, daemon=True).start()
+    def kill(self, name: str) -> float:
+        self.gone.add(name)
+        self.members[name].kill()
+        return time.monotonic()
 
+    def pump(self) -> None:
+        """Take every member's new events and a CPU sample of every live one; a member that
+        exits unasked, or reports an error, fails the round."""
+        from bench._common import process_cpu_s
+        now = time.monotonic()
+        for name, m in self.members.items():
+            for ev in m.pump():
+                self.history.append((ev["t"], name, ev))
+                if ev["event"] == "error":
+                    raise MemberFailed(name, f"{LABELS[self.client]} member {name}: {ev['error']}; "
+                                             f"see {m.log_path}")
+            if m.alive():
+                cpu = process_cpu_s(m.pid)
+                if cpu is not None:
+                    self.cpu[name].append((now, cpu))
+            elif name not in self.gone:
+                for ev in m.pump():
+                    self.history.append((ev["t"], name, ev))
+                raise MemberFailed(name, f"{LABELS[self.client]} member {name} exited (code "
+                                         f"{m.proc.returncode}); see {m.log_path}")
 
-def read_until_stopped(poll, spec: dict, emit: Emitter, stop: threading.Event, t_build: float,
-                       on_first=None) -> tuple[float, int]:
-    """Poll until the first records came and (a newcomer, a first member) the parent said stop:
-    (when the first records came, records read).  ``poll()`` -> (records, their partitions)."""
-    deadline = t_build + spec["max_seconds"]
-    first = None
-    records = 0
-    while time.monotonic() < deadline:
-        n, partitions = poll()
-        if n and first is None:
-            first = time.monotonic()
-            if on_first is not None:
-                on_first(n)
-            emit("first", records=n, partitions=partitions)
-        records += n
-        if first is not None and (spec["role"] == "solo" or stop.is_set()):
-            break
-    if first is None:
-        raise RuntimeError(f"no record within {spec['max_seconds']} s")
-    return first, records
-
-
-def worker_kdaemon(spec: dict, emit: Emitter) -> dict:
-    from kdaemon.client import Consumer
-    # Consumer() imports its group module lazily, the first time one is built with a group_id
-    # (about 14 ms here).  Imported now, so that the clock, as for confluent-kafka, runs no imports.
-    importlib.import_module("kdaemon.client.group.coordinator")
-
-    trace = KdaemonTrace() if spec["trace"] else None
-    if trace:
-        trace.install()
-    stop = threading.Event()
-    _stop_on_stdin(stop)
-
-    class Listener:
-        def on_partitions_revoked(self, partitions) -> None:
-            emit("revoked", partitions=sorted(tp.partition for tp in partitions))
-
-        def on_partitions_assigned(self, partitions) -> None:
-            emit("assigned", partitions=sorted(tp.partition for tp in consumer.assignment()))
-
-        def on_partitions_lost(self, partitions) -> None:
-            emit("revoked", partitions=sorted(tp.partition for tp in partitions))
-
-    t_build = time.monotonic()
-    consumer = Consumer(spec["bootstrap"], group_id=spec["group"], session_timeout_ms=SESSION_TIMEOUT_MS,
-                        heartbeat_interval_ms=spec["heartbeat_ms"], partition_assignment_strategy=(ASSIGNOR,),
-                        auto_offset_reset="earliest", enable_auto_commit=False)
-    t_subscribe = time.monotonic()
-    consumer.subscribe([spec["topic"]], listener=Listener())
-    emit("subscribed", t_build=t_build, t_subscribe=t_subscribe)
-    if trace:
-        trace.events.insert(0, (t_build, "Consumer() built"))
-        trace.add("subscribe() returned")
-
-    def poll() -> tuple[int, list[int]]:
-        batch = consumer.poll(spec["poll_ms"])
-        n = sum(len(v) for v in batch.values())
-        return n, sorted(tp.partition for tp in batch) if n else []
-
-    def on_first(n: int) -> None:
-        if trace:
-            trace.add(f"poll() returned the first {n} records")
-    first, records = read_until_stopped(poll, spec, emit, stop, t_build, on_first)
-    consumer.close()
-    return {"t_build": t_build, "t_subscribe": t_subscribe, "t_first": first, "records": records,
-            "trace": [(t - t_build, text) for t, text in trace.events] if trace else None}
-
-
-def worker_confluent(spec: dict, emit: Emitter) -> dict:
-    from confluent_kafka import Consumer
-
-    stop = threading.Event()
-    _stop_on_stdin(stop)
-    conf = {"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"],
-            "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": spec["heartbeat_ms"],
-            "partition.assignment.strategy": ASSIGNOR, "auto.offset.reset": "earliest",
-            "enable.auto.commit": False}
-    if spec["trace"]:
-        conf.update({"debug": "cgrp,protocol", "log_level": 7})
-
-    def on_assign(consumer, partitions) -> None:
-        emit("assigned", partitions=sorted(tp.partition for tp in partitions))
-
-    def on_revoke(consumer, partitions) -> None:
-        emit("revoked", partitions=sorted(tp.partition for tp in partitions))
-
-    wall0, t_build = time.time(), time.monotonic()
-    consumer = Consumer(conf)
-    t_subscribe = time.monotonic()
-    consumer.subscribe([spec["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
-    emit("subscribed", t_build=t_build, t_subscribe=t_subscribe)
-    timeout = spec["poll_ms"] / 1000
-
-    def poll() -> tuple[int, list[int]]:
-        msg = consumer.poll(timeout)
-        return (1, [msg.partition()]) if msg is not None and not msg.error() else (0, [])
-    first, records = read_until_stopped(poll, spec, emit, stop, t_build)
-    consumer.close()
-    # librdkafka's debug log goes to stderr; the parent turns it into a timeline.
-    return {"t_build": t_build, "t_subscribe": t_subscribe, "t_first": first, "records": records,
-            "wall_at_build": wall0, "t_first_rel": first - t_build}
-
-
-WORKERS = {"kdaemon": worker_kdaemon, "confluent": worker_confluent}
-
-
-def run_worker(spec: dict) -> None:
-    emit = Emitter()
-    try:
-        result = WORKERS[spec["client"]](spec, emit)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
-        emit("error", error=f"{type(exc).__name__}: {exc}")
-        raise
-    emit("result", **result)
-
-
-# -- the parent: broker, topic, members --------------------------------------------------------
-
-class Member:
-    """A child process running one consumer; its stdout events arrive on a queue."""
-
-    def __init__(self, spec: dict, log_path: Path) -> None:
-        self.spec = spec
-        self.log_path = log_path
-        from bench import _common
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-        env = _common.child_env()   # kdaemon from the tree this script lives in, as the parent's
-        self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                     env=env, text=True, bufsize=1)
-        self.events: queue.Queue = queue.Queue()
-        self.seen: list[dict] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            try:
-                self.events.put(json.loads(line))
-            except ValueError:
-                continue
-        self.events.put({"event": "exit"})
-
-    def next_event(self, timeout: float) -> dict:
-        try:
-            ev = self.events.get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError(f"{self.spec['client']} {self.spec['role']}: no event within {timeout:.0f} s; "
-                               f"see {self.log_path}") from None
-        self.seen.append(ev)
-        if ev["event"] == "error":
-            raise RuntimeError(f"{self.spec['client']} {self.spec['role']}: {ev['error']}")
-        if ev["event"] == "exit":
-            raise RuntimeError(f"{self.spec['client']} {self.spec['role']} exited early "
-                               f"(code {self.proc.wait()}); see {self.log_path}")
-        return ev
-
-    def wait_for(self, name: str, timeout: float = EVENT_TIMEOUT_S) -> dict:
+    def _wait(self, done, what: str, timeout: float = EVENT_TIMEOUT_S):
         deadline = time.monotonic() + timeout
         while True:
-            ev = self.next_event(max(0.0, deadline - time.monotonic()))
-            if ev["event"] == name:
-                return ev
+            self.pump()
+            answer = done()
+            if answer is not None:
+                return answer
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{LABELS[self.client]}, {self.protocol}: {what} not within {timeout:.0f} s")
+            time.sleep(0.05)
 
-    def stop(self) -> dict:
-        """Ask the member to stop, and return its result."""
-        try:
-            self.proc.stdin.write("stop\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass
-        try:
-            return self.wait_for("result", CHILD_TIMEOUT_S)
-        finally:
-            self.kill()
+    def event(self, name: str, kind: str, nonempty: bool = False) -> dict:
+        """``name``'s first event ``kind`` (with partitions, when ``nonempty``), waiting for it."""
+        def find():
+            return next((ev for _, who, ev in self.history if who == name and ev["event"] == kind
+                         and (not nonempty or ev.get("partitions"))), None)
+        return self._wait(find, f"{name}'s {kind!r}")
 
-    def kill(self) -> None:
-        """Stop our own child by its Popen handle (never by name)."""
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._log.close()
+    def stable(self, names: list[str], since: float) -> float:
+        """The instant the group of ``names`` became stable (module docstring), waiting for it."""
+        def check():
+            owned = {n: set() for n in self.members}
+            became, last = None, None
+            for t, who, ev in sorted(self.history, key=lambda h: h[0]):
+                if ev["event"] not in ASSIGNMENT_EVENTS:
+                    continue
+                parts = set(ev["partitions"])
+                owned[who] = owned[who] | parts if ev["event"] == "assigned" else owned[who] - parts
+                last = t
+                held = [owned[n] for n in names]
+                ok = (all(held) and sum(map(len, held)) == PARTITIONS
+                      and set().union(*held) == set(range(PARTITIONS)))
+                became = (became or t) if ok else None
+            if became is None or time.monotonic() - max(last, became) < self.args.quiet_s:
+                return None
+            return max(became, since)
+        return self._wait(check, f"a stable group of {', '.join(names)}")
+
+    def restart(self, name: str, instance_id: str) -> tuple[str, float, int]:
+        """Start a member with ``instance_id`` again, as a supervisor would: once more, after
+        ``RESTART_PAUSE_S``, each time it fails before its first assignment (under the consumer
+        protocol the broker refuses the instance id of a member that did not leave,
+        UNRELEASED_INSTANCE_ID, until that member's session expires; the Java consumer and
+        librdkafka treat that as fatal).  (its name, its first build, attempts)."""
+        deadline = time.monotonic() + EVENT_TIMEOUT_S
+        first_build = None
+        for attempt in range(1, 1000):
+            current = f"{name}.{attempt}"
+            self.start(current, instance_id)
+            try:
+                t = self.event(current, "building")["t"]
+                first_build = first_build or t
+                self.event(current, "assigned", nonempty=True)
+                return current, first_build, attempt
+            except MemberFailed as exc:
+                if exc.name != current or time.monotonic() > deadline:
+                    raise
+                self.gone.add(current)
+                self.failures.append(str(exc))
+                time.sleep(RESTART_PAUSE_S)
+        raise RuntimeError("unreachable")
+
+    def cpu_used(self, name: str, t0: float, t1: float) -> float | None:
+        """CPU seconds ``name`` used from ``t0`` to ``t1``, from the samples nearest outside them."""
+        samples = self.cpu.get(name) or []
+        if not samples:
+            return None
+        before = [c for t, c in samples if t <= t0]
+        after = [c for t, c in samples if t >= t1]
+        return (after[0] if after else samples[-1][1]) - (before[-1] if before else samples[0][1])
+
+    def cpu_per_member(self, names: list[str], t0: float, t1: float) -> float | None:
+        used = [c for c in (self.cpu_used(n, t0, t1) for n in names) if c is not None]
+        return sum(used) / len(used) if used else None
+
+    def close(self) -> list[str]:
+        """Every live member leaves; one that does not exit in time is killed and named in the
+        list returned."""
+        for name, m in self.members.items():
+            if m.alive():
+                self.leave(name)
+        errors = []
+        for m in self.members.values():
+            try:
+                m.finish(30.0)
+            except RuntimeError as exc:
+                errors.append(str(exc))
+        return errors
+
+
+def run_round(args, bootstrap: str, client: str, protocol: str, log_dir: Path, tag: str, env: dict,
+              trace: bool = False) -> dict:
+    """One group through the four scenarios (module docstring): figures in seconds, CPU per member."""
+    r = Round(args, bootstrap, client, protocol, log_dir, tag, env)
+    out: dict = {}
+    four = ["m1", "m2", "m3", "m4"]
+    try:
+        r.start("m1", f"{r.spec['group']}-1")
+        t0 = r.event("m1", "building")["t"]
+        t1 = r.event("m1", "assigned", nonempty=True)["t"]
+        out["first_s"], out["first_cpu"] = t1 - t0, r.cpu_per_member(["m1"], t0, t1)
+        r.stable(["m1"], t0)
+        for n in (2, 3, 4):
+            r.start(f"m{n}", f"{r.spec['group']}-{n}")
+        r.stable(four, 0.0)
+
+        r.start("m5", None, trace=trace)
+        t0 = r.event("m5", "building")["t"]
+        t1 = r.stable(four + ["m5"], t0)
+        out["join_s"], out["join_cpu"] = t1 - t0, r.cpu_per_member(four + ["m5"], t0, t1)
+
+        r.leave("m5")
+        t0 = r.event("m5", "closing")["t"]
+        t1 = r.stable(four, t0)
+        out["leave_s"], out["leave_cpu"] = t1 - t0, r.cpu_per_member(four + ["m5"], t0, t1)
+        r.members["m5"].finish(30.0)
+        r.pump()
+        out["m5_result"] = r.members["m5"].result
+        out["m5_log"] = str(r.members["m5"].log_path)
+
+        t_kill = r.kill("m4")
+        again, t0, attempts = r.restart("m4", f"{r.spec['group']}-4")
+        back = ["m1", "m2", "m3", again]
+        t1 = r.stable(back, t0)
+        out["restart_s"], out["restart_cpu"] = t1 - t0, r.cpu_per_member(back, t0, t1)
+        out["kill_s"], out["restart_attempts"] = t1 - t_kill, attempts
+        out["restart_failures"] = r.failures
+        out["history"] = [(t, who, ev["event"], ev.get("partitions")) for t, who, ev in r.history]
+    except BaseException as exc:
+        for error in r.close():     # the round's own error is the one raised; these go with it
+            exc.add_note(f"while closing the group: {error}")
+        raise
+    errors = r.close()
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    return out
 
 
 def prepare_topic(bootstrap: str) -> None:
-    """Create the topic and write RECORDS_PER_PARTITION records to every partition."""
+    """Create the topic, write RECORDS_PER_PARTITION records to every partition, and have one
+    group join before any round."""
     from tests.support.produce import Writer, create_topic
 
     create_topic(bootstrap, TOPIC, PARTITIONS)
@@ -302,85 +305,18 @@ def prepare_topic(bootstrap: str) -> None:
     delivered = [writer.counts.get(p, 0) for p in range(PARTITIONS)]
     if delivered != [RECORDS_PER_PARTITION] * PARTITIONS:
         raise RuntimeError(f"produce failed: delivered {delivered}")
-
-
-def _spec(args, bootstrap: str, client: str, role: str, group: str, trace: bool) -> dict:
-    return {"client": client, "role": role, "bootstrap": bootstrap, "topic": TOPIC, "group": group,
-            "heartbeat_ms": args.heartbeat_ms, "poll_ms": args.poll_ms, "trace": trace,
-            "max_seconds": CHILD_TIMEOUT_S - 10}
-
-
-def run_solo(args, bootstrap: str, client: str, log_dir: Path, tag: str, trace: bool = False) -> dict:
-    group = f"gj-solo-{client}-{uuid.uuid4().hex[:8]}"
-    member = Member(_spec(args, bootstrap, client, "solo", group, trace), log_dir / f"{tag}-solo.log")
-    try:
-        result = member.wait_for("result", CHILD_TIMEOUT_S)
-    finally:
-        member.kill()
-    return {"first_s": result["t_first"] - result["t_build"],
-            "build_s": result["t_subscribe"] - result["t_build"],
-            "events": member.seen, "result": result, "log": str(member.log_path)}
-
-
-def _stable_at(events: dict[str, list[dict]], since: float) -> float | None:
-    """The first instant after ``since`` at which both members' latest assignments are disjoint,
-    non-empty and cover every partition (the later of the two callbacks that made them so)."""
-    timeline = sorted((ev["t"], who, ev) for who, evs in events.items() for ev in evs
-                      if ev["event"] in ("assigned", "revoked"))
-    current: dict[str, tuple[float, set]] = {}
-    for t, who, ev in timeline:
-        parts = set(ev["partitions"]) if ev["event"] == "assigned" else set()
-        current[who] = (t, parts)
-        if len(current) == 2 and t >= since:
-            (ta, a), (tb, b) = current.values()
-            if a and b and not a & b and a | b == set(range(PARTITIONS)):
-                return max(ta, tb)
-    return None
-
-
-def run_newcomer(args, bootstrap: str, client: str, log_dir: Path, tag: str, trace: bool = False) -> dict:
-    group = f"gj-pair-{client}-{uuid.uuid4().hex[:8]}"
-    first = Member(_spec(args, bootstrap, client, "first", group, trace), log_dir / f"{tag}-first.log")
-    newcomer = None
-    try:
-        first.wait_for("first")
-        time.sleep(args.settle_s)
-        newcomer = Member(_spec(args, bootstrap, client, "newcomer", group, trace),
-                          log_dir / f"{tag}-newcomer.log")
-        sub = newcomer.wait_for("subscribed")
-        newcomer.wait_for("first")
-        # Collect assignment events from both until the pair is stable.
-        deadline = time.monotonic() + EVENT_TIMEOUT_S
-        stable = None
-        while stable is None:
-            for m in (first, newcomer):
-                while True:
-                    try:
-                        ev = m.events.get_nowait()
-                    except queue.Empty:
-                        break
-                    m.seen.append(ev)
-                    if ev["event"] in ("error", "exit"):
-                        raise RuntimeError(f"{client} {m.spec['role']}: {ev.get('error', 'exited')}; "
-                                           f"see {m.log_path}")
-            stable = _stable_at({"first": first.seen, "newcomer": newcomer.seen}, sub["t_build"])
-            if stable is None:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{client}: the pair was not stable within {EVENT_TIMEOUT_S:.0f} s")
-                time.sleep(0.05)
-        r_new = newcomer.stop()
-        newcomer_events = newcomer.seen
-        newcomer = None
-        r_first = first.stop()
-    finally:
-        if newcomer is not None:
-            newcomer.kill()
-        first.kill()
-    t0 = r_new["t_build"]
-    return {"first_s": r_new["t_first"] - t0, "stable_s": stable - t0,
-            "build_s": r_new["t_subscribe"] - t0, "result_newcomer": r_new, "result_first": r_first,
-            "events_first": first.seen, "events_newcomer": newcomer_events,
-            "log_first": str(first.log_path), "log_newcomer": str(log_dir / f"{tag}-newcomer.log")}
+    # A throwaway group before the timed rounds: Kafka creates __consumer_offsets when the first
+    # group looks for its coordinator, a one-time cost that no round should carry.
+    from confluent_kafka import Consumer
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"gj-warm-up-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([TOPIC])
+    deadline = time.monotonic() + EVENT_TIMEOUT_S
+    while not consumer.assignment():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the warm-up group got no assignment within {EVENT_TIMEOUT_S:.0f} s")
+        consumer.poll(0.2)
+    consumer.close()
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -390,53 +326,73 @@ def summary(values: list[float]) -> dict:
             "all": values} if values else {}
 
 
-METRICS = (("solo_first_s", "(a) solo: subscribe → first record"),
-           ("newcomer_first_s", "(b) newcomer: subscribe → first record"),
-           ("pair_stable_s", "(b) newcomer: subscribe → both members stable"))
-
-
-def print_table(stats: dict) -> list[str]:
-    head = (f"{'case':<48} {'client':<16} {'min s':>7} {'median s':>9} {'max s':>7} {'n':>3}   "
-            f"{'kdaemon/confluent (median)':>26}")
+def print_table(stats: dict, protocols: list[str], clients: list[str]) -> None:
+    """One row per scenario and protocol: per client the median (min-max) seconds and the median
+    CPU seconds per member."""
+    head = f"{'scenario':<42} {'protocol':<12}" + "".join(f"{LABELS[c] + ' s (min-max) cpu/m':>36}"
+                                                        for c in clients)
     print()
     print(head)
     print("-" * len(head))
-    verdicts = []
-    for key, label in METRICS:
-        for client in CLIENTS:
-            s = stats.get(client, {}).get(key)
-            if not s:
-                continue
-            ratio = ""
-            if client == "confluent" and stats.get("kdaemon", {}).get(key):
-                k = stats["kdaemon"][key]
-                ratio = f"{k['median'] / s['median']:.2f}x  (min {k['min'] / s['min']:.2f}x)"
-            print(f"{label:<48} {LABELS[client]:<16} {s['min']:>7.3f} {s['median']:>9.3f} {s['max']:>7.3f} "
-                  f"{s['n']:>3}   {ratio:>26}")
-        k, c = stats.get("kdaemon", {}).get(key), stats.get("confluent", {}).get(key)
-        if k and c:
-            met = k["median"] <= c["median"]
-            verdicts.append(f"kdaemon <= confluent-kafka, {label}: {'met' if met else 'NOT met'} "
-                            f"(median {k['median']:.3f} s vs {c['median']:.3f} s, "
-                            f"{(k['median'] - c['median']) * 1000:+.1f} ms)")
+    for key, label in SCENARIOS:
+        for protocol in protocols:
+            cells = []
+            for c in clients:
+                s, cpu = stats[protocol][c].get(f"{key}_s"), stats[protocol][c].get(f"{key}_cpu")
+                cpu = f"{cpu['median']:.3f}" if cpu else "-"
+                cells.append(f"{s['median']:.3f} ({s['min']:.3f}-{s['max']:.3f}) {cpu:>5}" if s else "-")
+            print(f"{label:<42} {protocol:<12}" + "".join(f"{cell:>36}" for cell in cells))
     print("-" * len(head))
-    return verdicts
+
+
+def goals(stats: dict) -> list[str]:
+    """The issue's goals as met / not met lines (only those whose figures were all measured)."""
+    lines = []
+
+    def median(protocol: str, client: str, key: str) -> float | None:
+        s = stats.get(protocol, {}).get(client, {}).get(f"{key}_s")
+        return s["median"] if s else None
+    for key, label in SCENARIOS[1:4]:
+        k, j = median("consumer", "kdaemon", key), median("consumer", "java", key)
+        if k is not None and j is not None:
+            lines.append(f"kdaemon <= Java consumer, consumer protocol, {label}: "
+                         f"{'met' if k <= j else 'NOT met'} (median {k:.3f} s vs {j:.3f} s)")
+    k, e = median("consumer", "kdaemon", "join"), median("eager", "kdaemon", "join")
+    if k is not None and e is not None:
+        lines.append(f"kdaemon consumer-protocol join <= 1/3 of kdaemon classic eager join: "
+                     f"{'met' if k <= e / 3 else 'NOT met'} (median {k:.3f} s vs {e:.3f} s / 3 = {e / 3:.3f} s)")
+    return lines
+
+
+def print_trace(protocol: str, client: str, r: dict) -> None:
+    """Member 5's timeline from its consumer build to the group's stable moment after its join."""
+    from bench._join_trace import confluent_timeline, kdaemon_timeline, print_timeline
+    result, until = r["m5_result"], r["join_s"]
+    if client == "kdaemon":
+        events = kdaemon_timeline(result.get("trace") or [], until)
+    else:
+        events = confluent_timeline(r["m5_log"], result["wall_at_build"], until)
+    print_timeline(f"trace: {protocol}, {LABELS[client]}, member 5 joining 4", events, until,
+                   end_label="group stable")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = arguments(__doc__, repeats=(5, "runs per client and case (default 5)"))
+    parser = arguments(__doc__, repeats=(3, "rounds per client and protocol (default 3)"))
     parser.add_argument("--heartbeat-ms", type=int, default=1000,
-                        help="heartbeat interval of every member, both clients (default 1000)")
-    parser.add_argument("--poll-ms", type=int, default=1000,
-                        help="timeout of each poll call in the members' loops (default 1000)")
-    parser.add_argument("--settle-s", type=float, default=1.0,
-                        help="(b): wait this long after the first member's first record (default 1.0)")
-    parser.add_argument("--cases", nargs="*", default=["solo", "newcomer"], choices=("solo", "newcomer"))
+                        help="heartbeat interval, every client and protocol (default 1000)")
+    parser.add_argument("--session-ms", type=int, default=10000,
+                        help="session timeout, every client and protocol (default 10000)")
+    parser.add_argument("--poll-ms", type=int, default=200,
+                        help="timeout of the Python members' poll calls (default 200, the Java peer's)")
+    parser.add_argument("--quiet-s", type=float, default=3.0,
+                        help="a group is stable once no callback ran for this long (default 3)")
+    parser.add_argument("--protocols", nargs="*", default=list(PROTOCOL_NAMES), choices=PROTOCOL_NAMES)
     parser.add_argument("--clients", nargs="*", default=list(CLIENTS), choices=CLIENTS)
     parser.add_argument("--trace", action="store_true",
-                        help="after the timed runs, one traced run per case and client, timelines printed")
+                        help="after the timed rounds, one traced round per protocol for kdaemon and "
+                             "confluent-kafka, member 5's join timeline printed")
     parser.add_argument("--log-dir", metavar="DIR", help="keep the broker's and members' logs here")
-    args = parse(parser, argv, {"--worker": lambda spec: run_worker(json.loads(spec))})
+    args = parse(parser, argv, {"--worker": lambda spec: _worker(spec)})
     if args is None:
         return 0
 
@@ -446,113 +402,55 @@ def main(argv: list[str] | None = None) -> int:
 
     head = banner("bench/group_join.py")
     source = head["source"]
-    print(f"group settings, both clients: session timeout {SESSION_TIMEOUT_MS} ms, heartbeat "
-          f"{args.heartbeat_ms} ms, assignor {ASSIGNOR}, auto.offset.reset earliest, auto-commit off; "
-          f"members poll with {args.poll_ms} ms timeouts; (b) settles {args.settle_s} s")
-
+    print(f"group settings: session timeout {args.session_ms} ms, heartbeat {args.heartbeat_ms} ms (the "
+          f"consumer protocol's set on the broker), auto.offset.reset earliest, auto-commit off; Python "
+          f"members poll with {args.poll_ms} ms timeouts; stable after {args.quiet_s} s without a callback")
     log_ctx = tempfile.TemporaryDirectory(prefix="kdaemon-bench-") if not args.log_dir else None
     log_dir = Path(args.log_dir or log_ctx.name)
     log_dir.mkdir(parents=True, exist_ok=True)
-    runs: dict[str, dict[str, list]] = {c: {k: [] for k, _ in METRICS} for c in args.clients}
+    env = _common.child_env()   # kdaemon from the tree this script lives in, as the parent's
+    runs = {p: {c: [] for c in args.clients} for p in args.protocols}
     errors: list[str] = []
     traces: dict = {}
-    build_times: dict[str, list[float]] = {c: [] for c in args.clients}
-    with _common.TansuBroker(log_dir / "tansu.log") as broker:
-        print(f"Tansu on {broker.bootstrap} (pid {broker.pid}); topic {TOPIC}: {PARTITIONS} partitions x "
-              f"{RECORDS_PER_PARTITION} records written by confluent-kafka", flush=True)
+    properties = {"group.consumer.heartbeat.interval.ms": str(args.heartbeat_ms),
+                  "group.consumer.session.timeout.ms": str(args.session_ms)}
+    with _common.KafkaBroker(log_dir / "kafka", properties=properties) as broker:
+        print(broker.describe())
+        print(f"broker: {', '.join(f'{k}={v}' for k, v in properties.items())}; topic {TOPIC}: "
+              f"{PARTITIONS} partitions x {RECORDS_PER_PARTITION} records", flush=True)
         prepare_topic(broker.bootstrap)
         for rep in range(args.repeats):
             order = list(args.clients) if rep % 2 == 0 else list(reversed(args.clients))
-            for case in args.cases:
+            for protocol in args.protocols:
                 for client in order:
-                    tag = f"r{rep}-{client}"
-                    print(f"  [{rep + 1}/{args.repeats}] {case:<8} {LABELS[client]:<16} ", end="", flush=True)
+                    print(f"  [{rep + 1}/{args.repeats}] {protocol:<12} {LABELS[client]:<14} ", end="", flush=True)
                     try:
-                        if case == "solo":
-                            r = run_solo(args, broker.bootstrap, client, log_dir, tag)
-                            runs[client]["solo_first_s"].append(r["first_s"])
-                            build_times[client].append(r["build_s"])
-                            print(f"first record {r['first_s']:6.3f} s", flush=True)
-                        else:
-                            r = run_newcomer(args, broker.bootstrap, client, log_dir, tag)
-                            runs[client]["newcomer_first_s"].append(r["first_s"])
-                            build_times[client].append(r["build_s"])
-                            runs[client]["pair_stable_s"].append(r["stable_s"])
-                            print(f"newcomer first record {r['first_s']:6.3f} s, both stable "
-                                  f"{r['stable_s']:6.3f} s", flush=True)
+                        r = run_round(args, broker.bootstrap, client, protocol, log_dir, f"r{rep}-{protocol}-{client}",
+                                      env)
                     except (RuntimeError, TimeoutError) as exc:
-                        errors.append(f"{case} {client} repeat {rep + 1}: {exc}")
+                        errors.append(f"{protocol} {client} repeat {rep + 1}: {exc}")
                         print(f"FAILED: {exc}", flush=True)
+                        continue
+                    runs[protocol][client].append(r)
+                    print("  ".join(f"{key} {r[f'{key}_s']:.3f} s" for key, _ in SCENARIOS)
+                          + f"  (restart attempts {r['restart_attempts']})", flush=True)
         if args.trace:
-            for case in args.cases:
-                for client in args.clients:
-                    tag = f"trace-{client}"
+            for protocol in args.protocols:
+                for client in [c for c in args.clients if c != "java"]:
                     try:
-                        if case == "solo":
-                            traces[f"solo/{client}"] = run_solo(args, broker.bootstrap, client, log_dir, tag,
-                                                                trace=True)
-                        else:
-                            traces[f"newcomer/{client}"] = run_newcomer(args, broker.bootstrap, client,
-                                                                        log_dir, tag, trace=True)
+                        traces[(protocol, client)] = run_round(args, broker.bootstrap, client, protocol, log_dir,
+                                                               f"trace-{protocol}-{client}", env, trace=True)
                     except (RuntimeError, TimeoutError) as exc:
-                        errors.append(f"trace {case} {client}: {exc}")
+                        errors.append(f"trace {protocol} {client}: {exc}")
 
-    stats = {c: {k: summary(v) for k, v in per.items()} for c, per in runs.items()}
-    verdicts = print_table(stats)
-    builds = {c: statistics.median(v) * 1000 for c, v in build_times.items() if v}
-    print("building the consumer object (inside every figure above), median: "
-          + ", ".join(f"{LABELS[c]} {v:.1f} ms" for c, v in builds.items()))
-    breakdowns: dict[str, dict] = {}
-    reactions: dict[str, float] = {}
-    for key, tr in traces.items():
-        case, client = key.split("/")
-        if case == "solo":
-            res, first_s, log = tr["result"], tr["first_s"], tr["log"]
-        else:
-            res, first_s, log = tr["result_newcomer"], tr["first_s"], tr["log_newcomer"]
-        if client == "kdaemon":
-            events = kdaemon_timeline(res["trace"] or [], first_s)
-        else:
-            events = confluent_timeline(log, res["wall_at_build"], first_s)
-        who = "newcomer" if case == "newcomer" else "solo member"
-        print_timeline(f"trace: {case}, {LABELS[client]} {who}", events, first_s)
-        breakdowns.setdefault(case, {})[client] = phases(events, first_s)
-        if case == "newcomer":
-            print(f"  both stable at {tr['stable_s'] * 1000:.1f} ms; first member's events relative to the "
-                  f"newcomer's build:")
-            t0 = res["t_build"]
-            for ev in tr["events_first"]:
-                if ev["event"] in ("assigned", "revoked") and ev["t"] >= t0:
-                    print(f"  {(ev['t'] - t0) * 1000:9.1f}  first member {ev['event']} {ev['partitions']}")
-            first_res = tr["result_first"]
-            if client == "kdaemon":
-                first_events = list(first_res["trace"] or [])
-            else:
-                first_events = confluent_timeline(tr["log_first"], first_res["wall_at_build"], 1e9)
-            # The first member's own timeline, shifted to the newcomer's clock.
-            shifted = [(first_res["t_build"] + rel - t0, text) for rel, text in first_events]
-            shifted = [(t, text) for t, text in shifted if t >= 0]
-            for t, text in shifted:
-                if t <= tr["stable_s"] + 0.05 and "Fetch" not in text.replace("OffsetFetch", ""):
-                    print(f"  {t * 1000:9.1f}  first member: {text}")
-            react = rebalance_reaction(shifted)
-            if react:
-                reactions[client] = (react[1] - react[0]) * 1000
-                print(f"  first member: heartbeat saw the rebalance at {react[0] * 1000:.1f} ms, JoinGroup sent "
-                      f"at {react[1] * 1000:.1f} ms (+{reactions[client]:.1f} ms)")
-    for case, per_client in breakdowns.items():
-        print(f"\nbreakdown of the traced {case} run, ms per phase (each phase ends at the milestone named)")
-        clients = [c for c in CLIENTS if c in per_client]
-        print(f"  {'phase':<58}" + "".join(f"{LABELS[c]:>17}" for c in clients))
-        for i, (label, _, _) in enumerate(PHASES):
-            cells = []
-            for c in clients:
-                v = per_client[c][i][1]
-                cells.append(f"{'-' if v is None else f'{v:.1f}':>17}")
-            print(f"  {label:<58}" + "".join(cells))
-    if reactions:
-        print("\nfirst member in (b), heartbeat answer REBALANCE_IN_PROGRESS -> JoinGroup sent: "
-              + ", ".join(f"{LABELS[c]} {v:.1f} ms" for c, v in reactions.items()))
+    stats = {p: {c: {f"{key}{suffix}": summary([r[f"{key}{suffix}"] for r in rs if r.get(f"{key}{suffix}")
+                                                is not None])
+                     for key, _ in SCENARIOS for suffix in ("_s", "_cpu")}
+                 for c, rs in per.items()} for p, per in runs.items()}
+    print_table(stats, args.protocols, args.clients)
+    for (protocol, client), r in traces.items():
+        print_trace(protocol, client, r)
+    verdicts = goals(stats)
     print()
     for line in verdicts:
         print("goal " + line)
@@ -564,16 +462,20 @@ def main(argv: list[str] | None = None) -> int:
             "date": head["started"].isoformat(timespec="seconds"), "machine": head["machine"],
             "versions": head["versions"], "kdaemon_source": source, "kdaemon_source_after": after,
             "command": command_line("bench/group_join.py", argv),
-            "settings": {"session_timeout_ms": SESSION_TIMEOUT_MS, "heartbeat_ms": args.heartbeat_ms,
-                         "poll_ms": args.poll_ms, "settle_s": args.settle_s, "assignor": ASSIGNOR,
-                         "partitions": PARTITIONS, "records_per_partition": RECORDS_PER_PARTITION},
-            "stats": stats, "goals": verdicts, "errors": errors, "build_ms_median": builds,
-            "breakdowns": breakdowns, "rebalance_reaction_ms": reactions,
-            "traces": {k: {kk: vv for kk, vv in v.items() if kk.startswith(("first_s", "stable_s"))}
-                       for k, v in traces.items()}})
+            "settings": {"session_ms": args.session_ms, "heartbeat_ms": args.heartbeat_ms,
+                         "poll_ms": args.poll_ms, "quiet_s": args.quiet_s, "partitions": PARTITIONS,
+                         "records_per_partition": RECORDS_PER_PARTITION, "broker_properties": properties},
+            "stats": stats, "goals": verdicts, "errors": errors,
+            "runs": {p: {c: [{k: v for k, v in r.items() if k not in ("m5_result", "m5_log")} for r in rs]
+                         for c, rs in per.items()} for p, per in runs.items()}})
     if log_ctx is not None:
         log_ctx.cleanup()
     return 0
+
+
+def _worker(spec: str) -> None:
+    from bench._join_members import run_worker
+    run_worker(json.loads(spec))
 
 
 if __name__ == "__main__":
