@@ -39,6 +39,8 @@ class Member(threading.Thread):
         self.events: list[tuple[str, frozenset]] = []
         self.records: list[tuple[str, int, int]] = []
         self.heartbeats: list[dict] = []
+        self.commits_accepted: list[TopicPartition] = []   # from OffsetCommit answers without error
+        self.commits_at_event: list[int] = []   # len(commits_accepted) when each listener call came
         self.owned: frozenset = frozenset()
         self.state = None
         self.error: BaseException | None = None
@@ -50,11 +52,16 @@ class Member(threading.Thread):
         if api.name == "ConsumerGroupHeartbeat" and not response:
             with self._lock:
                 self.heartbeats.append(dict(body))
+        elif api.name == "OffsetCommit" and response:
+            with self._lock:
+                self.commits_accepted.extend(TopicPartition(t["name"], p["partition_index"])
+                                             for t in body["topics"] for p in t["partitions"] if not p["error_code"])
 
     def _record(self, kind: str):
         def call(partitions) -> None:
             with self._lock:
                 self.events.append((kind, frozenset(partitions)))
+                self.commits_at_event.append(len(self.commits_accepted))
         return call
 
     def run(self) -> None:
@@ -233,3 +240,51 @@ def test_a_regular_expression_is_matched_by_the_broker_against_whole_topic_names
     finally:
         m.stop()
     assert m.error is None
+
+
+def _short_group_session(bootstrap: str, group: str, session_ms: int) -> None:
+    """The group's own session timeout (KIP-848 group configs), so a fence comes in seconds."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", str(session_ms), incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("consumer.heartbeat.interval.ms", "500", incremental_operation=AlterConfigOpType.SET)])
+    for fut in admin.incremental_alter_configs([resource]).values():
+        fut.result(30)
+
+
+def test_a_member_that_stops_past_the_session_is_fenced_loses_its_partitions_and_rejoins(kafka):
+    bootstrap = kafka.bootstrap
+    topic, group = _name("kip848-fence"), _name("g")
+    create_topic(bootstrap, topic, 4)
+    everything = partitions(topic, 4)
+    _short_group_session(bootstrap, group, 3000)
+    stopped = Member(bootstrap, group, "stopped", topics=[topic])
+    other = Member(bootstrap, group, "other", topics=[topic])
+    stopped.start()
+    other.start()
+    try:
+        wait_until(lambda: split([stopped, other], everything), "a complete split", [stopped, other])
+        owned, member_id = stopped.owned, stopped.state.member_id
+        mark = stopped.mark()
+        # Holding its network lock stops the member whole, as SIGSTOP would: no poll, no heartbeat.
+        with stopped.consumer._network.lock:
+            wait_until(lambda: other.owned == everything, "the other member to take the stopped one's partitions",
+                       [other])
+            commits_before = len(stopped.commits_accepted)
+        wait_until(lambda: any(kind == "lost" for kind, _ in stopped.events_since(mark)),
+                   "the resumed member to learn it was fenced", [stopped, other])
+        events = stopped.events_since(mark)
+        assert events[0] == ("lost", owned) and not [e for e in events if e[0] == "revoked"], events
+        # Fenced: nothing of what it owned was committed between resuming and being told (lost,
+        # not revoked: the partitions are another member's by then).
+        assert not set(stopped.commits_accepted[commits_before:stopped.commits_at_event[mark]]) & owned
+        rejoin = [h for h in stopped.heartbeats if h["member_epoch"] == 0][-1]
+        assert rejoin["member_id"] == member_id          # the same member id after a fence
+        wait_until(lambda: split([stopped, other], everything), "the fenced member back in the split",
+                   [stopped, other])
+    finally:
+        for m in (stopped, other):
+            if m.is_alive():
+                m.stop()
+    assert stopped.error is None and other.error is None
