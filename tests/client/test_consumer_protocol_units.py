@@ -451,3 +451,22 @@ def test_commits_wait_for_the_join_and_offset_fetch_carries_the_member(member):
     answer(fut, epoch=3, assignment={A: [0]})
     member.ensure()
     assert member.m.fetch_member() == (member.m.member_id, 3)
+
+
+def test_a_member_not_polled_for_max_poll_interval_leaves_and_rejoins_on_the_next_poll(member):
+    member.join()
+    _, fut = member.coordinator.last()
+    answer(fut, epoch=1)
+    member.calls.clear()
+    member.m.timer.last_poll = time.monotonic() - member.config.max_poll_interval_ms / 1000 - 1
+    member.m.heartbeat_tick()
+    leave, _ = member.coordinator.last()
+    assert leave["member_epoch"] == -1 and member.m.member_state is MemberState.UNJOINED
+    sent = len(member.coordinator.sent)
+    member.m.heartbeat_tick()
+    assert len(member.coordinator.sent) == sent          # no rejoin before the application polls
+    member.m.poll(time.monotonic())
+    member.ensure()
+    assert member.calls[0] == ("on_partitions_lost", {tp("a", 0), tp("a", 1)})
+    rejoin, _ = member.coordinator.last()
+    assert rejoin["member_epoch"] == 0 and rejoin["member_id"] == member.m.member_id
