@@ -314,11 +314,11 @@ public final class KafkaPeer {
             if (consumerPropsHaveGroup(a)) done.set("committed", offsetArray(committedOf(consumer, consumer.assignment())));
             emit(done);
         } finally {
+            emit(event("closing"));   // bench/group_join.py times a member's leave from here
             consumer.close(CloseOptions.timeout(Duration.ofSeconds(30)));
         }
     }
 
-            emit(event("closing"));   // bench/group_join.py times a member's leave from here
     // A --commands line, on the consumer's own thread (KafkaConsumer is single-threaded).
     private static void runCommand(KafkaConsumer<byte[], byte[]> consumer, JsonNode cmd) {
         String op = cmd.get("op").asText();
