@@ -5,7 +5,7 @@
 // resolution as the broker (tests/support/maven/pom.xml).  Everything it prints on stdout is one
 // JSON object per line; logs go to stderr.
 //
-//   consume  --bootstrap B (--assign t:p,... | --topics t,... | --pattern REGEX)
+//   consume  --bootstrap B (--assign t:p,... | --topics t,... | --pattern REGEX | --regex RE2J)
 //            [--group G] [--assignor range|roundrobin|sticky|cooperative-sticky] [--instance-id I]
 //            [--group-protocol classic|consumer] [--isolation read_committed|read_uncommitted]
 //            [--reset earliest|latest|none] [--until-end] [--max-records N] [--idle-ms MS]
@@ -256,6 +256,10 @@ public final class KafkaPeer {
             if (a.containsKey("until-end")) end = consumer.endOffsets(tps);
         } else if (a.containsKey("pattern")) {
             consumer.subscribe(Pattern.compile(req(a, "pattern")), listener);
+        } else if (a.containsKey("regex")) {
+            // KIP-848: the broker matches the RE2J expression against whole topic names
+            // (group.protocol=consumer only); --pattern matches here, in the client.
+            consumer.subscribe(new SubscriptionPattern(req(a, "regex")), listener);
         } else {
             consumer.subscribe(Arrays.asList(req(a, "topics").split(",")), listener);
         }
