@@ -36,6 +36,9 @@ _SECRETS = ("sasl_password", "ssl_password")
 _CONSUMER_FIELDS = {f.name for f in dataclasses.fields(ConsumerConfig)}
 # Consumer options the daemon owns: configuring them would break delivery guarantees.
 _DAEMON_OWNED = {"enable_auto_commit", "header_filter", "on_consume", "on_commit"}
+# [kafka] group_protocol: the consumer's two (Java's group.protocol) and the daemon's "auto",
+# which each worker resolves against the broker when it starts (kdaemon.client.features).
+GROUP_PROTOCOLS = ("auto", "classic", "consumer")
 
 
 class ConfigError(Exception):
@@ -115,9 +118,19 @@ class DaemonConfig:
     dlq: SinkConfig | None
     raw: dict
 
+    @property
+    def group_protocol(self) -> str:
+        """[kafka] group_protocol: "auto" (the default), "classic" or "consumer"."""
+        return self.kafka.get("group_protocol", "auto")
+
     def consumer_options(self) -> dict:
-        """Options for ``kdaemon.client.Consumer`` (secrets resolved)."""
-        return dict(self.kafka)
+        """Options for ``kdaemon.client.Consumer`` (secrets resolved).  ``group_protocol`` is
+        left out while it is "auto", which no consumer takes: the worker resolves it
+        (``kdaemon.worker.main.resolve_group_protocol``); tools that join no group ignore it."""
+        opts = dict(self.kafka)
+        if opts.get("group_protocol") == "auto":
+            del opts["group_protocol"]
+        return opts
 
 
 def load(path: str | os.PathLike, *, environ: dict | None = None) -> DaemonConfig:
@@ -190,6 +203,12 @@ def _kafka_section(section: Any, env, problem) -> dict:
                     problem(f"kafka.{key}", f"{base} is given more than once")
                 out[base] = resolved
             continue
+        if key == "group_protocol":
+            if value not in GROUP_PROTOCOLS:
+                problem(f"kafka.{key}", f"{value!r} is not one of {', '.join(GROUP_PROTOCOLS)}")
+            else:
+                out[key] = value
+            continue
         if key in _DAEMON_OWNED:
             problem(f"kafka.{key}", "is managed by the daemon (offsets are committed after the sink "
                                     "flushes; filters come from [[filters]])")
@@ -201,9 +220,11 @@ def _kafka_section(section: Any, env, problem) -> dict:
             problem(f"kafka.{key}", "given more than once")
         out[key] = tuple(value) if isinstance(value, list) else value
     try:
-        ConsumerConfig.from_options(**out)
+        # "auto" is the daemon's, not the consumer's: check the rest as the worker will pass it.
+        ConsumerConfig.from_options(**{k: v for k, v in out.items()
+                                       if not (k == "group_protocol" and v == "auto")})
     except (TypeError, ValueError) as exc:
-        for part in str(exc).replace("invalid consumer configuration: ", "").split("; "):
+        for part in _consumer_problems(str(exc)):
             # The consumer's messages start with the option's name ("session_timeout_ms must
             # be positive", "auto_offset_reset='x' is not one of ..."): report them as
             # kafka.<option> like every other problem.
@@ -215,6 +236,22 @@ def _kafka_section(section: Any, env, problem) -> dict:
             else:
                 problem("kafka", part)
     return out
+
+
+def _consumer_problems(message: str) -> list[str]:
+    """The consumer's one-line error as its problems: they are joined with "; ", which a
+    problem's own text may contain too ("...: the broker decides it; leave it unset, ..."),
+    so a part that does not start with an option's name continues the one before."""
+    problems: list[str] = []
+    for part in message.replace("invalid consumer configuration: ", "").split("; "):
+        name = re.match(r"[a-z_]+", part)
+        starts = (name is not None and name.group(0) in _CONSUMER_FIELDS) or part.startswith(
+            ("bootstrap server", "unknown consumer option"))
+        if problems and not starts:
+            problems[-1] += "; " + part
+        else:
+            problems.append(part)
+    return problems
 
 
 def _resolve_secret(key: str, value: Any, env, problem) -> str | None:

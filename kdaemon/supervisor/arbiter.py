@@ -31,7 +31,7 @@ from ..plugins.manager import PluginManager
 from . import sdnotify
 from .child import EXIT_BOOT_FAILURE, run_child
 from .companions import STABLE_AFTER_S, Companions, specs_for
-from .heartbeat import HeartbeatReader
+from .heartbeat import HeartbeatReader, Predecessor
 from .metrics_http import MetricsEndpoint
 from .resources import ResourceSampler
 
@@ -60,6 +60,8 @@ class WorkerProc:
     stop_sent_at: float | None = None
     generation: int = 0  # the config generation it was started with
     reader: HeartbeatReader | None = None
+    member_id: str | None = None       # its group member id and protocol, from its heartbeat
+    group_protocol: str | None = None
 
     def __post_init__(self) -> None:
         self.reader = HeartbeatReader(f"worker {self.index} (pid {self.pid})")
@@ -77,6 +79,8 @@ class Slot:
     next_start: float = 0.0
     crashes_before_ready: int = 0
     restarts: int = 0
+    # The last worker's group membership, for its successor to release what it left behind.
+    predecessor: Predecessor | None = None
 
 
 def validate_in_subprocess(config_path: str) -> list[str]:
@@ -229,6 +233,7 @@ class Arbiter:
             proc.last_heartbeat = now
             proc.assigned, proc.lag, proc.delivered = beat.assigned, beat.lag, beat.delivered
             if beat.partitions is not None:
+                proc.member_id, proc.group_protocol = beat.member_id, beat.group_protocol
                 log.info("worker %d (pid %d) has its assignment: generation %s, [%s]", proc.index, proc.pid,
                          "-" if beat.generation is None else beat.generation, ", ".join(beat.partitions))
             if beat.ready and not proc.ready:
@@ -361,7 +366,8 @@ class Arbiter:
                         os.close(other.heartbeat_fd)
                     except OSError:
                         pass
-                code = run_child(self.config, index, self.target, w, self.plugins)
+                code = run_child(self.config, index, self.target, w, self.plugins,
+                                 self.slots.setdefault(index, Slot()).predecessor)
             except BaseException:
                 import traceback
                 traceback.print_exc()
@@ -428,6 +434,8 @@ class Arbiter:
     def _on_exit(self, proc: WorkerProc, code: int) -> None:
         slot = self.slots.setdefault(proc.index, Slot())
         now = time.monotonic()
+        if proc.member_id is not None:   # one that never joined leaves the one before it standing
+            slot.predecessor = Predecessor(proc.member_id, proc.group_protocol, clean=code == 0)
         if proc.stopping or self._stopping:
             log.info("worker %d (pid %d) stopped with code %d", proc.index, proc.pid, code)
             if code not in (0, -signal.SIGTERM) and self._stopping and self._exit_code == EXIT_OK and code > 0:

@@ -48,27 +48,42 @@ class Heartbeat:
         self._last_ready = ready
         m = consumer.metrics()
         lag = sum(p.records_lag or 0 for p in m.partitions.values())
-        generation = partitions = None
+        generation = partitions = member_id = None
         if newly_ready:
             # Once per (re)assignment, so the supervisor's log says who holds what since when:
             # that is how an operator (and a test) sees whether a restart moved partitions.
             group_generation = consumer.group_generation()
-            generation = group_generation[0] if group_generation else None
+            generation, member_id = group_generation if group_generation else (None, None)
             partitions = tuple(sorted(f"{tp.topic}-{tp.partition}" for tp in consumer.assignment()))
-        beat = WorkerHeartbeat(ready, len(m.partitions), lag, sum(worker.stats.delivered.values()),
-                               generation, partitions)
+        self._send(WorkerHeartbeat(ready, len(m.partitions), lag, sum(worker.stats.delivered.values()),
+                                   generation, partitions, member_id,
+                                   consumer.config.group_protocol if member_id is not None else None))
+
+    def waiting(self) -> None:
+        """Alive but not built yet (waiting for a broker before the worker exists)."""
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + self.interval
+        self._last_ready = False
+        self._send(WorkerHeartbeat(False, 0, 0, 0))
+
+    def _send(self, beat: WorkerHeartbeat) -> None:
         try:
             os.write(self.fd, beat.encode())
         except (BlockingIOError, BrokenPipeError):
             pass
 
 
-def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None) -> int:
+def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
+              predecessor=None) -> int:
     """Build and run one worker; never returns to the supervisor's code (the caller _exit()s).
 
     ``plugins`` is the supervisor's ``PluginManager``: its ``kdaemon_post_fork`` hook runs here,
     once logging is set up and before anything of the worker is built; a failing hook is a
-    boot failure (the worker would run without what the plugin meant to set up)."""
+    boot failure (the worker would run without what the plugin meant to set up).
+    ``predecessor``: what the supervisor knew of this index's previous worker (a
+    ``heartbeat.Predecessor``); a static membership it left behind is released first."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
                 signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
@@ -96,7 +111,10 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None)
             heartbeat.beat(worker)
             metrics.update(worker)
 
-        worker = make_worker(config, index=index, workers=workers, static_members=True, on_tick=on_tick)
+        # Waiting for a broker (to choose the group protocol) beats meanwhile, so the supervisor
+        # does not take it for a hang; only a refused login fails there, a boot failure anyway.
+        worker = make_worker(config, index=index, workers=workers, static_members=True, on_tick=on_tick,
+                             on_wait=heartbeat.waiting, predecessor=predecessor)
     except Exception:
         log.error("worker %d cannot boot:\n%s", index, traceback.format_exc())
         return EXIT_BOOT_FAILURE

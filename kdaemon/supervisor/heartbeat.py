@@ -27,11 +27,16 @@ class WorkerHeartbeat:
     delivered: int
     generation: int | None = None
     partitions: tuple[str, ...] | None = None
+    # With generation and partitions: the worker's member id and group protocol ("classic",
+    # "consumer"), so its successor can release a static membership it left behind
+    # (worker.main.release_predecessor).
+    member_id: str | None = None
+    group_protocol: str | None = None
 
     def encode(self) -> bytes:
         msg = asdict(self)
         if self.partitions is None:
-            del msg["generation"], msg["partitions"]
+            del msg["generation"], msg["partitions"], msg["member_id"], msg["group_protocol"]
         else:
             msg["partitions"] = list(self.partitions)
         return json.dumps(msg).encode() + b"\n"
@@ -46,9 +51,22 @@ class WorkerHeartbeat:
             partitions = msg.get("partitions")
             return cls(bool(msg["ready"]), int(msg["assigned"]), int(msg["lag"]), int(msg["delivered"]),
                        None if msg.get("generation") is None else int(msg["generation"]),
-                       None if partitions is None else tuple(str(p) for p in partitions))
+                       None if partitions is None else tuple(str(p) for p in partitions),
+                       None if msg.get("member_id") is None else str(msg["member_id"]),
+                       None if msg.get("group_protocol") is None else str(msg["group_protocol"]))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"a heartbeat without a valid {exc}") from None
+
+
+@dataclass(frozen=True)
+class Predecessor:
+    """What the supervisor remembers of a worker index's last process, for its successor: the
+    group membership it had (from its heartbeats) and whether it exited cleanly (code 0, after
+    leaving as its protocol leaves)."""
+
+    member_id: str
+    group_protocol: str | None
+    clean: bool
 
 
 class HeartbeatReader:

@@ -2,6 +2,14 @@
 
 Everything with threads or sockets — the consumer, its heartbeat thread, sinks that open
 connections — is created here, i.e. after fork in the child, never in the supervisor.
+
+The group protocol (``[kafka] group_protocol``) is settled here too, once per worker start:
+"auto" asks a bootstrap broker what it supports (``kdaemon.client.features``) and every worker
+logs what it chose and why.  Per worker rather than once in the supervisor because the probe
+is a socket (the supervisor opens none, and must never block its signal loop on a broker that
+is down), and because a worker start is exactly when a choice can take effect: a broker upgrade
+is picked up by the next restart or SIGHUP roll, one worker at a time, which is the online
+migration Kafka supports for a classic group (``group.consumer.migration.policy``).
 """
 
 from __future__ import annotations
@@ -9,11 +17,16 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Sequence
 
-from ..client import Consumer, TopicPartition
+from ..client import Consumer, ConsumerConfig, TopicPartition
+from ..client.errors import KafkaClientError, NoBrokersAvailableError
+from ..client.features import CLASSIC, CONSUMER, choose_group_protocol, probe
+from ..client.group.release import leave_classic_member, release_static_member
 from ..config import DaemonConfig
 from ..plugins.manager import PluginManager
+from ..protocol.errors import BrokerError
 from .build import build_pipeline_parts
 from .pipeline import Worker
 
@@ -32,13 +45,104 @@ def load_plugins(config: DaemonConfig, *, configure: bool = True) -> PluginManag
     return plugins
 
 
-def consumer_options(config: DaemonConfig, parts, *, index: int = 0, static_members: bool = False) -> dict:
+# Consumer options of the classic protocol only: under the consumer protocol the broker owns the
+# session timeout, the heartbeat interval and the assignment (group.consumer.session.timeout.ms,
+# group.consumer.heartbeat.interval.ms, group_remote_assignor).  A daemon whose "auto" resolves
+# to the consumer protocol drops them rather than failing on a file written for classic.
+_CLASSIC_ONLY = ("session_timeout_ms", "heartbeat_interval_ms", "partition_assignment_strategy")
+
+
+def resolve_group_protocol(config: DaemonConfig, *, index: int = 0, wait_ms: int | None = None,
+                           on_wait: Callable[[], None] | None = None) -> str | None:
+    """The group protocol worker ``index`` speaks, logged with the reason: ``[kafka]
+    group_protocol`` when it names one, else (``"auto"``) "consumer" if a bootstrap broker
+    offers ConsumerGroupHeartbeat and ``group.version`` >= 1 is finalized, "classic" if not.
+    None when the worker joins no group (static assignment).
+
+    "auto" waits for a broker to answer, as a starting consumer would: up to ``wait_ms``
+    (default: for ever, with a warning every ``default_api_timeout_ms``), calling ``on_wait``
+    meanwhile; past ``wait_ms``, ``NoBrokersAvailableError``."""
+    if config.daemon.assignment != "group":
+        return None
+    wanted = config.group_protocol
+    if wanted != "auto":
+        log.info("worker %d: group protocol %s (set in [kafka] group_protocol)", index, wanted)
+        return wanted
+    client = ConsumerConfig.from_options(**config.consumer_options())
+    deadline = None if wait_ms is None else time.monotonic() + wait_ms / 1000
+    while True:
+        round_ms = client.default_api_timeout_ms
+        if deadline is not None:
+            round_ms = min(round_ms, max(1, int((deadline - time.monotonic()) * 1000)))
+        try:
+            features = probe(client, timeout_ms=round_ms, on_wait=on_wait)
+            break
+        except NoBrokersAvailableError as exc:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+            log.warning("worker %d: cannot choose the group protocol yet: %s; still trying", index, exc)
+    choice = choose_group_protocol(features)
+    log.info("worker %d: group protocol %s (group_protocol = \"auto\": %s, asked %s)", index,
+             choice.protocol, choice.reason, features.broker)
+    return choice.protocol
+
+
+def release_predecessor(config: DaemonConfig, index: int, group_protocol: str | None, *,
+                        member_id: str, was: str | None, clean: bool) -> None:
+    """Release the static membership worker ``index``'s previous process (member ``member_id``,
+    protocol ``was``, exited cleanly or not) left behind, before this one joins under
+    ``group_protocol`` (client/group/release.py says why each case needs it):
+
+    * it spoke the consumer protocol and did not exit cleanly (killed: no -2 leave went out):
+      the -2 leave it could not send, so this worker takes over its partitions at once;
+    * it spoke classic and this worker speaks consumer (an online upgrade rolling through): the
+      LeaveGroup a classic static member never sends, without which the coordinator refuses
+      this worker the instance id until the old session expires.
+
+    Best effort: the outcome or the failure is logged and the worker goes on to join."""
+    if was == CONSUMER and not clean:
+        release, action = release_static_member, "released (epoch -2)"
+    elif was == CLASSIC and group_protocol == CONSUMER:
+        release, action = leave_classic_member, "left (LeaveGroup)"
+    else:
+        return
+    opts = config.consumer_options()
+    opts["group_instance_id"] = _instance_id(config, index, opts)
+    client = ConsumerConfig.from_options(**opts)
+    try:
+        # Bounded by one request timeout: the worker is not beating to its supervisor meanwhile.
+        outcome = release(client, member_id, timeout_ms=client.request_timeout_ms)
+    except (KafkaClientError, BrokerError) as exc:
+        log.warning("worker %d: could not release the %s static membership of its predecessor %s: %s",
+                    index, was, member_id, exc)
+        return
+    log.info("worker %d: %s static membership %s of its predecessor %s %s: %s", index, was,
+             opts["group_instance_id"], member_id, action, outcome)
+
+
+def _instance_id(config: DaemonConfig, index: int, opts: dict) -> str:
+    """The static member id of worker ``index``: [kafka] group_instance_id, or "<daemon_id>-<index>"."""
+    if "group_instance_id" in opts:
+        return opts["group_instance_id"]
+    return f"{config.daemon.daemon_id or socket.gethostname()}-{index}"
+
+
+def consumer_options(config: DaemonConfig, parts, *, index: int = 0, static_members: bool = False,
+                     group_protocol: str | None = None) -> dict:
+    """The ``Consumer`` options of worker ``index``.  ``group_protocol`` is the resolved one
+    (``resolve_group_protocol``); None leaves the consumer's default and "auto" out."""
     opts = config.consumer_options()
     opts["enable_auto_commit"] = False  # the worker commits after the sink flushed
+    if group_protocol is not None:
+        opts["group_protocol"] = group_protocol
+        if group_protocol == CONSUMER and config.group_protocol == "auto":
+            dropped = [k for k in _CLASSIC_ONLY if opts.pop(k, None) is not None]
+            if dropped:
+                log.info("worker %d: %s not used under the consumer protocol (the broker's group.consumer.* "
+                         "settings apply)", index, ", ".join(dropped))
     opts["header_filter"] = parts.header_filter
-    if static_members and config.daemon.assignment == "group" and "group_instance_id" not in opts:
-        daemon_id = config.daemon.daemon_id or socket.gethostname()
-        opts["group_instance_id"] = f"{daemon_id}-{index}"
+    if static_members and config.daemon.assignment == "group":
+        opts["group_instance_id"] = _instance_id(config, index, opts)
     opts.setdefault("client_id", f"kdaemon-{os.getpid()}")
     return opts
 
@@ -58,10 +162,22 @@ def static_subset(consumer: Consumer, topics: Sequence[str], index: int, workers
 
 def make_worker(config: DaemonConfig, *, index: int = 0, workers: int = 1,
                 partitions: Sequence[TopicPartition] | None = None,
-                static_members: bool = False, on_tick: Callable | None = None) -> Worker:
+                static_members: bool = False, on_tick: Callable | None = None,
+                on_wait: Callable[[], None] | None = None, predecessor=None) -> Worker:
+    """Plugins and the pipeline first (what cannot boot fails at once, broker or not), then the
+    group protocol (``resolve_group_protocol``, calling ``on_wait`` while a broker is awaited),
+    the release of what ``predecessor`` (a supervisor's ``Predecessor``) left behind, and the
+    consumer."""
     plugins = load_plugins(config)
     parts = build_pipeline_parts(config, plugins)
-    consumer = Consumer(**consumer_options(config, parts, index=index, static_members=static_members))
+    group_protocol = None
+    if partitions is None:
+        group_protocol = resolve_group_protocol(config, index=index, on_wait=on_wait)
+        if predecessor is not None:
+            release_predecessor(config, index, group_protocol, member_id=predecessor.member_id,
+                                was=predecessor.group_protocol, clean=predecessor.clean)
+    consumer = Consumer(**consumer_options(config, parts, index=index, static_members=static_members,
+                                           group_protocol=group_protocol))
 
     def subscribe_or_assign(c: Consumer, worker: Worker) -> None:
         if partitions is not None:
