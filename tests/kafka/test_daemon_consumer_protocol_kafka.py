@@ -134,8 +134,9 @@ def describe_member_id(bootstrap: str, group: str, instance: str) -> str:
     return next(m.member_id for m in describe(bootstrap, group).members if m.group_instance_id == instance)
 
 
-# A worker's own account of a change in its assignment, or of losing it (ConsumerMembership's lines).
-RECONCILED = re.compile(r"group \S+: (epoch -?\d+: revoked|fenced \(|joined at epoch)")
+# A worker's own account of a change in its assignment, a fence or a (re)join (ConsumerMembership's
+# lines; its join is logged as the classic one is, "joined generation <member epoch>").
+RECONCILED = re.compile(r"group \S+: (epoch -?\d+: revoked|fenced \(|joined generation)")
 
 
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
@@ -462,7 +463,7 @@ def test_stopped_worker_is_fenced_loses_its_partitions_without_committing_and_re
         watcher.start()
         os.kill(pid, signal.SIGCONT)
         try:
-            d.wait_log(r"worker-1 kdaemon\.client\.group\.consumer_group: group \S+: joined at epoch", WAIT,
+            d.wait_log(r"worker-1 kdaemon\.client\.group\.coordinator: group \S+: joined generation", WAIT,
                        after=mark)
             wait_settled(d, cluster.bootstrap, group, {"kd-0", "kd-1"}, "worker 1 back in the group")
             feed.write_once()
@@ -480,7 +481,7 @@ def test_stopped_worker_is_fenced_loses_its_partitions_without_committing_and_re
         resumed = worker_lines(d, 1, mark)
         assert any(re.search(r"fenced \((FENCED_MEMBER_EPOCH|UNKNOWN_MEMBER_ID).*partitions are lost", line)
                    for line in resumed), "\n".join(resumed)
-        assert any("joined at epoch" in line for line in resumed), "\n".join(resumed)
+        assert any("joined generation" in line for line in resumed), "\n".join(resumed)
         # A commit it sent before its heartbeat heard of the fence (its positions from before
         # the stop) is refused by the coordinator for the stale membership; the offsets above
         # show that none landed.
