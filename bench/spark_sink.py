@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil  # noqa: E402
 
 from bench._common import TansuBroker, free_port, machine_facts  # noqa: E402
-from tests.support.produce import Writer, create_topic, paced  # noqa: E402
+from tests.support.produce import Writer, committed_offsets, create_topic, paced  # noqa: E402
 
 TOPIC_PARTITIONS = 4
 TYPES = (b"order.created", b"order.shipped", b"page.view", b"heartbeat")
@@ -75,13 +75,7 @@ def produce(bootstrap: str, topic: str, count: int, *, rate: float | None = None
 
 
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        found = c.committed([TopicPartition(topic, p) for p in range(TOPIC_PARTITIONS)], timeout=10)
-    finally:
-        c.close()
-    return {tp.partition: max(tp.offset, 0) for tp in found}
+    return {p: max(o, 0) for p, o in committed_offsets(bootstrap, group, topic, TOPIC_PARTITIONS, timeout=10).items()}
 
 
 # -- the daemon ----------------------------------------------------------------------------------

@@ -17,6 +17,12 @@ from ..protocol.records import HeaderFilter
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 GROUP_PROTOCOLS = ("classic", "consumer")
+# The options Java refuses with group.protocol=consumer (CLASSIC_PROTOCOL_UNSUPPORTED_CONFIGS), and why.
+CLASSIC_ONLY_OPTIONS = {
+    "partition_assignment_strategy": "the broker assigns partitions; choose its assignor with group_remote_assignor",
+    "session_timeout_ms": "the broker decides it (group.consumer.session.timeout.ms)",
+    "heartbeat_interval_ms": "the broker decides it (group.consumer.heartbeat.interval.ms)",
+}
 REMOTE_ASSIGNORS = ("uniform", "range")   # the assignors Apache Kafka's coordinator ships
 
 
@@ -163,11 +169,7 @@ class ConsumerConfig:
             return [f"group_protocol={self.group_protocol!r} is not one of {', '.join(GROUP_PROTOCOLS)}"]
         if self.group_protocol == "consumer":
             defaults = {f.name: f.default for f in fields(self)}
-            for name, why in (("partition_assignment_strategy", "the broker assigns partitions; choose its "
-                               "assignor with group_remote_assignor"),
-                              ("session_timeout_ms", "the broker decides it (group.consumer.session.timeout.ms)"),
-                              ("heartbeat_interval_ms", "the broker decides it "
-                               "(group.consumer.heartbeat.interval.ms)")):
+            for name, why in CLASSIC_ONLY_OPTIONS.items():
                 if getattr(self, name) != defaults[name]:
                     problems.append(f"{name} cannot be set with group_protocol='consumer': {why}; "
                                     "leave it unset, or use group_protocol='classic'")

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..client import Consumer, ConsumerConfig, TopicPartition
+from ..client.config import CLASSIC_ONLY_OPTIONS
 from ..client.errors import KafkaClientError, NoBrokersAvailableError
 from ..client.features import CLASSIC, CONSUMER, choose_group_protocol, probe
 from ..client.group.release import leave_classic_member, release_static_member
@@ -45,11 +46,9 @@ def load_plugins(config: DaemonConfig, *, configure: bool = True) -> PluginManag
     return plugins
 
 
-# Consumer options of the classic protocol only: under the consumer protocol the broker owns the
-# session timeout, the heartbeat interval and the assignment (group.consumer.session.timeout.ms,
-# group.consumer.heartbeat.interval.ms, group_remote_assignor).  A daemon whose "auto" resolves
-# to the consumer protocol drops them rather than failing on a file written for classic.
-_CLASSIC_ONLY = ("session_timeout_ms", "heartbeat_interval_ms", "partition_assignment_strategy")
+# A daemon whose "auto" resolves to the consumer protocol drops the classic-only consumer options
+# (client.config.CLASSIC_ONLY_OPTIONS: the broker owns them there) rather than failing on a file
+# written for classic.
 
 
 def resolve_group_protocol(config: DaemonConfig, *, index: int = 0, wait_ms: int | None = None,
@@ -136,7 +135,7 @@ def consumer_options(config: DaemonConfig, parts, *, index: int = 0, static_memb
     if group_protocol is not None:
         opts["group_protocol"] = group_protocol
         if group_protocol == CONSUMER and config.group_protocol == "auto":
-            dropped = [k for k in _CLASSIC_ONLY if opts.pop(k, None) is not None]
+            dropped = [k for k in CLASSIC_ONLY_OPTIONS if opts.pop(k, None) is not None]
             if dropped:
                 log.info("worker %d: %s not used under the consumer protocol (the broker's group.consumer.* "
                          "settings apply)", index, ", ".join(dropped))

@@ -30,12 +30,10 @@ import time
 import uuid
 from collections import Counter
 
-from confluent_kafka import Consumer as RdConsumer
-from confluent_kafka import TopicPartition as RdTopicPartition
 
 from kdaemon.config import dump_toml
 from tests.daemon.harness import SESSION_TIMEOUT_MS, Daemon, daemon_config, wait_for
-from tests.support.produce import create_topic, produce
+from tests.support.produce import committed_offsets as read_committed_offsets, create_topic, produce
 
 PARTITIONS = 4
 
@@ -64,13 +62,7 @@ def positions(records) -> set[tuple[int, int]]:
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    """The group's committed offsets as librdkafka reads them (OffsetFetch; it never joins)."""
-    consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        got = consumer.committed([RdTopicPartition(topic, p) for p in range(PARTITIONS)], timeout=15)
-    finally:
-        consumer.close()
-    return {tp.partition: tp.offset for tp in got}
+    return read_committed_offsets(bootstrap, group, topic, PARTITIONS)
 
 
 def partitions_of(d: Daemon, after: int = 0) -> dict[int, list[str]]:

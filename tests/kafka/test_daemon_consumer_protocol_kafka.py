@@ -44,9 +44,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer as RdConsumer
 from confluent_kafka import ConsumerGroupType
-from confluent_kafka import TopicPartition as RdTopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kdaemon.client import ConsumerConfig
@@ -54,7 +52,7 @@ from kdaemon.client.features import choose_group_protocol, probe
 from kdaemon.protocol.apis import CONSUMER_GROUP_HEARTBEAT
 from tests.daemon.harness import SESSION_TIMEOUT_MS, Daemon, daemon_config, wait_for
 from tests.support.apache_kafka import KafkaUnavailable, start_kafka
-from tests.support.produce import create_topic, produce
+from tests.support.produce import committed_offsets as read_committed_offsets, create_topic, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -140,13 +138,7 @@ RECONCILED = re.compile(r"group \S+: (epoch -?\d+: revoked|fenced \(|joined gene
 
 
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    """The group's committed offsets (librdkafka's OffsetFetch; it never joins)."""
-    c = RdConsumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        got = c.committed([RdTopicPartition(topic, p) for p in range(PARTITIONS)], timeout=15)
-    finally:
-        c.close()
-    return {tp.partition: tp.offset for tp in got}
+    return read_committed_offsets(bootstrap, group, topic, PARTITIONS)
 
 
 def choices(d: Daemon, after: int = 0) -> list[tuple[int, str, str]]:

@@ -266,6 +266,18 @@ def write_all(writer: Writer, records: Iterable, partition: int | None = None) -
     return reports
 
 
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int,
+                      timeout: float = 15) -> dict[int, int]:
+    """The group's committed offsets as librdkafka reads them (OffsetFetch; it never joins the
+    group): partition -> offset, negative (librdkafka's OFFSET_INVALID) where nothing is committed."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=timeout)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in got}
+
+
 def consume_all(bootstrap: str, topic: str, partition: int = 0, start: int = 0,
                 end: int | None = None, *, count: int | None = None,
                 isolation_level: str = "read_committed", timeout: float = TIMEOUT,

@@ -33,9 +33,9 @@ from ..config import ConsumerConfig
 from ..errors import KafkaTimeoutError
 from ..future import Future
 from ..network import NetworkClient
+from .consumer_heartbeat import LEAVE_STATIC_EPOCH
 from .discovery import COORDINATOR_ERRORS, coordinator_connection_id
 
-LEAVE_STATIC_EPOCH = -2
 _RETRY = COORDINATOR_ERRORS | {Errors.COORDINATOR_LOAD_IN_PROGRESS}
 KIP345_LEAVE = 3   # the first LeaveGroup version naming members with their instance ids
 
