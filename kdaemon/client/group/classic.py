@@ -34,7 +34,7 @@ from .discovery import COORDINATOR_ERRORS, CoordinatorLookup
 from .heartbeat import HeartbeatThread, HeartbeatTimer
 from .leader import assign_as_leader, encode_member_subscription
 from .membership import GroupMembership, InvokeListener
-from .state import MemberEvent, MemberState, MemberStateMachine
+from .state import MemberEvent, MemberState
 
 # The membership's log lines keep the name they had before the split into modules: operators'
 # log filters (and tests/daemon/harness.py, which counts "joined generation" lines) match on it.
@@ -52,27 +52,15 @@ class ClassicMembership(GroupMembership):
     def __init__(self, config: ConsumerConfig, network: NetworkClient, metadata: ClusterMetadata,
                  subscriptions: SubscriptionState, coordinator: CoordinatorLookup,
                  before_rebalance: Callable[[], None]) -> None:
-        assert config.group_id is not None
-        self.config = config
-        self.group_id = config.group_id
-        self.instance_id = config.group_instance_id
-        self.network = network
-        self.metadata = metadata
-        self.subscriptions = subscriptions
-        self.coordinator = coordinator
-        self._before_rebalance = before_rebalance
-        self._lock = network.lock
+        super().__init__(config, network, metadata, subscriptions, coordinator, before_rebalance)
         self.assignors = [get_assignor(name) for name in config.partition_assignment_strategy]
         # The protocol every configured assignor supports: cooperative only if all of them are.
         self.cooperative = all(a.rebalance_protocol == "cooperative" for a in self.assignors)
-        self.state = MemberStateMachine()
         self.member_id = ""
         self.generation = -1
         self.protocol: str | None = None
         self.leader_id: str | None = None
-        self.rebalances = 0
         self._join_future: Future | None = None
-        self._pending_lost: set[TopicPartition] | None = None
         self._joined_subscription: set[str] = set()
         self._leader_topics: dict[str, int | None] = {}
         self._assignment_snapshot: dict[str, int | None] = {}

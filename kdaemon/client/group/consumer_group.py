@@ -66,7 +66,7 @@ from .discovery import COORDINATOR_ERRORS, CoordinatorLookup
 from .heartbeat import HeartbeatThread
 from .membership import GroupMembership, InvokeListener
 from .reconcile import owned_by_topic_id, plan, resolve_target
-from .state import MemberEvent, MemberState, MemberStateMachine
+from .state import MemberEvent, MemberState
 
 # The logger and the join line are the classic membership's ("group <g>: joined generation <n>"),
 # the generation being the member epoch: operators' log filters and tests/daemon/harness.py count
@@ -92,21 +92,10 @@ class ConsumerMembership(GroupMembership):
     def __init__(self, config: ConsumerConfig, network: NetworkClient, metadata: ClusterMetadata,
                  subscriptions: SubscriptionState, coordinator: CoordinatorLookup,
                  before_rebalance: Callable[[], None]) -> None:
-        assert config.group_id is not None
-        self.config = config
-        self.group_id = config.group_id
-        self.instance_id = config.group_instance_id
-        self.network = network
-        self.metadata = metadata
-        self.subscriptions = subscriptions
-        self.coordinator = coordinator
-        self._before_rebalance = before_rebalance
-        self._lock = network.lock
-        self.state = MemberStateMachine()
+        super().__init__(config, network, metadata, subscriptions, coordinator, before_rebalance)
         self.member_id = new_member_id()   # kept for the consumer's lifetime, fences included
         self.generation = -1               # the member epoch; -1 while not a member
         self.leader_id = None              # the broker assigns: no member leads
-        self.rebalances = 0
         self.timer = ConsumerHeartbeatTimer(max_poll_interval_ms=config.max_poll_interval_ms, now=time.monotonic())
         self._request = HeartbeatRequestState()
         self._target: dict[uuid.UUID, frozenset[int]] | None = None  # the last target from the broker
@@ -116,7 +105,6 @@ class ConsumerMembership(GroupMembership):
         self._owned: tuple = ()                    # owned partitions by topic id, as reported
         self._urgent = False                       # news to tell the coordinator at once
         self._may_join = True                      # False after a leave until the next poll/subscribe
-        self._pending_lost: set[TopicPartition] | None = None
         self._heartbeat_thread = HeartbeatThread(self.heartbeat_tick, 1.0, name=f"kdaemon-heartbeat-{self.group_id}")
 
     # -- what the member tells the coordinator --------------------------------------------------

@@ -49,10 +49,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..future import Future
 from ..types import TopicPartition
 from .state import MemberState, MemberStateMachine
+
+if TYPE_CHECKING:
+    from ..config import ConsumerConfig
+    from ..metadata import ClusterMetadata
+    from ..network import NetworkClient
+    from ..subscription import SubscriptionState
+    from .discovery import CoordinatorLookup
 
 # invoke_listener(name, partitions): runs one rebalance-listener callback in the application thread.
 InvokeListener = Callable[[str, set[TopicPartition]], None]
@@ -77,6 +85,27 @@ class GroupMembership(ABC):
     leader_id: str | None
     instance_id: str | None           # group.instance.id of a static member
     rebalances: int                   # completed rebalances
+
+    def __init__(self, config: ConsumerConfig, network: NetworkClient, metadata: ClusterMetadata,
+                 subscriptions: SubscriptionState, coordinator: CoordinatorLookup,
+                 before_rebalance: Callable[[], None]) -> None:
+        """What every protocol is given and keeps (see "It may rely on" above); the protocol
+        sets its own identity (member id, generation or epoch) after calling this."""
+        assert config.group_id is not None
+        self.config = config
+        self.group_id = config.group_id
+        self.instance_id = config.group_instance_id
+        self.network = network
+        self.metadata = metadata
+        self.subscriptions = subscriptions
+        self.coordinator = coordinator
+        self._before_rebalance = before_rebalance
+        self._lock = network.lock
+        self.state = MemberStateMachine()
+        self.rebalances = 0
+        # Partitions found lost (a fence) by the heartbeat thread, for the application thread
+        # to hand to on_partitions_lost in its next poll.
+        self._pending_lost: set[TopicPartition] | None = None
 
     @property
     def member_state(self) -> MemberState:
