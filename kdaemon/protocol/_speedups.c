@@ -92,6 +92,24 @@ typedef struct {
 
 #define INLINE_HEADERS 32
 
+/* A header key must be UTF-8 whether or not the record is kept: the Python loop decodes every
+ * key to str before the filter runs, so the native path, which never builds the str of a
+ * dropped record, checks it here to reject the same records (ASCII costs one pass). */
+static int
+check_utf8(const uint8_t *p, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] >= 0x80) {
+            PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
+            if (s == NULL)
+                return -1;
+            Py_DECREF(s);
+            return 0;
+        }
+    }
+    return 0;
+}
+
 static int
 eval_rules(PyObject *rules, int default_keep, raw_header *hs, Py_ssize_t nh)
 {
@@ -297,6 +315,8 @@ decode_v2_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                     PyErr_SetString(PyExc_ValueError, "header key length invalid");
                     goto done;
                 }
+                if (check_utf8(buf + hp, (Py_ssize_t)hk) < 0)
+                    goto done;
                 hs[h].key = buf + hp;
                 hs[h].key_len = hk;
                 hp += hk;
