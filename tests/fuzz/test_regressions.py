@@ -47,3 +47,17 @@ def test_header_key_not_utf8_is_corrupt_even_when_the_native_filter_drops_the_re
     header_filter = rules if native else (lambda headers: rules(headers))
     with pytest.raises(CorruptRecordError, match="UnicodeDecodeError"):
         _read(monkeypatch, _batch_with_bad_header_key(), loop, header_filter, check_crcs=False)
+
+
+@pytest.mark.xfail(strict=True, raises=UnicodeDecodeError,
+                   reason="config target: kdaemon/config is the config helper's; reported to the lead. "
+                          "Strict: this xfail fails as soon as load() raises ConfigError, so remove it then.")
+def test_config_file_that_is_not_utf8_is_a_config_error(tmp_path):
+    """config: ``load`` catches TOMLDecodeError only, but tomllib decodes the file as UTF-8
+    first, so one stray byte (0xFF) lets a bare UnicodeDecodeError out instead of a ConfigError
+    naming the file."""
+    from kdaemon.config import ConfigError, load
+    path = tmp_path / "kdaemon.toml"
+    path.write_bytes(b'[daemon]\ntopics = ["orders\xff"]\n')
+    with pytest.raises(ConfigError, match="kdaemon.toml"):
+        load(path)
