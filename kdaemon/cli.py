@@ -1,7 +1,7 @@
 """The ``kdaemon`` command line.
 
-Exit codes: 0 success; 1 runtime failure; 2 bad configuration or usage (every problem listed);
-3 a worker stopped on an error policy; 4 a worker could not boot (see the supervisor).
+Exit codes: ``kdaemon.exit_codes`` (0 success; 1 runtime failure; 2 bad configuration or usage,
+every problem listed; 3 a worker stopped on an error policy; 4 a worker could not boot).
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ import click
 
 from . import __version__
 from .config import ConfigError, DaemonConfig, load
+from .exit_codes import EXIT_CONFIG
 from .worker.build import check_against_plugins
-
-EXIT_CONFIG = 2
 
 
 def _setup_logging(level: str) -> None:
@@ -62,7 +61,21 @@ def main() -> None:
 @click.option("--workers", type=int, default=None, help="Override [daemon] workers (0: one per CPU).")
 @click.option("--in-process", is_flag=True, help="Run one worker in this process, without the supervisor.")
 def run(config_path: str, workers: int | None, in_process: bool) -> None:
-    """Consume the configured topics into the configured sink until stopped (SIGTERM/SIGINT)."""
+    """Consume the configured topics into the configured sink until stopped (SIGTERM/SIGINT).
+
+    \b
+    Exit codes:
+      0  stopped cleanly (SIGTERM/SIGINT): every worker flushed and committed
+      1  a failure a restart may cure; or a worker still running shutdown_timeout_s
+         after SIGTERM had to be killed (what it had not committed comes again)
+      2  bad configuration (every problem is listed)
+      3  a worker stopped on an error policy (on_deserialize_error, on_sink_error or
+         on_plugin_error = "stop"): the others were stopped gracefully, the offsets
+         before the failing record are committed; fix the record or the policy
+      4  a worker cannot boot (plugin, sink, credentials), or workers died 5 times
+         in a row before getting their assignment
+    2, 3 and 4 will not fix themselves: the supervisor stops rather than restart-loop.
+    """
     config = _load_or_exit(config_path)
     _setup_logging(config.daemon.log_level)
     if in_process:

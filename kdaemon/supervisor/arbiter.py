@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ..backoff import Backoff
 from ..config import ConfigError, DaemonConfig, load
+from ..exit_codes import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_STOPPED_ON_ERROR
 from ..plugins.manager import PluginManager
 from . import sdnotify
 from .child import EXIT_BOOT_FAILURE, run_child
@@ -37,11 +38,8 @@ from .resources import ResourceSampler
 
 log = logging.getLogger("kdaemon.supervisor")
 
-EXIT_OK = 0
-EXIT_WORKER_BOOT_FAILED = 4
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
 _RESTART_BACKOFF_MAX = 30.0
-EXIT_CONFIG = 2
 _BOOT_CRASHES = 5  # a worker that dies this many times in a row before ever being ready: stop
 
 
@@ -186,7 +184,7 @@ class Arbiter:
                 self._report()
         except Exception:
             log.exception("supervisor failure; stopping workers")
-            self._exit_code = 1
+            self._exit_code = EXIT_FAILURE
             self._terminate_all(graceful=False)
             self.companions.kill_all()
         finally:
@@ -346,7 +344,7 @@ class Arbiter:
             self.plugins.pre_fork(index, self.config)
         except Exception:
             log.exception("a plugin's kdaemon_pre_fork failed for worker %d; stopping", index)
-            self._exit_code = EXIT_WORKER_BOOT_FAILED
+            self._exit_code = EXIT_BOOT_FAILURE
             self.handle_term()
             return
         r, w = os.pipe()
@@ -354,7 +352,7 @@ class Arbiter:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # the child
-            code = 1
+            code = EXIT_FAILURE
             try:
                 os.close(r)
                 os.close(self._wake_r)
@@ -371,7 +369,7 @@ class Arbiter:
             except BaseException:
                 import traceback
                 traceback.print_exc()
-                code = 1
+                code = EXIT_FAILURE
             finally:
                 # os._exit skips atexit: this hook is a plugin's last chance in the worker.
                 try:
@@ -436,16 +434,28 @@ class Arbiter:
         now = time.monotonic()
         if proc.member_id is not None:   # one that never joined leaves the one before it standing
             slot.predecessor = Predecessor(proc.member_id, proc.group_protocol, clean=code == 0)
+        if code == EXIT_STOPPED_ON_ERROR:
+            # Restarting it would fetch the same record and stop again, for ever: stop the
+            # daemon, the other workers draining and committing as on SIGTERM.
+            log.error("worker %d (pid %d) stopped on an error policy (exit %d); see its log above. "
+                      "Stopping every worker instead of restarting it into the same record",
+                      proc.index, proc.pid, code)
+            if self._exit_code == EXIT_OK:
+                self._exit_code = EXIT_STOPPED_ON_ERROR
+            slot.next_start = now
+            self.handle_term()
+            return
         if proc.stopping or self._stopping:
             log.info("worker %d (pid %d) stopped with code %d", proc.index, proc.pid, code)
-            if code not in (0, -signal.SIGTERM) and self._stopping and self._exit_code == EXIT_OK and code > 0:
-                self._exit_code = code if code != EXIT_BOOT_FAILURE else EXIT_WORKER_BOOT_FAILED
+            if self._stopping and self._exit_code == EXIT_OK and code not in (0, -signal.SIGTERM):
+                # A worker that failed or had to be killed while stopping: not a clean stop.
+                self._exit_code = code if code > 0 else EXIT_FAILURE
             slot.next_start = now
             return
         if code == EXIT_BOOT_FAILURE:
             log.error("worker %d cannot boot (exit %d); see its log above. Stopping instead of "
                       "restarting it in a loop", proc.index, code)
-            self._exit_code = EXIT_WORKER_BOOT_FAILED
+            self._exit_code = EXIT_BOOT_FAILURE
             self.handle_term()
             return
         if not proc.ready:
@@ -453,7 +463,7 @@ class Arbiter:
             if slot.crashes_before_ready >= _BOOT_CRASHES:
                 log.error("worker %d died %d times before ever getting its assignment; stopping",
                           proc.index, slot.crashes_before_ready)
-                self._exit_code = EXIT_WORKER_BOOT_FAILED
+                self._exit_code = EXIT_BOOT_FAILURE
                 self.handle_term()
                 return
         if now - proc.started > STABLE_AFTER_S:

@@ -5,9 +5,10 @@ the supervisor talks to systemd), and only then are the consumer, its threads an
 plugins and the sink created.  The worker reports liveness and readiness over a pipe to the
 supervisor: one ``WorkerHeartbeat`` line per beat (``heartbeat.py``).
 
-Exit codes: 0 clean stop; 3 stopped by an error policy; 4 could not boot (bad plugin,
-credentials, configuration only the plugins could check) — the supervisor does not restart a
-worker that cannot boot; 1 anything else (restarted with backoff).
+Exit codes (``kdaemon.exit_codes``): 0 clean stop; 3 stopped by an error policy — the supervisor
+stops the daemon rather than restart it into the same record; 4 could not boot (bad plugin,
+credentials, configuration only the plugins could check) — not restarted either; 1 anything
+else (restarted with backoff).
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ import sys
 import time
 import traceback
 
+from ..exit_codes import EXIT_BOOT_FAILURE, EXIT_FAILURE
 from .heartbeat import WorkerHeartbeat
-
-EXIT_BOOT_FAILURE = 4
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
         code = EXIT_BOOT_FAILURE
     except Exception:
         log.error("worker %d failed:\n%s", index, traceback.format_exc())
-        code = 1
+        code = EXIT_FAILURE
     try:
         metrics.update(worker, force=True)
     except Exception:

@@ -45,6 +45,7 @@ SIDEWAYS: frozenset[tuple[str, str]] = frozenset({
 LEAVES: frozenset[str] = frozenset({
     "",           # kdaemon/__init__.py (``__version__``)
     "backoff",    # the one Backoff type
+    "exit_codes", # the exit codes workers and the supervisor share
 })
 
 RANK: dict[str, int] = {name: i for i, names in enumerate(LAYERS) for name in names}

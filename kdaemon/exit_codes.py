@@ -1,0 +1,36 @@
+"""The exit codes of ``kdaemon`` and of its worker processes: one definition for every caller.
+
+A worker process returns one of these to its supervisor, and the supervisor (``kdaemon run``)
+returns one to whoever started it (systemd, an operator's shell).  Both sides import them from
+here, so a worker's "stopped on an error policy" is the code the supervisor recognises, and the
+code the operator sees means the same thing it meant in the worker.
+
+A leaf module: it imports nothing from kdaemon, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+"""A clean stop: the workers flushed, committed and left their group."""
+
+EXIT_FAILURE = 1
+"""Something failed that a restart may cure: a worker crashed (the supervisor restarts it with
+backoff), or the supervisor itself failed, or a worker had to be killed because it did not stop
+within ``shutdown_timeout_s`` (what it had not committed is delivered again)."""
+
+EXIT_CONFIG = 2
+"""The configuration (or the command line) cannot be used; every problem was listed."""
+
+EXIT_STOPPED_ON_ERROR = 3
+"""A worker stopped on an error policy (``on_deserialize_error``, ``on_sink_error`` or
+``on_plugin_error`` = "stop"): it committed what came before the failing record and exited.
+The supervisor does not restart it (it would stop at the same record again); it stops every
+worker gracefully and exits with this code, so an operator fixes the record or the policy."""
+
+EXIT_BOOT_FAILURE = 4
+"""A worker cannot boot (a plugin or sink cannot be built, a refused login), or workers died
+repeatedly before ever getting their assignment.  The supervisor stops instead of restarting
+them in a loop."""
+
+# Codes a restart does not cure (systemd's RestartPreventExitStatus= lists them).
+PERMANENT = frozenset({EXIT_CONFIG, EXIT_STOPPED_ON_ERROR, EXIT_BOOT_FAILURE})
