@@ -69,9 +69,10 @@ def run(config_path: str, workers: int | None, in_process: bool) -> None:
       1  a failure a restart may cure; or a worker still running shutdown_timeout_s
          after SIGTERM had to be killed (what it had not committed comes again)
       2  bad configuration (every problem is listed)
-      3  a worker stopped on an error policy (on_deserialize_error, on_sink_error or
-         on_plugin_error = "stop"): the others were stopped gracefully, the offsets
-         before the failing record are committed; fix the record or the policy
+      3  a worker stopped on an error policy (on_deserialize_error or on_sink_error
+         = "stop", or records to dead-letter and no [dlq]): the others were stopped
+         gracefully, the offsets before the failing record are committed; fix the
+         record or the policy
       4  a worker cannot boot (plugin, sink, credentials), or workers died 5 times
          in a row before getting their assignment
     2, 3 and 4 will not fix themselves: the supervisor stops rather than restart-loop.

@@ -22,8 +22,9 @@ EXIT_CONFIG = 2
 """The configuration (or the command line) cannot be used; every problem was listed."""
 
 EXIT_STOPPED_ON_ERROR = 3
-"""A worker stopped on an error policy (``on_deserialize_error``, ``on_sink_error`` or
-``on_plugin_error`` = "stop"): it committed what came before the failing record and exited.
+"""A worker stopped on an error policy (``on_deserialize_error`` or ``on_sink_error`` = "stop",
+or records to dead-letter and no ``[dlq]``): it committed what came before the failing record
+and exited.  (A plugin's interceptor that raises never stops a worker: it is logged and skipped.)
 The supervisor does not restart it (it would stop at the same record again); it stops every
 worker gracefully and exits with this code, so an operator fixes the record or the policy."""
 

@@ -1,18 +1,20 @@
 """The supervisor against workers that fail, end to end: ``kdaemon run`` as a real process,
 Tansu for the records and the commits, the jsonl sink for the output.
 
-The faults come from a deserializer plugin written into the test's directory (enabled by Python
-path, as in test_supervisor_hooks.py), driven by the record's value:
+The faults come from a plugin written into the test's directory (enabled by Python path, as in
+test_supervisor_hooks.py): a deserializer and a sink, both named ``faulty``, driven by the
+record's value:
 
 * ``poison`` raises (a record that cannot be deserialized);
 * ``grow`` allocates ``KD_FAULT_GROW_MB`` and keeps it (a worker whose memory runs away);
+* ``sink-fail`` makes the ``faulty`` sink refuse the batch;
 * ``hang`` blocks for ever, once: the first worker to see it creates ``KD_FAULT_FLAG`` and hangs
   (no heartbeat, SIGTERM not honoured); a successor finds the flag and reads it as a value.
 
 and a ``kdaemon_post_fork`` hook that SIGKILLs the fresh worker when ``KD_FAULT_CRASH_AT_BOOT`` is
 set (a crash before the worker is ready: not a boot failure the worker could report).
 
-Most daemons here use static assignment (no group): what is under test is the supervisor, and a
+All daemons here use static assignment (no group): what is under test is the supervisor, and a
 worker that needs no JoinGroup is ready at once and beats without the pauses a join has.
 
 Covered elsewhere: a SIGKILLed worker replaced without moving partitions (test_supervisor_e2e
@@ -61,6 +63,32 @@ def faulty(settings):
 @hookimpl
 def kdaemon_deserializers():
     return {"faulty": faulty}
+
+
+class FaultySink:
+    """Refuses any batch holding the value ``sink-fail``; what it takes it appends to
+    ``KD_FAULT_SINK_OUT`` as "partition offset" lines on flush."""
+
+    def __init__(self):
+        self.pending = []
+
+    def write(self, records):
+        if any(r.value == "sink-fail" for r in records):
+            raise RuntimeError("the sink refuses")
+        self.pending += [f"{r.partition} {r.offset}\\n" for r in records]
+
+    def flush(self):
+        with open(os.environ["KD_FAULT_SINK_OUT"], "a") as fh:
+            fh.writelines(self.pending)
+        self.pending = []
+
+    def close(self):
+        pass
+
+
+@hookimpl
+def kdaemon_sinks(context):
+    return {"faulty": lambda settings: FaultySink()}
 
 
 @hookimpl
@@ -148,6 +176,30 @@ def test_a_worker_stopped_by_its_error_policy_stops_the_daemon_with_exit_3(broke
     assert committed[1] == len(written_1), (committed, written_1)
     assert [o for p, o in output if p == 0] == first[0], output
     assert not {poison, *after} & {o for p, o in output if p == 0}
+
+
+def test_a_sink_failure_under_stop_stops_the_daemon_with_exit_3(broker, tmp_path):
+    """on_sink_error = "stop": a batch the sink refuses stops its worker (exit 3) and the daemon
+    with it (exit 3), the records before it written and committed, none from that batch on."""
+    topic = _name("sinkstop")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    sink_out = tmp_path / "sink-out"
+    d = _daemon(tmp_path, broker.bootstrap, topic, workers=1, on_sink_error="stop",
+                env={"KD_FAULT_SINK_OUT": str(sink_out)})
+    d.write_config({**d.config, "sink": {"type": "faulty"}})
+    with d:
+        d.wait_all_ready()
+        first = _produce(broker.bootstrap, topic, 0, [f"first-{i}" for i in range(4)])
+        _wait_committed(d, broker.bootstrap, topic, 1, {0: 4})
+        failing = _produce(broker.bootstrap, topic, 0, ["sink-fail", "after"])
+        code = d.wait_exit(60)
+        log = d.log()
+    assert code == EXIT_STOPPED_ON_ERROR, log
+    assert "sink write failed: RuntimeError: the sink refuses" in log, log
+    assert re.search(r"worker 0 \(pid \d+\) stopped on an error policy \(exit 3\)", log), log
+    assert "restarting in" not in log and len(re.findall(r"started worker \d", log)) == 1, log
+    assert _committed(d, broker.bootstrap, topic, 1) == {0: failing[0]}
+    assert sink_out.read_text().split("\n")[:-1] == [f"0 {o}" for o in first]
 
 
 # -- crashes before ready, and the restart backoff --------------------------------------------------
