@@ -27,6 +27,12 @@ def test_round_trip_through_tomllib():
     assert tomllib.loads(dump_toml(SAMPLE)) == SAMPLE
 
 
+@pytest.mark.parametrize("text", ["\U0001F600 beyond the BMP", "control \x00\x1f\x7f\t\n", 'quote " and \\'])
+def test_strings_toml_escapes_differently_from_json(text):
+    # JSON writes U+1F600 as a surrogate pair of escapes, which TOML refuses.
+    assert tomllib.loads(dump_toml({"daemon": {"daemon_id": text}}))["daemon"]["daemon_id"] == text
+
+
 def test_empty_list_is_kept_as_a_value():
     # ``plugins = []`` means "no plugins", which differs from leaving the key out (the defaults).
     assert tomllib.loads(dump_toml({"plugins": [], "kafka": {"group_id": "g"}}))["plugins"] == []

@@ -609,13 +609,12 @@ BAD_PROBLEMS = [
     ("kafka.fetch_max_wait", "unknown consumer option"),
     ("kafka.session_timeout_ms", "must be positive"),
     ("kafka.auto_offset_reset", "'sometimes' is not one of earliest, latest, none"),
-    ("daemon.workers", "must be an integer"),
-    ("daemon.topic_pattern", "must be a string"),
+    ("daemon.workers", 'expected an integer, found string "two"'),
+    ("daemon.topic_pattern", "expected a string, found integer 5"),
     ("daemon.on_sink_error", "'ignore' is not one of retry, dlq, stop"),
     ("filters[0].op", "'like' is not one of"),
     ("deserializer.extra", "unknown key"),
     ("sink.type", "required"),
-    ("dlq", "a [dlq] sink is required"),
 ]
 
 

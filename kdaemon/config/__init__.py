@@ -1,0 +1,34 @@
+"""The daemon's configuration: one TOML file, loaded into typed dataclasses, validated at once.
+
+Validation collects *every* problem and reports each as ``file: section.key: problem`` so an
+operator fixes a file in one pass (the CLI exits 2).  A value of the wrong TOML type is always
+``file: section.key: expected <type>, found <type> <value>`` (``daemon.topics[1]`` for a list
+element), from one description of each key's type (``schema``).
+
+The package, by responsibility:
+
+* ``model``: the dataclasses (their annotations are the type schema) and ``ConfigError``;
+* ``schema``: TOML type descriptions (``Kind``) derived from those annotations, and the wording;
+* ``kafka``: the ``[kafka]`` section, typed from ``ConsumerConfig`` and checked by it;
+* ``loader``: ``load``/``parse``, the other sections, the default DLQ;
+* ``toml_out``: ``dump_toml``, for the files kdaemon writes itself.
+
+Its place in the layers: above ``kdaemon.protocol`` and ``kdaemon.client`` (it checks consumer
+options with ``ConsumerConfig`` and header rules with ``header_match``) and above the plugins and
+sinks, below the worker, the supervisor and the CLI, which read it.  It names plugins, filters and
+sinks by string and never imports them; plugins and sinks never import it either (a factory gets
+its own ``settings`` table).  What only the loaded plugins can check about a configuration is the
+worker's business: ``kdaemon.worker.build.check_against_plugins``.
+"""
+
+from .kafka import DAEMON_OWNED, KAFKA_KINDS, SECRETS
+from .loader import default_dlq, load, parse
+from .model import (DEFAULT_DLQ_DIR, DEFAULT_PLUGINS, ERROR_POLICIES_DESERIALIZE, ERROR_POLICIES_SINK,
+                    GROUP_PROTOCOLS, ConfigError, DaemonConfig, DaemonSection, DeserializerConfig,
+                    FilterConfig, InterceptorConfig, SinkConfig)
+from .toml_out import dump_toml
+
+__all__ = ["DAEMON_OWNED", "DEFAULT_DLQ_DIR", "DEFAULT_PLUGINS", "ERROR_POLICIES_DESERIALIZE",
+           "ERROR_POLICIES_SINK", "GROUP_PROTOCOLS", "KAFKA_KINDS", "SECRETS", "ConfigError",
+           "DaemonConfig", "DaemonSection", "DeserializerConfig", "FilterConfig", "InterceptorConfig",
+           "SinkConfig", "default_dlq", "dump_toml", "load", "parse"]

@@ -1,0 +1,129 @@
+"""The ``[kafka]`` section: the consumer's options (``kdaemon.client.ConsumerConfig``) in the
+daemon's file.
+
+Each option's TOML type comes from ConsumerConfig's own annotations and is checked here, before
+the values are handed over, so a wrong type is a ``kafka.<option>: expected ..., found ...``
+line and never a Python error from inside the consumer ("'int' object is not iterable" from
+``bootstrap_servers = 5``).  What ConsumerConfig then checks (ranges, choices, protocol rules)
+comes back as ``kafka.<option>`` problems too.  Secrets (``sasl_password``, ``ssl_password``)
+may be given inline, or as ``<name>_env`` (an environment variable) or ``<name>_file`` (a file,
+e.g. a systemd credential under ``$CREDENTIALS_DIRECTORY``), so they never have to live in the
+file.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from ..client.config import ConsumerConfig
+from .model import GROUP_PROTOCOLS
+from .schema import STRING, Kind, key_path, kinds_of, string_or_list
+
+SECRETS = ("sasl_password", "ssl_password")
+SECRET_SOURCES = {f"{name}{suffix}": name for name in SECRETS for suffix in ("_env", "_file")}
+# Consumer options the daemon owns: configuring them would break delivery guarantees.
+DAEMON_OWNED = {"enable_auto_commit", "header_filter", "on_consume", "on_commit"}
+
+# Every key [kafka] takes, and its TOML type.  The consumer splits a comma-separated string for
+# its two list options, so those take either.
+KAFKA_KINDS: dict[str, Kind] = {
+    **kinds_of(ConsumerConfig),
+    "bootstrap_servers": string_or_list("a string or a list of strings (host:port)"),
+    "partition_assignment_strategy": string_or_list("a string or a list of strings (assignor names)"),
+    "group_protocol": STRING,
+    **{key: STRING for key in SECRET_SOURCES},
+}
+_CONSUMER_FIELDS = set(kinds_of(ConsumerConfig)) | DAEMON_OWNED | {"bootstrap_servers",
+                                                                   "partition_assignment_strategy"}
+
+Problem = Callable[[str, str], None]
+
+
+def kafka_section(section: dict, env: Any, problems: list[str]) -> dict:
+    """The consumer options of a ``[kafka]`` table (already known to be a table); every
+    problem is appended to ``problems`` as ``kafka.<key>: text``."""
+    def problem(where: str, text: str) -> None:
+        problems.append(f"{where}: {text}")
+
+    out: dict = {}
+    for key, value in section.items():
+        if key in DAEMON_OWNED:
+            problem(key_path("kafka", key), "is managed by the daemon (offsets are committed after the sink "
+                                    "flushes; filters come from [[filters]])")
+            continue
+        kind = KAFKA_KINDS.get(key)
+        if kind is None:
+            problem(key_path("kafka", key), "unknown consumer option")
+            continue
+        wrong = kind.problems(f"kafka.{key}", value)
+        if wrong:
+            problems += wrong
+            continue
+        if key in SECRET_SOURCES:
+            base = SECRET_SOURCES[key]
+            resolved = _resolve_secret(key, value, env, problem)
+            if resolved is not None:
+                if base in out:
+                    problem(f"kafka.{key}", f"{base} is given more than once")
+                out[base] = resolved
+            continue
+        if key == "group_protocol" and value not in GROUP_PROTOCOLS:
+            problem(f"kafka.{key}", f"{value!r} is not one of {', '.join(GROUP_PROTOCOLS)}")
+            continue
+        if key in out:
+            problem(f"kafka.{key}", "given more than once")
+        out[key] = tuple(value) if isinstance(value, list) else value
+    try:
+        # "auto" is the daemon's, not the consumer's: check the rest as the worker will pass it.
+        ConsumerConfig.from_options(**{k: v for k, v in out.items()
+                                       if not (k == "group_protocol" and v == "auto")})
+    except (TypeError, ValueError) as exc:
+        for part in _consumer_problems(str(exc)):
+            # The consumer's messages start with the option's name ("session_timeout_ms must
+            # be positive", "auto_offset_reset='x' is not one of ..."): report them as
+            # kafka.<option> like every other problem.
+            name = re.match(r"[a-z_]+", part)
+            if name and name.group(0) in _CONSUMER_FIELDS:
+                problem(f"kafka.{name.group(0)}", part[name.end():].lstrip("= "))
+            elif part.startswith("bootstrap server"):
+                problem("kafka.bootstrap_servers", part)
+            else:
+                problem("kafka", part)
+    return out
+
+
+def _consumer_problems(message: str) -> list[str]:
+    """The consumer's one-line error as its problems: they are joined with "; ", which a
+    problem's own text may contain too ("...: the broker decides it; leave it unset, ..."),
+    so a part that does not start with an option's name continues the one before."""
+    problems: list[str] = []
+    for part in message.replace("invalid consumer configuration: ", "").split("; "):
+        name = re.match(r"[a-z_]+", part)
+        starts = (name is not None and name.group(0) in _CONSUMER_FIELDS) or part.startswith(
+            ("bootstrap server", "unknown consumer option"))
+        if problems and not starts:
+            problems[-1] += "; " + part
+        else:
+            problems.append(part)
+    return problems
+
+
+def _resolve_secret(key: str, value: str, env: Any, problem: Problem) -> str | None:
+    if not value:
+        problem(f"kafka.{key}", "must not be empty")
+        return None
+    if key.endswith("_env"):
+        if value not in env:
+            problem(f"kafka.{key}", f"environment variable {value!r} is not set")
+            return None
+        return env[value]
+    p = Path(value)
+    if not p.is_absolute() and "CREDENTIALS_DIRECTORY" in env:
+        p = Path(env["CREDENTIALS_DIRECTORY"]) / p
+    try:
+        return p.read_text().rstrip("\n")
+    except OSError as exc:
+        problem(f"kafka.{key}", f"cannot read {p}: {exc.strerror}")
+        return None

@@ -1,0 +1,114 @@
+"""The loaded configuration as typed dataclasses, and the one error every problem is reported in.
+
+The annotations here are also the configuration's type schema: ``kdaemon.config.schema`` reads
+them to check a file's values and to word each problem, so a field's type is written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_PLUGINS = ("header_rules", "ttl", "json")
+ERROR_POLICIES_DESERIALIZE = ("dlq", "skip", "stop")
+ERROR_POLICIES_SINK = ("retry", "dlq", "stop")
+# [kafka] group_protocol: the consumer's two (Java's group.protocol) and the daemon's "auto",
+# which each worker resolves against the broker when it starts (kdaemon.client.features).
+GROUP_PROTOCOLS = ("auto", "classic", "consumer")
+# Without a [dlq] table, records an error policy sends to the DLQ are kept as JSON lines here,
+# under daemon.state_dir: a policy of "dlq" (the default for deserialize errors) must never
+# need a section the operator did not write, and must never drop a record instead.
+DEFAULT_DLQ_DIR = "dlq"
+
+
+class ConfigError(Exception):
+    """Every problem found in a configuration file, one per line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    """One ``[[filters]]`` entry: a declarative rule, or ``plugin`` naming a filter factory."""
+
+    header: str | None = None
+    op: str | None = None
+    values: tuple[str, ...] = ()
+    action: str = "keep"
+    plugin: str | None = None
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InterceptorConfig:
+    name: str
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeserializerConfig:
+    key: str = "bytes"
+    value: str = "bytes"
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    type: str = "jsonl"
+    settings: dict = field(default_factory=dict)  # the whole [sink] table, type included
+    # True for the DLQ the daemon chose because the file has no [dlq] (see DEFAULT_DLQ_DIR).
+    implicit: bool = False
+
+
+@dataclass(frozen=True)
+class DaemonSection:
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
+    workers: int = 0                  # 0: one per CPU
+    assignment: str = "group"         # group | static
+    daemon_id: str = ""               # static membership ids are "<daemon_id>-<index>"
+    poll_timeout_ms: int = 500
+    flush_interval_ms: int = 1000
+    flush_max_records: int = 50_000
+    max_buffered_records: int = 200_000
+    on_deserialize_error: str = "dlq"
+    on_sink_error: str = "retry"
+    sink_retry_backoff_ms: int = 200
+    sink_retry_backoff_max_ms: int = 30_000
+    filter_default: str = "auto"      # keep | drop | auto (the opposite of the last rule's action)
+    state_dir: str = "./var/kdaemon"
+    metrics_addr: str = "127.0.0.1:9464"
+    shutdown_timeout_s: float = 30.0
+    heartbeat_timeout_s: float = 60.0
+    metrics_interval_ms: int = 1000   # how often a worker publishes its /metrics counters
+    max_worker_rss_mb: int = 0        # 0: never recycle
+    log_level: str = "INFO"
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    path: str
+    plugins: tuple[str, ...]
+    kafka: dict
+    daemon: DaemonSection
+    filters: tuple[FilterConfig, ...]
+    deserializer: DeserializerConfig
+    interceptors: tuple[InterceptorConfig, ...]
+    sink: SinkConfig
+    dlq: SinkConfig | None
+    raw: dict
+
+    @property
+    def group_protocol(self) -> str:
+        """[kafka] group_protocol: "auto" (the default), "classic" or "consumer"."""
+        return self.kafka.get("group_protocol", "auto")
+
+    def consumer_options(self) -> dict:
+        """Options for ``kdaemon.client.Consumer`` (secrets resolved).  ``group_protocol`` is
+        left out while it is "auto", which no consumer takes: the worker resolves it
+        (``kdaemon.worker.main.resolve_group_protocol``); tools that join no group ignore it."""
+        opts = dict(self.kafka)
+        if opts.get("group_protocol") == "auto":
+            del opts["group_protocol"]
+        return opts
