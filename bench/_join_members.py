@@ -13,7 +13,9 @@ Linux), so the parent puts every member's events on one time line:
 * ``assigned`` / ``revoked`` / ``lost`` with ``partitions``: from the rebalance callbacks, with
   the partitions the callback was given (the whole assignment under an eager protocol, what
   was added or taken away under an incremental one, as all three clients do);
-* ``closing``: right before ``close()``.
+* ``closing``: right before ``close()``;
+* ``group`` (kdaemon, traced rounds only): one group request or answer, bench/_join_trace.py's
+  ``group_event`` (api, send / answer, error, member epoch, owned / assigned partitions).
 
 Parent side: ``PythonMember`` and ``JavaMember`` offer ``pid``, ``pump()`` (the events that
 arrived, partitions as plain numbers), ``leave()`` (ask it to close; does not wait), ``kill()``
@@ -77,7 +79,8 @@ def worker_kdaemon(spec: dict, emit: Emitter) -> dict:
     # Imported now, so that the clock, as for confluent-kafka, runs no imports.
     importlib.import_module("kdaemon.client.group.coordinator")
 
-    trace = KdaemonTrace() if spec["trace"] else None
+    # Traced: every group request and answer is also an event ("group"), for the decomposition.
+    trace = KdaemonTrace(on_group=lambda **fields: emit("group", **fields)) if spec["trace"] else None
     if trace:
         trace.install()
     group_protocol, assignor = PROTOCOLS[spec["protocol"]]

@@ -18,11 +18,14 @@ from pathlib import Path
 class KdaemonTrace:
     """Request and connection timeline of one kdaemon consumer, taken by wrapping methods.
 
-    Patched in the child only, never in timed runs.  Nothing in kdaemon is changed.
+    Patched in the child only, never in timed runs.  Nothing in kdaemon is changed.  Every
+    group request and answer (``GROUP_APIS``) also goes to ``on_group`` as a structured event
+    (``group_event``), live, so the parent has them even from a member it later kills.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_group=None) -> None:
         self.events: list[tuple[float, str]] = []
+        self.on_group = on_group
 
     def add(self, text: str) -> None:
         self.events.append((time.monotonic(), text))
@@ -43,9 +46,13 @@ class KdaemonTrace:
             if name == "Fetch":
                 extra = f" ({sum(len(t['partitions']) for t in body.get('topics', ()))} partitions)"
             trace.add(f"send {name} to node {node_id}{extra}")
+            if trace.on_group is not None and name in GROUP_APIS:
+                trace.on_group(**group_event(name, "send", body))
 
             def done(value) -> None:
                 version, resp = value
+                if trace.on_group is not None and name in GROUP_APIS and isinstance(resp, dict):
+                    trace.on_group(**group_event(name, "answer", resp))
                 code = resp.get("error_code") if isinstance(resp, dict) else None
                 if name == "FindCoordinator" and resp.get("coordinators"):
                     code = resp["coordinators"][0]["error_code"]
@@ -78,6 +85,35 @@ class KdaemonTrace:
         logger = logging.getLogger("kdaemon.client")
         logger.setLevel(logging.DEBUG)
         logger.addHandler(ToTrace())
+
+
+# The group requests the decomposition follows (both protocols).
+GROUP_APIS = ("ConsumerGroupHeartbeat", "Heartbeat", "JoinGroup", "SyncGroup", "LeaveGroup")
+
+
+def _partitions(topic_partitions) -> list[int] | None:
+    """A ConsumerGroupHeartbeat's ``topic_partitions`` (request: owned; answer: assigned) as
+    partition numbers (the bench has one topic); None when the field says "unchanged"."""
+    if topic_partitions is None:
+        return None
+    return sorted(p for t in topic_partitions for p in t["partitions"])
+
+
+def group_event(api: str, direction: str, body: dict) -> dict:
+    """One group request or answer, the fields the decomposition reads: the error, the member
+    epoch, and for ConsumerGroupHeartbeat the partitions the member reports owning (request)
+    or is assigned (answer; None: no assignment in this answer)."""
+    out = {"api": api, "dir": direction, "error": body.get("error_code") or 0}
+    if api == "ConsumerGroupHeartbeat":
+        out["epoch"] = body.get("member_epoch")
+        if direction == "send":
+            out["owned"] = _partitions(body.get("topic_partitions"))
+        else:
+            assignment = body.get("assignment")
+            out["assigned"] = None if assignment is None else _partitions(assignment["topic_partitions"])
+    elif api == "JoinGroup" and direction == "answer":
+        out["generation"] = body.get("generation_id")
+    return out
 
 
 # -- timelines ---------------------------------------------------------------------------------

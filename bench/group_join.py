@@ -3,7 +3,8 @@ kdaemon vs the Java consumer vs librdkafka (confluent-kafka), on one Apache Kafk
 
 Run from the repository root::
 
-    python bench/group_join.py [--repeats N] [--protocols ...] [--clients ...] [--trace]
+    python bench/group_join.py [--repeats N] [--protocols ...] [--clients ...] [--heartbeat-ms MS ...]
+                               [--trace [--trace-rounds N]] [--daemon [classic] [consumer]]
                                [--json results.json]
 
 Input: one Apache Kafka node (the test suite's launcher, tests/support/apache_kafka.py, through
@@ -13,7 +14,10 @@ heartbeat interval and ``group.consumer.session.timeout.ms`` = the session timeo
 members set themselves (``--heartbeat-ms``, default 1000; ``--session-ms``, default 10000), so
 both protocols heartbeat and expire members alike; under the consumer protocol the broker, not
 the client, decides both.  The launcher sets ``group.initial.rebalance.delay.ms=0`` (Kafka's
-default holds a classic group's first join 3 s).
+default holds a classic group's first join 3 s).  Several ``--heartbeat-ms`` values run
+everything once per value, each on a broker of its own (the interval is a static broker
+setting; below the launcher's ``group.consumer.min.heartbeat.interval.ms`` of 500 ms that
+minimum is lowered to the value), so one run shows the consumer / classic-eager ratio at each.
 
 Three rebalance protocols: ``eager`` (classic, the ``range`` assignor), ``cooperative``
 (classic, ``cooperative-sticky``) and ``consumer`` (KIP-848, the broker's ``uniform``
@@ -57,10 +61,20 @@ parent lays all members' events on one time line.
 used over the figure's interval, divided by their number (the killed member not counted).
 
 Rounds run ``--repeats`` times (default 3), the clients' order reversed every other repeat.
-``--trace`` adds, after the timed rounds, one traced round per protocol for kdaemon and
-confluent-kafka and prints member 5's timeline up to the group's stable moment after its join
-(kdaemon: every request and answer; librdkafka: its ``cgrp,protocol`` debug log); traced rounds
-are not part of the figures.
+``--trace`` adds, after the timed rounds, ``--trace-rounds`` (default 1) traced rounds per
+protocol for kdaemon and confluent-kafka and prints member 5's timeline up to the group's stable
+moment after its join (kdaemon: every request and answer; librdkafka: its ``cgrp,protocol``
+debug log); for kdaemon under eager and consumer it also decomposes the join
+(bench/_join_decompose.py: every member reports its group requests and answers; the median of
+each step over the traced rounds: when each revoking member's heartbeat brought its revocation
+and when its acknowledgment went out, when the newcomer's heartbeat brought its partitions;
+under eager, when each member learned of the rebalance and rejoined).  Traced rounds are not
+part of the figures.
+
+``--daemon`` adds ``kdaemon run`` rows (bench/_join_daemon.py), ``--repeats`` rounds per group
+protocol of the daemon (``[kafka] group_protocol``, classic and consumer): start to stable with
+4 workers, one worker SIGKILLed and restarted by the supervisor (kill to stable), SIGTTIN
+(4 -> 5) and SIGTTOU (5 -> 4) to stable; stable there is the broker's view (describe_consumer_groups).
 
 Goals, printed as met / not met, never asserted: kdaemon's consumer-protocol rebalance time
 (join, leave, kill + restart) ≤ the Java consumer's; under the consumer protocol a member
@@ -70,6 +84,7 @@ joining a 4-member group settles kdaemon's group in ≤ 1/3 of kdaemon's classic
 from __future__ import annotations
 
 # Only the standard library at module level: a member's child imports nothing but its own client.
+import argparse
 import json
 import statistics
 import sys
@@ -81,6 +96,7 @@ TOPIC = "bench-group-join"
 PARTITIONS = 12
 RECORDS_PER_PARTITION = 50
 EVENT_TIMEOUT_S = 90.0       # one awaited event or stable group
+MIN_HEARTBEAT_MS = 500        # group.consumer.min.heartbeat.interval.ms in tests/support/apache_kafka.py
 RESTART_PAUSE_S = 0.5        # between a failed restart of a killed member and the next
 CLIENTS = ("kdaemon", "java", "confluent")
 LABELS = {"kdaemon": "kdaemon", "java": "Java consumer", "confluent": "librdkafka"}
@@ -94,6 +110,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench._join_daemon import SCENARIOS as DAEMON_SCENARIOS, print_daemon_table  # noqa: E402
+from bench._join_decompose import DECOMPOSERS, print_decomposition  # noqa: E402
 from bench._join_members import ASSIGNMENT_EVENTS, MemberFailed, start_member  # noqa: E402
 from bench._report import arguments, banner, check_sources, command_line, parse, write_json  # noqa: E402
 
@@ -250,20 +268,24 @@ def run_round(args, bootstrap: str, client: str, protocol: str, log_dir: Path, t
     r = Round(args, bootstrap, client, protocol, log_dir, tag, env)
     out: dict = {}
     four = ["m1", "m2", "m3", "m4"]
+    # Traced: every member reports its group requests (kdaemon), for the join's decomposition.
     try:
-        r.start("m1", f"{r.spec['group']}-1")
+        r.start("m1", f"{r.spec['group']}-1", trace=trace)
         t0 = r.event("m1", "building")["t"]
         t1 = r.event("m1", "assigned", nonempty=True)["t"]
         out["first_s"], out["first_cpu"] = t1 - t0, r.cpu_per_member(["m1"], t0, t1)
         r.stable(["m1"], t0)
         for n in (2, 3, 4):
-            r.start(f"m{n}", f"{r.spec['group']}-{n}")
+            r.start(f"m{n}", f"{r.spec['group']}-{n}", trace=trace)
         r.stable(four, 0.0)
 
         r.start("m5", None, trace=trace)
         t0 = r.event("m5", "building")["t"]
         t1 = r.stable(four + ["m5"], t0)
         out["join_s"], out["join_cpu"] = t1 - t0, r.cpu_per_member(four + ["m5"], t0, t1)
+        if trace and client == "kdaemon" and protocol in DECOMPOSERS:
+            decompose = DECOMPOSERS[protocol][0]
+            out["decomposition"] = decompose([h for h in r.history if h[0] <= t1 + 0.5], t0, t1, "m5", four)
 
         r.leave("m5")
         t0 = r.event("m5", "closing")["t"]
@@ -376,46 +398,31 @@ def print_trace(protocol: str, client: str, r: dict) -> None:
                    end_label="group stable")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = arguments(__doc__, repeats=(3, "rounds per client and protocol (default 3)"))
-    parser.add_argument("--heartbeat-ms", type=int, default=1000,
-                        help="heartbeat interval, every client and protocol (default 1000)")
-    parser.add_argument("--session-ms", type=int, default=10000,
-                        help="session timeout, every client and protocol (default 10000)")
-    parser.add_argument("--poll-ms", type=int, default=200,
-                        help="timeout of the Python members' poll calls (default 200, the Java peer's)")
-    parser.add_argument("--quiet-s", type=float, default=3.0,
-                        help="a group is stable once no callback ran for this long (default 3)")
-    parser.add_argument("--protocols", nargs="*", default=list(PROTOCOL_NAMES), choices=PROTOCOL_NAMES)
-    parser.add_argument("--clients", nargs="*", default=list(CLIENTS), choices=CLIENTS)
-    parser.add_argument("--trace", action="store_true",
-                        help="after the timed rounds, one traced round per protocol for kdaemon and "
-                             "confluent-kafka, member 5's join timeline printed")
-    parser.add_argument("--log-dir", metavar="DIR", help="keep the broker's and members' logs here")
-    args = parse(parser, argv, {"--worker": lambda spec: _worker(spec)})
-    if args is None:
-        return 0
+def broker_properties(heartbeat_ms: int, session_ms: int) -> dict:
+    """The consumer protocol's heartbeat interval and session timeout, set on the broker (the
+    launcher's minimum heartbeat interval, 500 ms, lowered when the interval is below it)."""
+    props = {"group.consumer.heartbeat.interval.ms": str(heartbeat_ms),
+             "group.consumer.session.timeout.ms": str(session_ms)}
+    if heartbeat_ms < MIN_HEARTBEAT_MS:
+        props["group.consumer.min.heartbeat.interval.ms"] = str(heartbeat_ms)
+    return props
 
-    import tempfile
 
+def run_interval(args, heartbeat_ms: int, log_dir: Path, env: dict) -> dict:
+    """Every round at one heartbeat interval, on a broker of its own (the consumer protocol's
+    interval is a static broker setting): the timed rounds, the traced ones, the daemon's."""
     from bench import _common
+    from bench._join_daemon import PROTOCOLS as DAEMON_PROTOCOLS, run_daemon_round
 
-    head = banner("bench/group_join.py")
-    source = head["source"]
-    print(f"group settings: session timeout {args.session_ms} ms, heartbeat {args.heartbeat_ms} ms (the "
-          f"consumer protocol's set on the broker), auto.offset.reset earliest, auto-commit off; Python "
-          f"members poll with {args.poll_ms} ms timeouts; stable after {args.quiet_s} s without a callback")
-    log_ctx = tempfile.TemporaryDirectory(prefix="kdaemon-bench-") if not args.log_dir else None
-    log_dir = Path(args.log_dir or log_ctx.name)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    env = _common.child_env()   # kdaemon from the tree this script lives in, as the parent's
+    sub = argparse.Namespace(**vars(args))
+    sub.heartbeat_ms = heartbeat_ms
     runs = {p: {c: [] for c in args.clients} for p in args.protocols}
-    errors: list[str] = []
     traces: dict = {}
-    properties = {"group.consumer.heartbeat.interval.ms": str(args.heartbeat_ms),
-                  "group.consumer.session.timeout.ms": str(args.session_ms)}
-    with _common.KafkaBroker(log_dir / "kafka", properties=properties) as broker:
-        print(broker.describe())
+    daemon: dict = {p: [] for p in (args.daemon or [])}
+    errors: list[str] = []
+    properties = broker_properties(heartbeat_ms, args.session_ms)
+    with _common.KafkaBroker(log_dir / f"kafka-{heartbeat_ms}ms", properties=properties) as broker:
+        print(f"\n== heartbeat {heartbeat_ms} ms ==\n{broker.describe()}")
         print(f"broker: {', '.join(f'{k}={v}' for k, v in properties.items())}; topic {TOPIC}: "
               f"{PARTITIONS} partitions x {RECORDS_PER_PARTITION} records", flush=True)
         prepare_topic(broker.bootstrap)
@@ -425,35 +432,131 @@ def main(argv: list[str] | None = None) -> int:
                 for client in order:
                     print(f"  [{rep + 1}/{args.repeats}] {protocol:<12} {LABELS[client]:<14} ", end="", flush=True)
                     try:
-                        r = run_round(args, broker.bootstrap, client, protocol, log_dir, f"r{rep}-{protocol}-{client}",
-                                      env)
+                        r = run_round(sub, broker.bootstrap, client, protocol, log_dir,
+                                      f"hb{heartbeat_ms}-r{rep}-{protocol}-{client}", env)
                     except (RuntimeError, TimeoutError) as exc:
-                        errors.append(f"{protocol} {client} repeat {rep + 1}: {exc}")
+                        errors.append(f"heartbeat {heartbeat_ms} ms, {protocol} {client} repeat {rep + 1}: {exc}")
                         print(f"FAILED: {exc}", flush=True)
                         continue
                     runs[protocol][client].append(r)
                     print("  ".join(f"{key} {r[f'{key}_s']:.3f} s" for key, _ in SCENARIOS)
                           + f"  (restart attempts {r['restart_attempts']})", flush=True)
         if args.trace:
-            for protocol in args.protocols:
-                for client in [c for c in args.clients if c != "java"]:
-                    try:
-                        traces[(protocol, client)] = run_round(args, broker.bootstrap, client, protocol, log_dir,
-                                                               f"trace-{protocol}-{client}", env, trace=True)
-                    except (RuntimeError, TimeoutError) as exc:
-                        errors.append(f"trace {protocol} {client}: {exc}")
+            for n in range(args.trace_rounds):
+                for protocol in args.protocols:
+                    for client in [c for c in args.clients if c != "java"]:
+                        print(f"  [trace {n + 1}/{args.trace_rounds}] {protocol:<12} {LABELS[client]:<14} ",
+                              end="", flush=True)
+                        try:
+                            r = run_round(sub, broker.bootstrap, client, protocol, log_dir,
+                                          f"hb{heartbeat_ms}-trace{n}-{protocol}-{client}", env, trace=True)
+                        except (RuntimeError, TimeoutError) as exc:
+                            errors.append(f"heartbeat {heartbeat_ms} ms, trace {protocol} {client}: {exc}")
+                            print(f"FAILED: {exc}", flush=True)
+                            continue
+                        traces.setdefault((protocol, client), []).append(r)
+                        print(f"join {r['join_s']:.3f} s", flush=True)
+        for rep in range(args.repeats if args.daemon else 0):
+            for protocol in [p for p in DAEMON_PROTOCOLS if p in args.daemon]:
+                print(f"  [{rep + 1}/{args.repeats}] kdaemon run, {protocol:<9} ", end="", flush=True)
+                try:
+                    run_dir = log_dir / f"daemon-hb{heartbeat_ms}-{rep}-{protocol}"
+                    r = run_daemon_round(bootstrap=broker.bootstrap, topic=TOPIC, partitions=PARTITIONS,
+                                         protocol=protocol, run_dir=run_dir,
+                                         session_ms=args.session_ms, heartbeat_ms=heartbeat_ms,
+                                         quiet_s=args.quiet_s, env=env)
+                except (RuntimeError, TimeoutError) as exc:
+                    errors.append(f"heartbeat {heartbeat_ms} ms, daemon {protocol} repeat {rep + 1}: {exc}")
+                    print(f"FAILED: {exc}", flush=True)
+                    continue
+                daemon[protocol].append(r)
+                print("  ".join(f"{key} {r[f'{key}_s']:.3f} s" for key, _ in DAEMON_SCENARIOS)
+                      + f"  (workers chose: {'; '.join(sorted(set(r['protocols'])))})", flush=True)
 
     stats = {p: {c: {f"{key}{suffix}": summary([r[f"{key}{suffix}"] for r in rs if r.get(f"{key}{suffix}")
                                                 is not None])
                      for key, _ in SCENARIOS for suffix in ("_s", "_cpu")}
                  for c, rs in per.items()} for p, per in runs.items()}
-    print_table(stats, args.protocols, args.clients)
-    for (protocol, client), r in traces.items():
-        print_trace(protocol, client, r)
-    verdicts = goals(stats)
+    daemon_stats = {p: {key: summary([r[f"{key}_s"] for r in rs]) for key, _ in DAEMON_SCENARIOS}
+                    for p, rs in daemon.items()}
+    return {"heartbeat_ms": heartbeat_ms, "properties": properties, "runs": runs, "stats": stats,
+            "traces": traces, "daemon": daemon, "daemon_stats": daemon_stats, "errors": errors}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = arguments(__doc__, repeats=(3, "rounds per client and protocol (default 3)"))
+    parser.add_argument("--heartbeat-ms", type=int, nargs="+", default=[1000],
+                        help="heartbeat interval, every client and protocol (default 1000); several values: "
+                             "every round at each, on a broker of its own")
+    parser.add_argument("--session-ms", type=int, default=10000,
+                        help="session timeout, every client and protocol (default 10000)")
+    parser.add_argument("--poll-ms", type=int, default=200,
+                        help="timeout of the Python members' poll calls (default 200, the Java peer's)")
+    parser.add_argument("--quiet-s", type=float, default=3.0,
+                        help="a group is stable once no callback ran for this long (default 3)")
+    parser.add_argument("--protocols", nargs="*", default=list(PROTOCOL_NAMES), choices=PROTOCOL_NAMES)
+    parser.add_argument("--clients", nargs="*", default=list(CLIENTS), choices=CLIENTS)
+    parser.add_argument("--trace", action="store_true",
+                        help="after the timed rounds, traced rounds per protocol for kdaemon and "
+                             "confluent-kafka: member 5's join timeline, and kdaemon's join decomposed")
+    parser.add_argument("--trace-rounds", type=int, default=1,
+                        help="traced rounds per protocol and client with --trace (default 1); the "
+                             "decomposition prints the median of each step over them")
+    parser.add_argument("--daemon", nargs="*", choices=("classic", "consumer"),
+                        help="also the daemon rows (bench/_join_daemon.py), --repeats rounds of each group "
+                             "protocol named (none named: both)")
+    parser.add_argument("--log-dir", metavar="DIR", help="keep the broker's and members' logs here")
+    args = parse(parser, argv, {"--worker": lambda spec: _worker(spec)})
+    if args is None:
+        return 0
+    if args.daemon is not None and not args.daemon:
+        args.daemon = ["classic", "consumer"]
+    if any(h <= 0 or h >= args.session_ms for h in args.heartbeat_ms):
+        parser.error(f"--heartbeat-ms: every value must be above 0 and below --session-ms ({args.session_ms})")
+
+    import tempfile
+
+    from bench import _common
+
+    head = banner("bench/group_join.py")
+    source = head["source"]
+    print(f"group settings: session timeout {args.session_ms} ms, heartbeat "
+          f"{' / '.join(map(str, args.heartbeat_ms))} ms (the consumer protocol's set on the broker), "
+          f"auto.offset.reset earliest, auto-commit off; Python members poll with {args.poll_ms} ms timeouts; "
+          f"stable after {args.quiet_s} s without a callback")
+    log_ctx = tempfile.TemporaryDirectory(prefix="kdaemon-bench-") if not args.log_dir else None
+    log_dir = Path(args.log_dir or log_ctx.name)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = _common.child_env()   # kdaemon from the tree this script lives in, as the parent's
+    results = [run_interval(args, hb, log_dir, env) for hb in args.heartbeat_ms]
+
+    verdicts: list[str] = []
+    for res in results:
+        hb = res["heartbeat_ms"]
+        print(f"\n== heartbeat {hb} ms: figures ==")
+        if args.protocols and args.clients and args.repeats:
+            print_table(res["stats"], args.protocols, args.clients)
+        print_daemon_table(res["daemon_stats"])
+        for (protocol, client), rounds in res["traces"].items():
+            print_trace(protocol, client, rounds[0])
+            decomposed = [r["decomposition"] for r in rounds if r.get("decomposition")]
+            if decomposed:
+                print_decomposition(protocol, LABELS[client], decomposed, hb)
+        for line in goals(res["stats"]):
+            verdicts.append(f"[heartbeat {hb} ms] {line}")
+    ratios = []
+    for res in results:
+        k = res["stats"].get("consumer", {}).get("kdaemon", {}).get("join_s")
+        e = res["stats"].get("eager", {}).get("kdaemon", {}).get("join_s")
+        if k and e:
+            ratios.append(f"heartbeat {res['heartbeat_ms']} ms: {k['median']:.3f} s / {e['median']:.3f} s = "
+                          f"{k['median'] / e['median']:.2f}")
     print()
     for line in verdicts:
         print("goal " + line)
+    if ratios:
+        print("kdaemon join, consumer protocol / classic eager (medians): " + "; ".join(ratios))
+    errors = [e for res in results for e in res["errors"]]
     for e in errors:
         print("ERROR " + e)
     after = check_sources(source)
@@ -464,10 +567,16 @@ def main(argv: list[str] | None = None) -> int:
             "command": command_line("bench/group_join.py", argv),
             "settings": {"session_ms": args.session_ms, "heartbeat_ms": args.heartbeat_ms,
                          "poll_ms": args.poll_ms, "quiet_s": args.quiet_s, "partitions": PARTITIONS,
-                         "records_per_partition": RECORDS_PER_PARTITION, "broker_properties": properties},
-            "stats": stats, "goals": verdicts, "errors": errors,
-            "runs": {p: {c: [{k: v for k, v in r.items() if k not in ("m5_result", "m5_log")} for r in rs]
-                         for c, rs in per.items()} for p, per in runs.items()}})
+                         "records_per_partition": RECORDS_PER_PARTITION},
+            "goals": verdicts, "ratios": ratios, "errors": errors,
+            "intervals": [{
+                "heartbeat_ms": res["heartbeat_ms"], "broker_properties": res["properties"],
+                "stats": res["stats"], "daemon_stats": res["daemon_stats"], "daemon": res["daemon"],
+                "decompositions": {f"{p}/{c}": [r.get("decomposition") for r in rs]
+                                   for (p, c), rs in res["traces"].items()},
+                "runs": {p: {c: [{k: v for k, v in r.items() if k not in ("m5_result", "m5_log")} for r in rs]
+                             for c, rs in per.items()} for p, per in res["runs"].items()}}
+                for res in results]})
     if log_ctx is not None:
         log_ctx.cleanup()
     return 0
