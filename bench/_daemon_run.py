@@ -212,8 +212,20 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+# The group's session timeout.  Under the classic protocol the daemon's [kafka] session_timeout_ms;
+# under the consumer protocol the broker decides it: bench/daemon.py starts Apache Kafka with
+# group.consumer.session.timeout.ms set to the same, and the option is left out of the file
+# (an explicit group_protocol = "consumer" refuses it; "auto" drops it when it picks consumer).
+SESSION_TIMEOUT_MS = 6000
+GROUP_PROTOCOLS = ("auto", "classic", "consumer")
+# A worker's log lines naming the protocol it speaks and why, and the classic-only options it
+# dropped when "auto" chose the consumer protocol (kdaemon/worker/main.py).
+_PROTOCOL_LINE = re.compile(r"worker \d+: (group protocol .*|.* not used under the consumer protocol.*)")
+
+
 def write_config(path: Path, *, bootstrap: str, group: str, mode: str, workers: int, state_dir: Path,
-                 metrics_port: int, poll_records: int | None, metrics_interval_s: float, profile: bool) -> None:
+                 metrics_port: int, poll_records: int | None, metrics_interval_s: float, profile: bool,
+                 group_protocol: str = "auto") -> None:
     plugins = ", ".join(f'"{p}"' for p in ["json"] + ([f"{PROFILE_PLUGIN}:"] if profile else []))
     filters = ""
     if mode == "filter":
@@ -227,7 +239,9 @@ plugins = [{plugins}]
 bootstrap_servers = "{bootstrap}"
 group_id = "{group}"
 auto_offset_reset = "earliest"
-session_timeout_ms = 6000
+group_protocol = "{group_protocol}"
+{f"session_timeout_ms = {SESSION_TIMEOUT_MS}" if group_protocol != "consumer"
+ else "# session timeout: the broker's group.consumer.session.timeout.ms"}
 {f"max_poll_records = {poll_records}" if poll_records else "# max_poll_records: the daemon's default"}
 fetch_max_bytes = {FETCH_MAX_BYTES}
 max_partition_fetch_bytes = {MAX_PARTITION_FETCH_BYTES}
@@ -262,7 +276,7 @@ def run_daemon(*, broker, produced: dict, mode: str, workers: int, run_dir: Path
     write_config(config, bootstrap=broker.bootstrap, group=group, mode=mode, workers=workers,
                  state_dir=run_dir / "state", metrics_port=port,
                  poll_records=args.daemon_poll_records, metrics_interval_s=args.metrics_interval,
-                 profile=profile_dir is not None)
+                 profile=profile_dir is not None, group_protocol=args.group_protocol)
     env = child_env()
     if profile_dir is not None:
         env[PROFILE_ENV] = str(profile_dir)
@@ -371,6 +385,7 @@ def run_daemon(*, broker, produced: dict, mode: str, workers: int, run_dir: Path
         out["records_per_s"] = None
     text = log_path.read_text(errors="replace")
     out["assignments_logged"] = text.count("has its assignment")
+    out["group_protocols"] = sorted({m[1] for m in _PROTOCOL_LINE.finditer(text)})
     return out
 
 

@@ -32,9 +32,15 @@ Two modes, the same work for everyone:
 
 The daemon is the real thing: ``kdaemon run -c FILE --workers N`` as a subprocess (the
 supervisor, its forked workers, the group, the ``null`` sink, offsets committed after every
-flush), with a fresh group id per run, ``auto_offset_reset = "earliest"``,
-``session_timeout_ms = 6000``, ``plugins = ["json"]``, ``on_deserialize_error = "stop"``, state
-directory and metrics port in a temporary directory.  Its progress comes from the supervisor's
+flush), with a fresh group id per run, ``auto_offset_reset = "earliest"``, ``group_protocol`` from
+``--group-protocol`` (default ``auto``, the daemon's own: the consumer protocol on Kafka 4.x,
+classic on Tansu; every run prints what the workers chose, from their log), a 6 s session
+timeout, ``plugins = ["json"]``, ``on_deserialize_error = "stop"``, state directory and metrics
+port in a temporary directory.  The session timeout is ``[kafka] session_timeout_ms = 6000``
+under classic; under the consumer protocol the broker owns it, so Apache Kafka is started with
+``group.consumer.session.timeout.ms=6000`` and the option is left out with
+``--group-protocol consumer`` (which refuses it) and dropped by the workers under ``auto``
+when they choose consumer (they log that).  Its progress comes from the supervisor's
 ``/metrics``, sampled every 0.25 s: records processed = ``kdaemon_records_fetched_total`` +
 ``kdaemon_records_filtered_total`` over all partitions.  When every record is processed and the
 sink has accepted every kept one (``kdaemon_records_delivered_total``), the supervisor gets
@@ -102,7 +108,8 @@ if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this 
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench._daemon_run import (  # noqa: E402
-    SAMPLE_S, child_env, cpu_over, profile_summary, run_daemon, run_delay_s, window_rate)
+    GROUP_PROTOCOLS, SAMPLE_S, SESSION_TIMEOUT_MS, child_env, cpu_over, profile_summary, run_daemon, run_delay_s,
+    window_rate)
 from bench._peers import (  # noqa: E402
     CHILD_TIMEOUT_S, JAVA_ON_TANSU, PEER_WORKERS, Tally, cpu_s, prepare_java, run_java, skip_java,
     with_broker_cpu)
@@ -254,6 +261,7 @@ def build_rows(results: dict, modes, worker_counts, peers) -> list[dict]:
                             "broker_cpu": r.get("broker_cpu"),
                             "rss_metric_mb": max(x["rss_metric_mb"] for x in ok),
                             "group_joins": max(x["group_joins"] for x in ok),
+                            "group_protocols": sorted({p for x in ok for p in x.get("group_protocols", ())}),
                             "stalled_s": r.get("stalled_s"), "longest_stall_s": r.get("longest_stall_s"),
                             "assignments_logged": max(x["assignments_logged"] for x in ok),
                             "stop_seconds": max(x["stop_seconds"] for x in ok)})
@@ -294,6 +302,9 @@ def print_table(rows: list[dict], broker: str = "the broker") -> None:
               f"{r['rss_peak_mb']:>6.1f} {first:>9}"
               f"{'  (' + str(r['failed']) + ' failed)' if r['failed'] else ''}")
     print("-" * len(head))
+    chosen = sorted({p for r in rows for p in r.get("group_protocols") or ()})
+    if chosen:
+        print(f"daemon workers' group protocol (their log): {'; '.join(chosen)}")
     print("records/s: steady state between 10% and 90% of the records (the window column: where it "
           "started, later than 10% when the daemon's first counter update came later); best of the "
           f"repeats, their median and range beside it; * fewer than {MIN_POINTS} progress points inside the window "
@@ -397,12 +408,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the daemon with 1 worker under cProfile per mode, print the top")
     parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument("--keep", metavar="DIR", help="keep configs, logs and profiles in DIR")
+    parser.add_argument("--group-protocol", choices=GROUP_PROTOCOLS, default="auto",
+                        help="the daemon's [kafka] group_protocol (default auto, the daemon's default: consumer "
+                             "on Kafka 4.x, classic on Tansu)")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip the machine's own 1- vs 2-process ratio (a json.loads loop, 8 s per round)")
     args = parse(parser, argv, {"--peer": lambda spec: run_peer(json.loads(spec)),
                                 "--cpu-loop": lambda seconds: cpu_loop(float(seconds))}, RECORDS_UNIT)
     if args is None:
         return 0
+    if args.broker == "tansu" and args.group_protocol == "consumer":
+        parser.error("--group-protocol consumer needs --broker kafka: Tansu speaks only the classic protocol")
     if args.peers is None:  # the default: every peer, but the Java consumer only where it works
         args.peers = list(PEERS)
         if skip_java(args.broker, None):
@@ -434,7 +450,15 @@ def main(argv: list[str] | None = None) -> int:
     baselines: list[dict] = []
     profiles: dict = {}
     try:
-        with _common.open_broker(args.broker, tmp) as broker:
+        if args.broker == "kafka":   # the consumer protocol's session timeout is the broker's
+            broker_cm = _common.KafkaBroker(tmp / "kafka", properties={
+                "group.consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS)})
+        else:
+            broker_cm = _common.open_broker(args.broker, tmp)
+        print(f"daemon group protocol: [kafka] group_protocol = \"{args.group_protocol}\"; session timeout "
+              f"{SESSION_TIMEOUT_MS} ms (classic: [kafka] session_timeout_ms; consumer: the broker's "
+              "group.consumer.session.timeout.ms)", flush=True)
+        with broker_cm as broker:
             print(broker.describe(), flush=True)
             print(f"producing {args.records:,} records with confluent-kafka ({args.compression})...", flush=True)
             produced = produce(broker.bootstrap, args.records, compression=args.compression)
@@ -509,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
             "kdaemon_source": source, "kdaemon_source_after": after,
             "command": command_line("bench/daemon.py", argv),
             "daemon_max_poll_records": daemon_poll, "peer_poll_records": args.poll_records,
-            "metrics_interval_s": args.metrics_interval,
+            "metrics_interval_s": args.metrics_interval, "group_protocol": args.group_protocol,
             "broker": {"kind": args.broker, "name": broker.name, "describe": broker_described,
                        "idle_cpu": broker_idle},
             "produced": produced, "rows": rows, "goals": lines, "machine_scaling": baselines,
@@ -537,6 +561,7 @@ def _print_daemon_run(r: dict, prefix: str = "") -> None:
           f"rss {r['rss_peak_mb']:5.1f} MB (metric {r['rss_metric_mb']:.1f})  joins {r['group_joins']}  "
           f"stalls {r.get('stalled_s') or 0:.2f} s (longest {r.get('longest_stall_s') or 0:.2f} s)"
           f"{'  CAPPED' if r['capped'] else ''}", flush=True)
+    print(f"{prefix}      workers chose: {'; '.join(r.get('group_protocols') or ['(no log line)'])}", flush=True)
 
 
 def _print_peer_run(r: dict) -> None:
