@@ -9,10 +9,10 @@ from .errors import (AuthenticationError, ConsumerClosedError, KafkaClientError,
                      LogTruncationError, NoBrokersAvailableError, NoOffsetForPartitionError,
                      OffsetOutOfRangeError, RecordTooLargeError, UnknownTopicError, WakeupError)
 from .metrics import ConsumerMetrics, PartitionMetrics
-from .types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from .types import ConsumerRecord, GroupMembershipOperation, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Consumer", "ConsumerConfig", "ConsumerRecord", "TopicPartition", "OffsetAndMetadata",
            "OffsetAndTimestamp", "KafkaClientError", "KafkaTimeoutError", "NoBrokersAvailableError",
            "AuthenticationError", "NoOffsetForPartitionError", "OffsetOutOfRangeError", "LogTruncationError",
            "UnknownTopicError", "WakeupError", "ConsumerClosedError", "RecordTooLargeError",
-           "ConsumerMetrics", "PartitionMetrics"]
+           "ConsumerMetrics", "PartitionMetrics", "GroupMembershipOperation"]

@@ -26,7 +26,7 @@ from .metrics import ConsumerMetrics, PartitionMetrics
 from .network import NetworkClient
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetLookup
 from .subscription import EARLIEST, LATEST, SubscriptionState
-from .types import GroupState, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from .types import GroupMembershipOperation, GroupState, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from .validation import PositionValidator
 
 log = logging.getLogger(__name__)
@@ -489,8 +489,14 @@ class Consumer:
         """Thread-safe: make a blocked (or the next) poll raise WakeupError."""
         self._network.wakeup()
 
-    def close(self, timeout_ms: int | None = None) -> None:
-        """Commit (with auto-commit), run on_partitions_revoked, leave the group, disconnect."""
+    def close(self, timeout_ms: int | None = None,
+              group_membership: GroupMembershipOperation | str = GroupMembershipOperation.DEFAULT) -> None:
+        """Commit (with auto-commit), run on_partitions_revoked, leave the group, disconnect.
+
+        ``group_membership`` (Java's ``CloseOptions.groupMembershipOperation``): "default" (a
+        static member stays in the group for its successor), "leave" (leave for good, static
+        members too: their partitions move at once) or "remain" (send no leave)."""
+        operation = GroupMembershipOperation(group_membership)
         if self._closed:
             return
         with self._owner:
@@ -498,7 +504,7 @@ class Consumer:
                 timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
                 deadline = time.monotonic() + min(timeout, 30_000) / 1000
                 if self._group is not None:
-                    self._group.close(deadline, self._drive, self._invoke_listener)
+                    self._group.close(deadline, self._drive, self._invoke_listener, operation)
                     self._group.commits.invoke_completed_commit_callbacks()
                 self._close_fetch_sessions(deadline)
             finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import NamedTuple
 
 from ..protocol.records import ConsumerRecord, CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP_TYPE
@@ -31,6 +32,24 @@ class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp: int
     leader_epoch: int | None = None
+
+
+class GroupMembershipOperation(Enum):
+    """What ``Consumer.close`` does with the group membership (Java's
+    ``CloseOptions.GroupMembershipOperation``, KIP-1092).
+
+    DEFAULT: a dynamic member leaves; a static member (``group_instance_id``) stays, so the
+    same instance back within the session timeout gets its partitions back with nothing moved
+    (classic: no LeaveGroup; consumer protocol: a leave with epoch -2).
+    LEAVE_GROUP: leave for good, static members too (classic: LeaveGroup naming the instance
+    id; consumer protocol: epoch -1), so the partitions move to the others at once instead of
+    after the session timeout: for a member that is not coming back (a smaller pool).
+    REMAIN_IN_GROUP: send no leave at all; the coordinator drops the member when its session
+    times out."""
+
+    DEFAULT = "default"
+    LEAVE_GROUP = "leave"
+    REMAIN_IN_GROUP = "remain"
 
 
 @dataclass(frozen=True)

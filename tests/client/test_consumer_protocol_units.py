@@ -80,7 +80,7 @@ def test_a_join_is_a_full_request_and_later_ones_carry_only_what_changed():
                     "subscribed_topic_regex": None, "server_assignor": "uniform", "topic_partitions": []}
     state.acknowledged(f)
     quiet = state.build("g", "m", 3, f)
-    assert quiet == {"group_id": "g", "member_id": "m", "member_epoch": 3, "instance_id": None, "rack_id": None,
+    assert quiet == {"group_id": "g", "member_id": "m", "member_epoch": 3, "instance_id": "i-1", "rack_id": None,
                      "rebalance_timeout_ms": -1, "subscribed_topic_names": None, "subscribed_topic_regex": None,
                      "server_assignor": None, "topic_partitions": None}
     owned = f.__class__(**{**f.__dict__, "owned": ((A, (0, 1)),), "subscribed_topic_names": ("a", "b")})
@@ -112,6 +112,8 @@ def test_a_leave_is_epoch_minus_one_or_minus_two_for_a_static_member():
     assert leave_request("g", "m", None)["member_epoch"] == -1
     static = leave_request("g", "m", "i-1")
     assert (static["member_epoch"], static["instance_id"]) == (-2, "i-1")
+    for_good = leave_request("g", "m", "i-1", for_good=True)     # a static member not coming back
+    assert (for_good["member_epoch"], for_good["instance_id"]) == (-1, "i-1")
 
 
 def test_the_heartbeat_timer_follows_the_broker_interval_and_backs_off_after_errors():
@@ -119,7 +121,8 @@ def test_the_heartbeat_timer_follows_the_broker_interval_and_backs_off_after_err
     assert t.due(100.0, urgent=False)
     t.sent(100.0)
     assert not t.due(200.0, urgent=True)        # one in flight at a time
-    t.received(interval_ms=2000)
+    t.received(interval_ms=2000, now=100.5)
+    assert t.last_answer == 100.5
     assert not t.due(101.0, urgent=False) and t.due(101.0, urgent=True) and t.due(102.0, urgent=False)
     t.sent(102.0)
     t.failed(102.5, 0.1)

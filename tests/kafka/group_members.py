@@ -174,8 +174,10 @@ class _PollingMember(threading.Thread):
 class KdMember(_PollingMember):
     def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str] | None = None,
                  pattern: str | None = None, assignor: str | None = "range", name: str = "kd",
-                 group_protocol: str = "classic", observer: Callable | None = None, **options) -> None:
+                 group_protocol: str = "classic", observer: Callable | None = None,
+                 close_membership: str = "default", **options) -> None:
         super().__init__(name)
+        self.close_membership = close_membership   # Consumer.close(group_membership=...)
         opts = kd_options(group_protocol, assignor, options)
         opts.setdefault("client_id", name)
         self.consumer = Consumer(bootstrap, group_id=group, **opts)
@@ -206,7 +208,7 @@ class KdMember(_PollingMember):
         except BaseException as exc:  # surfaced by stop() and call()
             self.error = exc
         finally:
-            c.close()
+            c.close(group_membership=self.close_membership)
 
 
 class RdMember(_PollingMember):

@@ -34,6 +34,7 @@ from .discovery import COORDINATOR_ERRORS, CoordinatorLookup
 from .heartbeat import HeartbeatThread, HeartbeatTimer
 from .leader import assign_as_leader, encode_member_subscription
 from .membership import GroupMembership, InvokeListener
+from .release import KIP345_LEAVE
 from .state import MemberEvent, MemberState
 
 # The membership's log lines keep the name they had before the split into modules: operators'
@@ -117,6 +118,15 @@ class ClassicMembership(GroupMembership):
                 f"group {self.group_id}: not a member of the group (partitions were reassigned); the "
                 "records since the last commit may be delivered again to another member")
         return self.generation, self.member_id, self.instance_id
+
+    def last_answer(self) -> float:
+        return self.timer.last_answer
+
+    def heartbeat_interval(self) -> float:
+        return self.timer.interval
+
+    def heartbeat_now(self) -> None:
+        self.timer.heartbeat_now()
 
     # -- joining --------------------------------------------------------------------------------
 
@@ -343,7 +353,7 @@ class ClassicMembership(GroupMembership):
                     self.state.apply(MemberEvent.SYNCED)
                     # Some brokers (Tansu) time the session from the JoinGroup, not from the
                     # SyncGroup: count the first heartbeat interval from the join.
-                    self.timer.reset_session(time.monotonic(), first_beat_from=self._join_sent_at)
+                    self.timer.reset_session(time.monotonic(), first_beat_from=self._join_sent_at, joined=True)
                     result.success({TopicPartition(a["topic"], p) for a in assignment["assigned_partitions"]
                                     for p in a["partitions"]})
                     return
@@ -476,17 +486,22 @@ class ClassicMembership(GroupMembership):
 
     # -- leaving --------------------------------------------------------------------------------
 
-    def leave(self, reason: str, *, partitions_lost: bool = True) -> Future | None:
-        """Send LeaveGroup (dynamic members only: a static member keeps its place so a restart
-        within the session timeout gets its partitions back) and forget the generation.
-        (A fenced member is always static, so it never gets here to send one.)"""
+    def leave(self, reason: str, *, partitions_lost: bool = True, for_good: bool = False) -> Future | None:
+        """Send LeaveGroup and forget the generation.  A static member sends none unless
+        ``for_good`` (it keeps its place, so a restart within the session timeout gets its
+        partitions back); for good, the LeaveGroup names its instance id (v3+, KIP-345), which
+        is what removes a static member.  (A fenced member is always static, so it never gets
+        here to send one.)"""
         with self._lock:
             fut = None
-            if self.instance_id is None and self.member_id and self.coordinator.connection is not None:
+            leaves = self.instance_id is None or for_good
+            if leaves and self.member_id and self.coordinator.connection is not None:
+                member = {"member_id": self.member_id, "group_instance_id": self.instance_id, "reason": reason}
                 fut = self.coordinator.send(LEAVE_GROUP, {
-                    "group_id": self.group_id, "member_id": self.member_id,
-                    "members": [{"member_id": self.member_id, "group_instance_id": None, "reason": reason}]})
-                log.info("group %s: leaving (%s)", self.group_id, reason)
+                    "group_id": self.group_id, "member_id": self.member_id, "members": [member]},
+                    min_version=KIP345_LEAVE if self.instance_id is not None else None)
+                log.info("group %s: leaving%s (%s)", self.group_id,
+                         " for good as static member " + self.instance_id if self.instance_id else "", reason)
             self._reset_generation()
             if not partitions_lost:
                 self._pending_lost = None

@@ -267,6 +267,7 @@ class OffsetCommits:
             self.membership.raise_if_fatal()
             if not self.coordinator.ensure(deadline, drive):
                 raise KafkaTimeoutError(f"group {self.group_id}: commit timed out finding the coordinator")
+            self.membership.confirm_before_commit(deadline, drive)
             fut = self._send_commit(offsets)
             drive(max(0.0, deadline - time.monotonic()), lambda: fut.done)
             if not fut.done:

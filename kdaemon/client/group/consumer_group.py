@@ -88,6 +88,7 @@ def new_member_id() -> str:
 
 class ConsumerMembership(GroupMembership):
     protocol_name = "consumer"
+    heartbeat_states = frozenset({S.STABLE, S.COMPLETING_REBALANCE})   # reconciling members heartbeat too
 
     def __init__(self, config: ConsumerConfig, network: NetworkClient, metadata: ClusterMetadata,
                  subscriptions: SubscriptionState, coordinator: CoordinatorLookup,
@@ -177,6 +178,16 @@ class ConsumerMembership(GroupMembership):
         raise CommitFailedError(
             f"group {self.group_id}: not a member of the group (fenced, or left); the records since the "
             "last commit may be delivered again to another member")
+
+    def last_answer(self) -> float:
+        return self.timer.last_answer
+
+    def heartbeat_interval(self) -> float:
+        return self.timer.interval
+
+    def heartbeat_now(self) -> None:
+        self._request.reset()   # a full request: the answer then says all the coordinator knows
+        self._urgent = True
 
     def fetch_member(self) -> tuple[str | None, int]:
         if self.generation > 0:
@@ -360,7 +371,7 @@ class ConsumerMembership(GroupMembership):
             self._on_heartbeat_error(code, resp.get("error_message"), fields)
 
     def _on_heartbeat_ok(self, resp: dict, fields: MemberFields, state: MemberState) -> None:
-        self.timer.received(resp["heartbeat_interval_ms"])
+        self.timer.received(resp["heartbeat_interval_ms"], now=time.monotonic())
         self._request.acknowledged(fields)
         if resp["member_id"]:
             self.member_id = resp["member_id"]
@@ -420,14 +431,14 @@ class ConsumerMembership(GroupMembership):
 
     # -- leaving --------------------------------------------------------------------------------
 
-    def leave(self, reason: str, *, partitions_lost: bool = True) -> Future | None:
+    def leave(self, reason: str, *, partitions_lost: bool = True, for_good: bool = False) -> Future | None:
         """Leave with epoch -1, or -2 as a static member (the broker keeps its assignment for it
-        until the session times out, so a restart gets the same partitions back), and forget
-        the epoch.  No rejoin until the next ``poll`` (or ``subscribe``)."""
+        until the session times out, so a restart gets the same partitions back) unless
+        ``for_good``, and forget the epoch.  No rejoin until the next ``poll`` (or ``subscribe``)."""
         with self._lock:
             fut = None
             if self.generation > 0 and self.coordinator.connection is not None:
-                body = leave_request(self.group_id, self.member_id, self.instance_id)
+                body = leave_request(self.group_id, self.member_id, self.instance_id, for_good=for_good)
                 fut = self.coordinator.send(CONSUMER_GROUP_HEARTBEAT, body, timeout_ms=self.config.request_timeout_ms)
                 log.info("group %s: leaving with epoch %s (%s)", self.group_id, body["member_epoch"], reason)
             self._may_join = False

@@ -4,8 +4,9 @@
 the coordinator last *acknowledged* a request (Java's ``HeartbeatState``/``sentFields``): every
 field the member does not repeat is sent as null (or -1), meaning "unchanged".  A request is
 full after a join (member epoch 0), an error, a lost connection or a coordinator change: the
-coordinator we talk to may never have seen the earlier fields.  ``group_id``, ``member_id`` and
-``member_epoch`` are in every request.
+coordinator we talk to may never have seen the earlier fields.  ``group_id``, ``member_id``,
+``member_epoch`` and a static member's ``instance_id`` are in every request (Java sets the
+instance id whenever there is one; tests/kafka/test_kip848_wire_parity_kafka.py compares).
 
 ``ConsumerHeartbeatTimer`` keeps the deadlines, as ``heartbeat.HeartbeatTimer`` does for the
 classic protocol, but the interval comes from the broker (each answer's
@@ -61,7 +62,7 @@ class HeartbeatRequestState:
             return last is None or getattr(last, name) != getattr(fields, name)
 
         body: dict = {"group_id": group_id, "member_id": member_id, "member_epoch": member_epoch,
-                      "instance_id": fields.instance_id if last is None else None,
+                      "instance_id": fields.instance_id,
                       "rack_id": fields.rack_id if changed("rack_id") else None,
                       "rebalance_timeout_ms": fields.rebalance_timeout_ms if changed("rebalance_timeout_ms") else -1,
                       "subscribed_topic_names": None, "subscribed_topic_regex": None,
@@ -84,11 +85,13 @@ class HeartbeatRequestState:
         return body
 
 
-def leave_request(group_id: str, member_id: str, instance_id: str | None) -> dict:
+def leave_request(group_id: str, member_id: str, instance_id: str | None, *, for_good: bool = False) -> dict:
     """A leave: epoch -1, or -2 for a static member that will come back (its assignment is kept
-    for it until the session times out)."""
+    for it until the session times out).  ``for_good``: a static member that is not coming back
+    leaves with -1 too (naming its instance id), so its partitions move at once."""
+    static_stays = instance_id is not None and not for_good
     return {"group_id": group_id, "member_id": member_id,
-            "member_epoch": LEAVE_STATIC_EPOCH if instance_id is not None else LEAVE_EPOCH,
+            "member_epoch": LEAVE_STATIC_EPOCH if static_stays else LEAVE_EPOCH,
             "instance_id": instance_id}
 
 
@@ -100,6 +103,7 @@ class ConsumerHeartbeatTimer:
         self.max_poll_interval = max_poll_interval_ms / 1000
         self.last_sent = 0.0
         self.last_poll = now
+        self.last_answer = now   # the last answer without error (it proved the membership)
         self.in_flight = False
         self.retry_at = 0.0
 
@@ -107,9 +111,10 @@ class ConsumerHeartbeatTimer:
         self.in_flight = True
         self.last_sent = now
 
-    def received(self, interval_ms: int) -> None:
+    def received(self, interval_ms: int, *, now: float) -> None:
         """An answer without error; it names the interval the broker wants."""
         self.in_flight = False
+        self.last_answer = now
         self.retry_at = 0.0
         if interval_ms > 0:
             self.interval = interval_ms / 1000

@@ -27,6 +27,7 @@ from ..config import ConsumerConfig
 from ..metadata import ClusterMetadata
 from ..network import NetworkClient
 from ..subscription import SubscriptionState
+from ..types import GroupMembershipOperation
 from .classic import ClassicMembership
 from .commits import OffsetCommits
 from .consumer_group import ConsumerMembership
@@ -59,10 +60,11 @@ class GroupCoordinator:
         self.commits = OffsetCommits(config, network, subscriptions, self.coordinator, self.membership,
                                      on_commit)
 
-    def close(self, deadline: float, drive, invoke_listener: InvokeListener) -> None:
+    def close(self, deadline: float, drive, invoke_listener: InvokeListener,
+              operation: GroupMembershipOperation = GroupMembershipOperation.DEFAULT) -> None:
         """Stop heartbeating, commit what was consumed (auto-commit), run
-        ``on_partitions_revoked`` and leave the group, waiting for the LeaveGroup answer until
-        ``deadline`` (5 s at most)."""
+        ``on_partitions_revoked`` and leave the group as ``operation`` says, waiting for the
+        leave's answer until ``deadline`` (5 s at most)."""
         membership = self.membership
         membership.close()
         try:
@@ -76,6 +78,11 @@ class GroupCoordinator:
                 invoke_listener("on_partitions_revoked", owned)
             except Exception:
                 log.exception("on_partitions_revoked raised during close")
-        fut = membership.leave("the consumer is being closed", partitions_lost=False)
+        if operation is GroupMembershipOperation.REMAIN_IN_GROUP:
+            log.info("group %s: closing without leaving; the coordinator drops this member when its "
+                     "session times out", self.group_id)
+            return
+        fut = membership.leave("the consumer is being closed", partitions_lost=False,
+                               for_good=operation is GroupMembershipOperation.LEAVE_GROUP)
         if fut is not None:
             drive(max(0.0, min(deadline - time.monotonic(), 5.0)), lambda: fut.done)

@@ -30,7 +30,8 @@ class HeartbeatTimer:
         self.interval = min(heartbeat_interval_ms, session_timeout_ms // 3) / 1000
         self.max_poll_interval = max_poll_interval_ms / 1000
         self.last_sent = 0.0
-        self.last_received = now   # the last answer that proved we are still a member
+        self.last_received = now   # the session clock: the last answer, or a new coordinator found
+        self.last_answer = now     # the last answer that proved membership (a heartbeat's, a join's)
         self.last_poll = now
         self.in_flight = False
 
@@ -44,16 +45,20 @@ class HeartbeatTimer:
         """An answer that keeps the session alive (no error, or REBALANCE_IN_PROGRESS)."""
         self.in_flight = False
         self.last_received = now
+        self.last_answer = now
 
     def answered(self) -> None:
         """An answer that says nothing of the session (an error), or no answer (a disconnect)."""
         self.in_flight = False
 
-    def reset_session(self, now: float, *, first_beat_from: float | None = None) -> None:
-        """A new session clock (a coordinator found, a join completed).  ``first_beat_from``
-        counts the first heartbeat interval from an earlier moment: some brokers (Tansu) time
-        the session from the JoinGroup, not from the SyncGroup."""
+    def reset_session(self, now: float, *, first_beat_from: float | None = None, joined: bool = False) -> None:
+        """A new session clock (a coordinator found, or ``joined``: a join completed, which also
+        proves membership).  ``first_beat_from`` counts the first heartbeat interval from an
+        earlier moment: some brokers (Tansu) time the session from the JoinGroup, not from the
+        SyncGroup."""
         self.last_received = now
+        if joined:
+            self.last_answer = now
         if first_beat_from is not None:
             self.last_sent = first_beat_from
 
@@ -70,6 +75,10 @@ class HeartbeatTimer:
         """No heartbeat answer for longer than the session timeout: the coordinator has
         surely dropped us, or we are talking to the wrong one."""
         return now - self.last_received > self.session_timeout
+
+    def heartbeat_now(self) -> None:
+        """Make the next heartbeat due at once (when not one is in flight)."""
+        self.last_sent = 0.0
 
     def should_heartbeat(self, now: float) -> bool:
         return not self.in_flight and now - self.last_sent >= self.interval

@@ -27,8 +27,10 @@ What a membership must provide, and what it may rely on:
 * ``request_rejoin(reason)``, ``reset_generation(reason)`` and ``fail(error)``: what the commits
   module reports from OffsetCommit answers (REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID or
   ILLEGAL_GENERATION / FENCED_MEMBER_EPOCH, FENCED_INSTANCE_ID).
-* ``leave(reason, partitions_lost=...)`` sends the protocol's leave (LeaveGroup; a
-  ConsumerGroupHeartbeat with epoch -1 under KIP-848) and forgets the generation; ``close()``
+* ``leave(reason, partitions_lost=..., for_good=...)`` sends the protocol's leave (LeaveGroup; a
+  ConsumerGroupHeartbeat with epoch -1 under KIP-848) and forgets the generation.  A static
+  member sends none (classic) or epoch -2 (KIP-848) so that it can come back, unless
+  ``for_good``: then it leaves as a dynamic member does, naming its instance id; ``close()``
   stops whatever background work it runs (the heartbeat thread).
 * ``subscribed_topics()`` says what the member subscribes to (patterns resolved).
 * ``commit_member()`` is the identity an OffsetCommit carries — (generation or member epoch,
@@ -38,6 +40,10 @@ What a membership must provide, and what it may rely on:
   what the member must not commit (KIP-848: partitions it no longer owns).
 * ``needs_attention``: the application's ``poll`` should come back to ``ensure_active`` now (a
   rebalance to join, a target assignment to reconcile, lost partitions to report).
+* ``last_answer()``, ``heartbeat_interval()`` and ``heartbeat_now()``: when the coordinator
+  last proved the membership, how often it should, and "ask it now".  With them the base class's
+  ``confirm_before_commit`` keeps a member whose process was stopped (SIGSTOP, a VM pause, a
+  long GC-like stall) from sending a commit the coordinator may have to refuse: it asks first.
 
 It may rely on: the ``CoordinatorLookup`` it is given (``ensure``, ``send``, ``mark_unknown``), the
 network client's lock being held while response callbacks run, and ``before_rebalance``, a
@@ -46,6 +52,8 @@ callback the owner gives it to run before the member gives partitions up (the au
 
 from __future__ import annotations
 
+import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +69,11 @@ if TYPE_CHECKING:
     from ..network import NetworkClient
     from ..subscription import SubscriptionState
     from .discovery import CoordinatorLookup
+
+log = logging.getLogger("kdaemon.client.group.coordinator")
+
+# Heartbeat intervals without an answer after which a member asks before committing.
+STALE_AFTER_INTERVALS = 2
 
 # invoke_listener(name, partitions): runs one rebalance-listener callback in the application thread.
 InvokeListener = Callable[[str, set[TopicPartition]], None]
@@ -85,6 +98,9 @@ class GroupMembership(ABC):
     leader_id: str | None
     instance_id: str | None           # group.instance.id of a static member
     rebalances: int                   # completed rebalances
+    # The states in which heartbeats go out (classic: only a STABLE member heartbeats; a
+    # rejoining one waits for its JoinGroup/SyncGroup answers instead).
+    heartbeat_states: frozenset[MemberState] = frozenset({MemberState.STABLE})
 
     def __init__(self, config: ConsumerConfig, network: NetworkClient, metadata: ClusterMetadata,
                  subscriptions: SubscriptionState, coordinator: CoordinatorLookup,
@@ -130,6 +146,37 @@ class GroupMembership(ABC):
     @abstractmethod
     def commit_member(self) -> tuple[int, str, str | None]: ...
 
+    @abstractmethod
+    def last_answer(self) -> float: ...
+
+    @abstractmethod
+    def heartbeat_interval(self) -> float: ...
+
+    @abstractmethod
+    def heartbeat_now(self) -> None: ...
+
+    def confirm_before_commit(self, deadline: float, drive) -> None:
+        """Before a commit: if no heartbeat answer came for ``STALE_AFTER_INTERVALS`` heartbeat
+        intervals, the coordinator may have fenced this member meanwhile (the process was
+        stopped past the session timeout and its partitions moved on).  Ask with a heartbeat
+        and wait for the answer (at most ``request_timeout_ms``, within ``deadline``): if it
+        fences the member, its partitions are lost and ``commit_member`` refuses, so the stale
+        positions are never sent.  The broker would refuse that commit too, but a commit that
+        goes out after the member's partitions moved is one that a broker bug, or a generation
+        that happens to match, could let through; Java's classic consumer likewise takes an
+        expired session as a lost coordinator before anything else."""
+        now = time.monotonic()
+        with self._lock:
+            last = self.last_answer()
+            if self.generation <= 0 or self.state.state not in self.heartbeat_states \
+                    or now - last <= STALE_AFTER_INTERVALS * self.heartbeat_interval():
+                return
+            self.heartbeat_now()
+        log.info("group %s: no heartbeat answer for %.1f s (was the process stopped?); asking the "
+                 "coordinator before committing", self.group_id, now - last)
+        wait = max(0.0, min(deadline - now, self.config.request_timeout_ms / 1000))
+        drive(wait, lambda: self.last_answer() > last or self.generation <= 0 or self.state.fatal)
+
     def fetch_member(self) -> tuple[str | None, int]:
         return None, -1
 
@@ -158,7 +205,7 @@ class GroupMembership(ABC):
     def fail(self, error: BaseException) -> None: ...
 
     @abstractmethod
-    def leave(self, reason: str, *, partitions_lost: bool = True) -> Future | None: ...
+    def leave(self, reason: str, *, partitions_lost: bool = True, for_good: bool = False) -> Future | None: ...
 
     @abstractmethod
     def close(self) -> None: ...
