@@ -57,10 +57,8 @@ Deliberate and harmless differences, documented here and pinned by the checks:
 * Which connection a request travels on, other APIs (Java's telemetry, Fetch, ListOffsets) and
   the timing of plain heartbeats: not what KIP-848 prescribes.
 
-A kdaemon defect, reported and marked xfail(strict=True) (``INSTANCE_ID_DEFECT``): a static
-kdaemon member sends instance_id only in full heartbeats (the join, after an error) and in the
-leave; Java sets it in every heartbeat.  Kafka 4.4 accepts both (the member is found by its id),
-but consumer_heartbeat.py says it follows Java's HeartbeatState, and Java does not do this.
+A static member's instance_id is in every heartbeat, as Java sets it (the comparison found that
+kdaemon sent it only in full requests and the leave; fixed in consumer_heartbeat.py).
 
 Which 3 partitions A keeps depends on the random member ids, so partitions are relabelled per
 run: the kept ones 0-2, the revoked ones 3-5.  ``pytest -s`` prints both sequences side by side.
@@ -427,14 +425,7 @@ def test_instance_id_java(runs, static):
     assert set(_instance_ids(java)) == {java.instance_id}
 
 
-INSTANCE_ID_DEFECT = ("kdaemon defect: a static member sends instance_id only in full heartbeats "
-                      "(join, after an error) and in the leave; Java sets it in every heartbeat "
-                      "(kdaemon/client/group/consumer_heartbeat.py HeartbeatRequestState.build)")
-
-
-@pytest.mark.parametrize("static", [pytest.param(False, id="dynamic"),
-                                    pytest.param(True, id="static", marks=pytest.mark.xfail(
-                                        strict=True, reason=INSTANCE_ID_DEFECT))])
+@pytest.mark.parametrize("static", STATIC)
 def test_instance_id_kdaemon(runs, static):
     kd = runs("kdaemon", static)
     assert _instance_ids(kd) == [kd.instance_id] * len(kd.heartbeats())
