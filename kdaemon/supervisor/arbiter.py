@@ -513,7 +513,10 @@ class Arbiter:
             if self._prom is not None:
                 self._prom.WORKER_RESOURCES.set(proc.index, proc.pid, usage.rss_bytes, usage.peak_rss_bytes,
                                                 usage.cpu_percent)
-            if limit and rss_mb > limit and not proc.stopping and not self._rolling:
+            # One replacement at a time: not while a roll is under way or still waiting for the
+            # last replaced worker's successor (resetting _roll_waiting would take a second one down).
+            idle = not self._rolling and self._roll_waiting is None
+            if limit and rss_mb > limit and not proc.stopping and idle:
                 log.warning("worker %d (pid %d) uses %.0f MB > max_worker_rss_mb=%d; recycling it",
                             proc.index, proc.pid, rss_mb, limit)
                 self._rolling = [proc.index]

@@ -42,3 +42,31 @@ def test_sighup_with_a_broken_file_changes_nothing(arbiter, caplog):
     assert arbiter.config is config and arbiter._rolling == []
     assert "reload refused, keeping the running configuration" in caplog.text
     assert "not valid TOML" in caplog.text
+
+
+def test_rss_recycling_waits_for_the_last_replacement(tmp_path, monkeypatch):
+    """A worker above max_worker_rss_mb is recycled (stopped, its successor started, and only
+    then the next one): the sampler must not start another replacement while the last one's
+    successor is not ready yet.  The "worker" is this test process (real RSS, far above 1 MB)."""
+    import os
+    import time
+
+    from kdaemon.supervisor.arbiter import WorkerProc
+    path = tmp_path / "kdaemon.toml"
+    path.write_text(dump_toml(daemon_config(tmp_path, "127.0.0.1:1", "t", "g", max_worker_rss_mb=1)))
+    monkeypatch.setattr(arbiter_module.sdnotify, "notify", lambda message, **kw: True)
+    a = Arbiter(str(path), load(path))
+    now = time.monotonic()
+    r, w = os.pipe()
+    try:
+        a.workers[os.getpid()] = WorkerProc(1, os.getpid(), r, now, now)
+        a._roll_waiting = 0            # worker 0 was just replaced; its successor is not ready
+        a._sample_resources()
+        assert a._rolling == [] and a._roll_waiting == 0
+        a._roll_waiting = None         # it is: now worker 1 is recycled
+        a._next_sample = 0.0
+        a._sample_resources()
+        assert a._rolling == [1]
+    finally:
+        os.close(r)
+        os.close(w)
