@@ -304,7 +304,7 @@ class _RecordSource:
     def wakeup(self) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, timeout_ms: int | None = None, group_membership=None) -> None:
         pass
 
 

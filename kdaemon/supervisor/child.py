@@ -75,6 +75,12 @@ class Heartbeat:
             pass
 
 
+# The supervisor's "stop and do not come back" (a smaller pool): drain and commit as on SIGTERM,
+# then leave the group for good (Worker.request_stop(leave_group=True)).  Before the worker is
+# built it keeps its default action, as SIGTERM does: the process ends before it joined.
+RETIRE_SIGNAL = signal.SIGUSR2
+
+
 def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
               predecessor=None) -> int:
     """Build and run one worker; never returns to the supervisor's code (the caller _exit()s).
@@ -85,7 +91,7 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
     ``predecessor``: what the supervisor knew of this index's previous worker (a
     ``heartbeat.Predecessor``); a static membership it left behind is released first."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
-                signal.SIGCHLD):
+                signal.SIGCHLD, RETIRE_SIGNAL):
         signal.signal(sig, signal.SIG_DFL)
     os.environ.pop("NOTIFY_SOCKET", None)
     os.environ.pop("WATCHDOG_USEC", None)
@@ -128,6 +134,7 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
     gc.set_threshold(10_000, 10, 10)
     signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
     signal.signal(signal.SIGINT, lambda *_: worker.request_stop())
+    signal.signal(RETIRE_SIGNAL, lambda *_: worker.request_stop(leave_group=True))
     from ..client.errors import AuthenticationError
     try:
         code = worker.run()

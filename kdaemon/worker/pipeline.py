@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from ..client.errors import WakeupError
-from ..client.types import ConsumerRecord, TopicPartition
+from ..client.types import ConsumerRecord, GroupMembershipOperation, TopicPartition
 from ..config import DaemonConfig
 from .build import PipelineParts
 from .delivery import Delivery
@@ -57,6 +57,7 @@ class Worker:
         self._subscribe_or_assign = subscribe_or_assign
         self._on_tick = on_tick
         self._stopping = False
+        self._leave_for_good = False   # set by request_stop(leave_group=True)
         self._assigned_once = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -69,7 +70,12 @@ class Worker:
             return group.stable
         return bool(self.consumer.assignment()) or self._assigned_once
 
-    def request_stop(self) -> None:
+    def request_stop(self, *, leave_group: bool = False) -> None:
+        """Stop after the current step.  ``leave_group``: this worker is not coming back (the
+        pool shrank), so its static membership leaves for good and its partitions move to the
+        others at once rather than after the session timeout (see
+        ``GroupMembershipOperation``).  Thread- and signal-safe: it only sets flags."""
+        self._leave_for_good = self._leave_for_good or leave_group
         self._stopping = True
         try:
             self.consumer.wakeup()
@@ -103,7 +109,8 @@ class Worker:
         except Exception:
             log.exception("final flush/commit failed; uncommitted records will be delivered again")
         try:
-            self.consumer.close()
+            self.consumer.close(group_membership=GroupMembershipOperation.LEAVE_GROUP if self._leave_for_good
+                                else GroupMembershipOperation.DEFAULT)
         except Exception:
             log.exception("closing the consumer failed")
         for obj in (self.parts.sink, self.parts.dlq):

@@ -64,5 +64,5 @@ class ScriptedConsumer:
         assert not missing, f"committed {offset} with offsets {sorted(missing)[:5]}... not durable"
         self.commits.append(offset)
 
-    def close(self):
-        pass
+    def close(self, timeout_ms=None, group_membership=None):
+        self.closed_with = group_membership

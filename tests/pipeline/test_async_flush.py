@@ -169,3 +169,18 @@ def test_a_stop_request_between_polls_does_not_cost_the_final_commit(setup):
     worker.request_stop()
     worker.shutdown()
     assert consumer.commits == [30, 40] and worker.stats.commit_failures == 0
+
+
+def test_a_worker_retired_for_good_closes_its_consumer_leaving_the_group(setup):
+    """request_stop(leave_group=True) (the supervisor's retire signal: the pool shrank) closes the
+    consumer with LEAVE_GROUP after the final commit; a plain stop keeps the static membership."""
+    from kdaemon.client import GroupMembershipOperation
+    build, handles, sinks, durable = setup
+    for leave, expected in ((True, GroupMembershipOperation.LEAVE_GROUP),
+                            (False, GroupMembershipOperation.DEFAULT)):
+        worker, consumer = build(1000)
+        for _ in range(4):
+            worker.step()
+        worker.request_stop(leave_group=leave)
+        worker.shutdown()
+        assert consumer.commits[-1] == 40 and consumer.closed_with is expected
