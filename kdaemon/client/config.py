@@ -25,6 +25,14 @@ CLASSIC_ONLY_OPTIONS = {
 }
 REMOTE_ASSIGNORS = ("uniform", "range")   # the assignors Apache Kafka's coordinator ships
 
+# What each annotation of ConsumerConfig accepts, and how a problem names it.
+_CHECKED_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,), "int | None": (int,), "str": (str,), "str | None": (str,), "bool": (bool,),
+    "tuple[str, ...]": (tuple,)}
+_TYPE_WORDS = {"int": "an integer", "int | None": "an integer or None", "str": "a string",
+               "str | None": "a string or None", "bool": "true or false",
+               "tuple[str, ...]": "a list of strings (or one comma-separated string)"}
+
 
 @dataclass(frozen=True)
 class ConsumerConfig:
@@ -109,21 +117,22 @@ class ConsumerConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        if isinstance(self.bootstrap_servers, str):
-            object.__setattr__(self, "bootstrap_servers",
-                               tuple(s.strip() for s in self.bootstrap_servers.split(",") if s.strip()))
-        else:
-            object.__setattr__(self, "bootstrap_servers", tuple(self.bootstrap_servers))
-        if not self.bootstrap_servers:
-            problems.append("bootstrap_servers is empty")
-        for s in self.bootstrap_servers:
-            try:
-                parse_address(s)
-            except ValueError as exc:
-                problems.append(str(exc))
-        if isinstance(self.partition_assignment_strategy, str):
-            object.__setattr__(self, "partition_assignment_strategy",
-                               tuple(s.strip() for s in self.partition_assignment_strategy.split(",")))
+        for name in ("bootstrap_servers", "partition_assignment_strategy"):   # "a,b" or a list
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, tuple(s.strip() for s in value.split(",") if s.strip()))
+            elif isinstance(value, (list, tuple)):
+                object.__setattr__(self, name, tuple(value))
+        mistyped = self._type_problems()
+        problems += mistyped.values()   # every problem at once; the checks below skip these options
+        if "bootstrap_servers" not in mistyped:
+            if not self.bootstrap_servers:
+                problems.append("bootstrap_servers is empty")
+            for s in self.bootstrap_servers:
+                try:
+                    parse_address(s)
+                except ValueError as exc:
+                    problems.append(str(exc))
         choices = {
             "isolation_level": ("read_uncommitted", "read_committed"),
             "auto_offset_reset": ("earliest", "latest", "none"),
@@ -132,14 +141,8 @@ class ConsumerConfig:
             "unknown_topic": ("wait", "error"),
         }
         for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
+            if name not in mistyped and getattr(self, name) not in allowed:
                 problems.append(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
-        for f in fields(self):
-            if f.type == "int" and not isinstance(getattr(self, f.name), int):
-                problems.append(f"{f.name} must be an integer, got {getattr(self, f.name)!r}")
-        for name in ("ssl_check_hostname", "ssl_certificate_verification"):
-            if not isinstance(getattr(self, name), bool):   # "false" would be true
-                problems.append(f"{name} must be true or false, got {getattr(self, name)!r}")
         positive = ("fetch_max_bytes", "max_partition_fetch_bytes", "max_poll_records",
                     "request_timeout_ms", "max_in_flight_requests_per_connection", "max_frame_bytes",
                     "session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms",
@@ -158,6 +161,24 @@ class ConsumerConfig:
         problems += self._group_protocol_problems()
         if problems:
             raise ValueError("invalid consumer configuration: " + "; ".join(problems))
+
+    def _type_problems(self) -> dict[str, str]:
+        """Each option against its annotation, by option name: a bool is not an integer here
+        (True would be 1), and a string is not a bool ("false" would be true)."""
+        problems = {}
+        for f in fields(self):
+            kinds = _CHECKED_TYPES.get(f.type)
+            if kinds is None:
+                continue                      # callables, the header filter: checked where used
+            value = getattr(self, f.name)
+            if f.type == "tuple[str, ...]":
+                ok = isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+            else:
+                ok = value is None and "None" in f.type or \
+                    isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+            if not ok:
+                problems[f.name] = f"{f.name} must be {_TYPE_WORDS[f.type]}, got {value!r}"
+        return problems
 
     def _group_protocol_problems(self) -> list[str]:
         """Java's ConsumerConfig refuses the classic-only options with group.protocol=consumer

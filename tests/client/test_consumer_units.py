@@ -82,8 +82,25 @@ def test_every_validation_problem_is_listed_at_once():
 
 
 def test_a_wrong_type_for_security_protocol_is_listed_not_a_crash():
-    with pytest.raises(ValueError, match="security_protocol=None is not one of"):
+    with pytest.raises(ValueError, match="security_protocol must be a string, got None"):
         ConsumerConfig(security_protocol=None)
+
+
+@pytest.mark.parametrize("option, value, words", [
+    ("bootstrap_servers", 5, "bootstrap_servers must be a list of strings (or one comma-separated string), got 5"),
+    ("bootstrap_servers", ["a:1", 2], "bootstrap_servers must be a list of strings"),
+    ("max_poll_records", True, "max_poll_records must be an integer, got True"),
+    ("check_crcs", 1, "check_crcs must be true or false, got 1"),
+    ("ssl_check_hostname", "false", "ssl_check_hostname must be true or false, got 'false'"),
+    ("client_rack", 5, "client_rack must be a string, got 5"),
+    ("group_instance_id", [1], "group_instance_id must be a string or None, got [1]"),
+    ("rebalance_timeout_ms", "1s", "rebalance_timeout_ms must be an integer or None, got '1s'"),
+    ("partition_assignment_strategy", 5, "partition_assignment_strategy must be a list of strings"),
+])
+def test_every_option_is_checked_against_its_type(option, value, words):
+    with pytest.raises(ValueError) as info:
+        ConsumerConfig(**{option: value})
+    assert words in str(info.value) and str(info.value).count(";") == 0
 
 
 def test_empty_bootstrap_is_a_problem():
