@@ -27,6 +27,7 @@ from __future__ import annotations
 import statistics
 
 REBALANCE_IN_PROGRESS = 27
+LOG_RESOLUTION_S = 0.001   # librdkafka's log timestamps
 
 # Step keys in printing order, with their labels; per-member steps are summarized as the first
 # and the last member's.
@@ -46,7 +47,7 @@ EAGER_STEPS = (
     ("learned_first", "first member learns of the rebalance (Heartbeat: REBALANCE_IN_PROGRESS)"),
     ("learned_last", "last member learns of it"),
     ("rejoin_last", "last member's JoinGroup sent"),
-    ("join_answered", "newcomer's JoinGroup answered (the join completed)"),
+    ("join_answered", "newcomer's JoinGroup answered (the join completed; librdkafka: its SyncGroup sent)"),
     ("sync_last", "last SyncGroup answered"),
     ("stable", "group stable (last callback)"),
 )
@@ -117,6 +118,53 @@ def consumer_join(events: list, t_build: float, t_stable: float, newcomer: str, 
     return out
 
 
+def consumer_join_by_callbacks(events: list, t_build: float, t_stable: float, newcomer: str,
+                               others: list[str]) -> dict:
+    """``consumer_join``'s steps for a client whose log shows when its heartbeats went out and
+    were answered but not what the answers carried (librdkafka): a member's revocation is its
+    last heartbeat answer before its revoked callback, its acknowledgment its first heartbeat
+    after that callback; the newcomer's partitions came with its last answer before its
+    assigned callback.  librdkafka stamps its log in whole milliseconds, so a heartbeat logged
+    in the callback's millisecond (``LOG_RESOLUTION_S``) counts as after it."""
+    events = sorted(events, key=lambda e: e[0])
+    eps = LOG_RESOLUTION_S
+    sends = _group(events, newcomer, "ConsumerGroupHeartbeat", "send", t_build)
+    if not sends:
+        return {}
+    t0 = sends[0][0]
+    out: dict = {"t0": t0, "members": {}}
+    answers = [t for t, _ in _group(events, newcomer, "ConsumerGroupHeartbeat", "answer", t0)]
+    if answers:
+        out["join_answered"] = answers[0] - t0
+    for m in others:
+        callback = _first_callback(events, m, "revoked", t0)
+        if callback is None or callback > t_stable + 0.5:
+            continue
+        before = [t for t, _ in _group(events, m, "ConsumerGroupHeartbeat", "answer", t0) if t <= callback]
+        asked = [t for t, _ in _group(events, m, "ConsumerGroupHeartbeat", "send", t0) if t < callback - eps]
+        ack = next((t for t, _ in _group(events, m, "ConsumerGroupHeartbeat", "send", callback - eps)), None)
+        out["members"][m] = {"asked": asked[-1] - t0 if asked else None,
+                             "revocation": before[-1] - t0 if before else None,
+                             "callback": callback - t0, "ack": None if ack is None else ack - t0}
+    for key, step in (("revocation", "revocation"), ("ack", "ack")):
+        seen = [v[step] for v in out["members"].values() if v[step] is not None]
+        if seen:
+            out[f"{key}_first"], out[f"{key}_last"] = min(seen), max(seen)
+    callback = _first_callback(events, newcomer, "assigned", t0)
+    if callback is not None:
+        out["newcomer_callback"] = callback - t0
+        given = [t for t in answers if t <= callback]
+        if given:
+            out["newcomer_given"] = given[-1] - t0
+            asks = [t for t, _ in sends if t <= given[-1]]
+            if asks:
+                out["newcomer_ask"] = asks[-1] - t0
+            if len(asks) >= 2:
+                out["newcomer_wait"] = asks[-1] - asks[-2]
+    out["stable"] = t_stable - t0
+    return out
+
+
 def eager_join(events: list, t_build: float, t_stable: float, newcomer: str, others: list[str]) -> dict:
     """One round's classic eager join, seconds from t0 (module docstring); {} without the
     newcomer's JoinGroup."""
@@ -148,13 +196,54 @@ def eager_join(events: list, t_build: float, t_stable: float, newcomer: str, oth
     return out
 
 
-DECOMPOSERS = {"consumer": (consumer_join, CONSUMER_STEPS), "eager": (eager_join, EAGER_STEPS)}
+def eager_join_by_callbacks(events: list, t_build: float, t_stable: float, newcomer: str,
+                            others: list[str]) -> dict:
+    """``eager_join``'s steps for a client whose log shows when its group requests went out and
+    were answered but not their errors (librdkafka): a member learned of the rebalance with its
+    last Heartbeat answer before its revoked callback (eager revokes everything first); the
+    newcomer's join completed when it sent its SyncGroup (right after the JoinGroup answer)."""
+    events = sorted(events, key=lambda e: e[0])
+    eps = LOG_RESOLUTION_S
+    joins = _group(events, newcomer, "JoinGroup", "send", t_build)
+    if not joins:
+        return {}
+    t0 = joins[0][0]
+    out: dict = {"t0": t0, "members": {}}
+    syncs = _group(events, newcomer, "SyncGroup", "send", t0)
+    if syncs:
+        out["join_answered"] = syncs[0][0] - t0
+    for m in others:
+        callback = _first_callback(events, m, "revoked", t0)
+        if callback is None or callback > t_stable + 0.5:
+            continue
+        beats = [t for t, _ in _group(events, m, "Heartbeat", "answer", t0) if t <= callback + eps]
+        rejoin = _group(events, m, "JoinGroup", "send", callback - eps)
+        sync = _group(events, m, "SyncGroup", "answer", callback - eps)
+        out["members"][m] = {"learned": beats[-1] - t0 if beats else None, "callback": callback - t0,
+                             "rejoin": rejoin[0][0] - t0 if rejoin else None, "sync": sync[0][0] - t0 if sync else None}
+    for key in ("learned", "rejoin", "sync"):
+        seen = [v[key] for v in out["members"].values() if v[key] is not None]
+        if seen:
+            out[f"{key}_first"], out[f"{key}_last"] = min(seen), max(seen)
+    sync = _group(events, newcomer, "SyncGroup", "answer", t0)
+    if sync:
+        out["sync_last"] = max(out.get("sync_last", 0.0), sync[0][0] - t0)
+    out["stable"] = t_stable - t0
+    return out
 
 
-def print_decomposition(protocol: str, label: str, rounds: list[dict], heartbeat_ms: int) -> None:
+# (client, protocol) -> (decomposer, steps): kdaemon's traced members report their group requests
+# and answers with content; librdkafka's are read from its debug log (bench/group_join.py).
+DECOMPOSERS = {("kdaemon", "consumer"): (consumer_join, CONSUMER_STEPS),
+               ("kdaemon", "eager"): (eager_join, EAGER_STEPS),
+               ("confluent", "consumer"): (consumer_join_by_callbacks, CONSUMER_STEPS),
+               ("confluent", "eager"): (eager_join_by_callbacks, EAGER_STEPS)}
+
+
+def print_decomposition(client: str, protocol: str, label: str, rounds: list[dict], heartbeat_ms: int) -> None:
     """Each step's median (min-max) over the traced rounds, ms from t0, then every round's
     members."""
-    steps = DECOMPOSERS[protocol][1]
+    steps = DECOMPOSERS[(client, protocol)][1]
     rounds = [r for r in rounds if r]
     t0_what = ("the newcomer's joining ConsumerGroupHeartbeat" if protocol == "consumer"
                else "the newcomer's first JoinGroup")

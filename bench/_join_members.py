@@ -134,8 +134,8 @@ def worker_confluent(spec: dict, emit: Emitter) -> dict:
     def callback(name: str):
         return lambda consumer, partitions: emit(name, partitions=sorted(tp.partition for tp in partitions))
 
-    emit("building")
     wall_at_build = time.time()
+    emit("building", wall=wall_at_build)   # the parent maps librdkafka's wall-clock log onto its time line
     consumer = Consumer(conf)
     consumer.subscribe([spec["topic"]], on_assign=callback("assigned"), on_revoke=callback("revoked"),
                        on_lost=callback("lost"))

@@ -152,6 +152,23 @@ def confluent_timeline(log_path: str, wall_at_build: float, until_s: float) -> l
     return out
 
 
+def confluent_group_requests(log_path, wall_at_build: float, t_build: float) -> list[dict]:
+    """The group requests and answers (``GROUP_APIS``) in a librdkafka member's debug log, as ``group`` events
+    (group_event's shape, without content: librdkafka does not log the assignment an answer
+    carries) on the members' monotonic time line: a log line's wall-clock time minus the wall
+    clock at the consumer's build, plus the build's monotonic instant."""
+    out = []
+    for line in Path(log_path).read_text(errors="replace").splitlines():
+        m = _RDKAFKA_LINE.match(line)
+        if not m or m.group(3) not in ("SEND", "RECV"):
+            continue
+        r = _RD_SHOWN.search(m.group(5))
+        if r and r.group(2) in GROUP_APIS:
+            out.append({"event": "group", "api": r.group(2), "dir": "send" if r.group(1) == "Sent" else "answer",
+                        "error": 0, "t": t_build + float(m.group(2)) - wall_at_build})
+    return out
+
+
 def kdaemon_timeline(trace: list, until_s: float) -> list[tuple[float, str]]:
     out, fetches = [], 0
     for rel, text in trace:

@@ -283,8 +283,9 @@ def run_round(args, bootstrap: str, client: str, protocol: str, log_dir: Path, t
         t0 = r.event("m5", "building")["t"]
         t1 = r.stable(four + ["m5"], t0)
         out["join_s"], out["join_cpu"] = t1 - t0, r.cpu_per_member(four + ["m5"], t0, t1)
-        if trace and client == "kdaemon" and protocol in DECOMPOSERS:
-            decompose = DECOMPOSERS[protocol][0]
+        join_window = (t0, t1)
+        if trace and client == "kdaemon" and (client, protocol) in DECOMPOSERS:
+            decompose = DECOMPOSERS[(client, protocol)][0]
             out["decomposition"] = decompose([h for h in r.history if h[0] <= t1 + 0.5], t0, t1, "m5", four)
 
         r.leave("m5")
@@ -311,7 +312,24 @@ def run_round(args, bootstrap: str, client: str, protocol: str, log_dir: Path, t
     errors = r.close()
     if errors:
         raise RuntimeError("; ".join(errors))
+    if trace and client == "confluent" and (client, protocol) in DECOMPOSERS:
+        out["decomposition"] = confluent_decomposition(r, protocol, four, *join_window)
     return out
+
+
+def confluent_decomposition(r: Round, protocol: str, four: list[str], t0: float, t1: float) -> dict:
+    """The join decomposed from librdkafka's debug logs (written by then: every member exited)
+    and the callbacks: each member's heartbeats put on the parent's time line by the wall clock
+    at its build."""
+    from bench._join_trace import confluent_group_requests
+    events = [h for h in r.history if h[0] <= t1 + 0.5]
+    for name in four + ["m5"]:
+        build = next((ev for _, who, ev in r.history if who == name and ev["event"] == "building"), None)
+        if build is None or "wall" not in build:
+            continue
+        events += [(ev["t"], name, ev) for ev in confluent_group_requests(r.members[name].log_path, build["wall"],
+                                                                           build["t"]) if ev["t"] <= t1 + 0.5]
+    return DECOMPOSERS[("confluent", protocol)][0](events, t0, t1, "m5", four)
 
 
 def prepare_topic(bootstrap: str) -> None:
@@ -541,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
             print_trace(protocol, client, rounds[0])
             decomposed = [r["decomposition"] for r in rounds if r.get("decomposition")]
             if decomposed:
-                print_decomposition(protocol, LABELS[client], decomposed, hb)
+                print_decomposition(client, protocol, LABELS[client], decomposed, hb)
         for line in goals(res["stats"]):
             verdicts.append(f"[heartbeat {hb} ms] {line}")
     ratios = []
