@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 from ..backoff import Backoff
 from ..config import ConfigError, DaemonConfig, load
-from ..exit_codes import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_STOPPED_ON_ERROR
+from ..exit_codes import EXIT_BOOT_FAILURE, EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_STOPPED_ON_ERROR
 from ..plugins.manager import PluginManager
 from . import sdnotify
-from .child import EXIT_BOOT_FAILURE, run_child
+from .child import RETIRE_SIGNAL, run_child
 from .companions import STABLE_AFTER_S, Companions, specs_for
 from .heartbeat import HeartbeatReader, Predecessor
 from .metrics_http import MetricsEndpoint
@@ -55,6 +55,7 @@ class WorkerProc:
     lag: int = 0
     delivered: int = 0
     stopping: bool = False
+    retiring: bool = False     # stopping for good (the pool shrank): it leaves the group for good
     stop_sent_at: float | None = None
     generation: int = 0  # the config generation it was started with
     reader: HeartbeatReader | None = None
@@ -287,9 +288,7 @@ class Arbiter:
         if self._workers_override is None and old.daemon.workers != new.daemon.workers:
             self.target = new.daemon.workers or os.cpu_count() or 1
             log.info("worker count from the new configuration: %d", self.target)
-            for w in self.workers.values():
-                if w.index >= self.target and not w.stopping:
-                    self._stop_worker(w)
+            self._retire_beyond_target()
             self._rolling = [i for i in self._rolling if i < self.target]
 
     def handle_ttin(self) -> None:
@@ -302,10 +301,16 @@ class Arbiter:
             return
         self.target -= 1
         log.info("one worker less: %d", self.target)
+        self._retire_beyond_target()
+        self._after_resize()
+
+    def _retire_beyond_target(self) -> None:
+        """Stop the workers the smaller pool has no slot for, for good: each leaves the group as
+        a member that is not coming back, so its partitions move to the others at once instead
+        of waiting out the session timeout kept for a static member's successor."""
         for w in self.workers.values():
             if w.index >= self.target and not w.stopping:
-                self._stop_worker(w)
-        self._after_resize()
+                self._stop_worker(w, for_good=True)
 
     def _after_resize(self) -> None:
         if self.config.daemon.assignment == "static":
@@ -386,11 +391,14 @@ class Arbiter:
         self.workers[pid] = WorkerProc(index, pid, r, now, now, generation=self._config_generation)
         log.info("started worker %d (pid %d)", index, pid)
 
-    def _stop_worker(self, proc: WorkerProc) -> None:
+    def _stop_worker(self, proc: WorkerProc, *, for_good: bool = False) -> None:
+        """SIGTERM: drain, commit and stop, keeping the static membership for a successor;
+        ``for_good``: ``RETIRE_SIGNAL``, the same but leaving the group for good."""
         proc.stopping = True
+        proc.retiring = for_good
         proc.stop_sent_at = time.monotonic()
         try:
-            os.kill(proc.pid, signal.SIGTERM)
+            os.kill(proc.pid, RETIRE_SIGNAL if for_good else signal.SIGTERM)
         except ProcessLookupError:
             pass
 
@@ -432,7 +440,9 @@ class Arbiter:
     def _on_exit(self, proc: WorkerProc, code: int) -> None:
         slot = self.slots.setdefault(proc.index, Slot())
         now = time.monotonic()
-        if proc.member_id is not None:   # one that never joined leaves the one before it standing
+        if proc.retiring and code == 0:
+            slot.predecessor = None      # it left the group for good: nothing for a successor to release
+        elif proc.member_id is not None:   # one that never joined leaves the one before it standing
             slot.predecessor = Predecessor(proc.member_id, proc.group_protocol, clean=code == 0)
         if code == EXIT_STOPPED_ON_ERROR:
             # Restarting it would fetch the same record and stop again, for ever: stop the

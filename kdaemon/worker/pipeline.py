@@ -23,6 +23,7 @@ from collections.abc import Callable
 from ..client.errors import WakeupError
 from ..client.types import ConsumerRecord, GroupMembershipOperation, TopicPartition
 from ..config import DaemonConfig
+from ..exit_codes import EXIT_OK, EXIT_STOPPED_ON_ERROR
 from .build import PipelineParts
 from .delivery import Delivery
 from .modes import Mode
@@ -32,9 +33,6 @@ __all__ = ["EXIT_OK", "EXIT_STOPPED_ON_ERROR", "Mode", "Pipeline", "StageObserve
            "Worker", "WorkerStats", "WorkerStop"]
 
 log = logging.getLogger(__name__)
-
-EXIT_OK = 0
-EXIT_STOPPED_ON_ERROR = 3
 
 
 class Worker:
