@@ -165,6 +165,18 @@ eval_rules(PyObject *rules, int default_keep, raw_header *hs, Py_ssize_t nh)
     return default_keep;
 }
 
+/* a + b as a Python int, for the rare sum that does not fit in 64 bits. */
+static PyObject *
+sum_as_pylong(long long a, long long b)
+{
+    PyObject *pa = PyLong_FromLongLong(a), *pb = PyLong_FromLongLong(b), *sum = NULL;
+    if (pa != NULL && pb != NULL)
+        sum = PyNumber_Add(pa, pb);
+    Py_XDECREF(pa);
+    Py_XDECREF(pb);
+    return sum;
+}
+
 static PyObject *
 configure(PyObject *self, PyObject *arg)
 {
@@ -285,13 +297,12 @@ decode_v2_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyErr_Format(PyExc_ValueError, "header count %lld invalid", (long long)n_headers);
             goto done;
         }
+        /* A sum outside 64 bits is what the Python loop computes too (its ints are unbounded):
+         * such a record is built with Python ints, and compares with min_offset by its sign. */
         long long offset, timestamp;
-        if (__builtin_add_overflow(base_offset, (long long)offset_delta, &offset) ||
-            __builtin_add_overflow(base_timestamp, (long long)ts_delta, &timestamp)) {
-            PyErr_SetString(PyExc_ValueError, "offset or timestamp delta overflows 64 bits");
-            goto done;
-        }
-        int before_position = check_offsets && offset < min_offset;
+        int offset_overflow = __builtin_add_overflow(base_offset, (long long)offset_delta, &offset);
+        int ts_overflow = __builtin_add_overflow(base_timestamp, (long long)ts_delta, &timestamp);
+        int before_position = check_offsets && (offset_overflow ? offset_delta < 0 : offset < min_offset);
 
         /* Native rules: walk raw headers, decide, and build Python objects only if kept. */
         if (rules != NULL) {
@@ -417,8 +428,11 @@ decode_v2_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *rec = record_type->tp_alloc(record_type, 9);
             if (rec == NULL)
                 goto fail_headers;
-            PyObject *o_offset = PyLong_FromLongLong(offset);
-            PyObject *o_ts = PyLong_FromLongLong(has_log_append ? log_append : timestamp);
+            PyObject *o_offset = offset_overflow ? sum_as_pylong(base_offset, offset_delta)
+                                                 : PyLong_FromLongLong(offset);
+            PyObject *o_ts = has_log_append ? PyLong_FromLongLong(log_append)
+                             : ts_overflow ? sum_as_pylong(base_timestamp, ts_delta)
+                                           : PyLong_FromLongLong(timestamp);
             PyObject *o_key, *o_value;
             if (key_len < 0) {
                 o_key = Py_None;

@@ -80,7 +80,9 @@ def python_loop(buf: bytes, pos: int, count: int, base_offset: int, base_timesta
     Varints are decoded inline for their one- and two-byte forms, which cover nearly all of them
     (lengths under 8 KiB, deltas under 8192); longer ones fall back to the shared decoder.
     Timestamp and offset deltas are only located, not decoded, until the header filter has kept
-    the record: a dropped record pays for its lengths and headers only.  Any IndexError,
+    the record: a dropped record pays for its lengths and headers only.  A delta of three bytes
+    or more is still run through the checked decoder when located, so an over-long or
+    out-of-range varint is corrupt in a dropped record too, as in the C loop.  Any IndexError,
     ValueError or DecodeError from a short or garbled payload is turned into CorruptRecordError by
     the caller.
     """
@@ -105,15 +107,17 @@ def python_loop(buf: bytes, pos: int, count: int, base_offset: int, base_timesta
         ts_pos = pos + 1  # skip the record attributes, unused in v2
         pos = ts_pos + 1
         if buf[ts_pos] >= 0x80:
-            while buf[pos] >= 0x80:
+            if buf[pos] >= 0x80:  # three bytes or more: checked for length and range
+                pos = decode_varlong(buf, ts_pos)[1]
+            else:
                 pos += 1
-            pos += 1
         offset_pos = pos
         pos += 1
         if buf[offset_pos] >= 0x80:
-            while buf[pos] >= 0x80:
+            if buf[pos] >= 0x80:
+                pos = decode_varint(buf, offset_pos)[1]
+            else:
                 pos += 1
-            pos += 1
         b = buf[pos]
         if b < 0x80:
             key_len = (b >> 1) ^ -(b & 1)
