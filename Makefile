@@ -17,7 +17,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.kdaemon-installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test demo kafka system-deps
+.PHONY: venv test demo kafka system-deps fuzz fuzz-corpus
 
 venv: $(STAMP)
 
@@ -45,6 +45,17 @@ kafka: venv system-deps
 
 test: venv kafka
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# Coverage-guided fuzzing (fuzz/, atheris): every target for FUZZ_RUNS inputs each, then the C
+# record loop built with ASan+UBSan; fails on any finding.  tests/fuzz/ holds the short run.
+# fuzz-corpus regenerates the committed seeds from a session against Apache Kafka 4.4.
+FUZZ_RUNS ?= 1000000
+fuzz: venv
+	$(VPY) -m fuzz --runs $(FUZZ_RUNS) --jobs 2
+	$(VPY) -m fuzz.sanitized --runs $(FUZZ_RUNS)
+
+fuzz-corpus: venv kafka
+	$(VPY) -m fuzz.make_corpus
 
 # The main job on the embedded default: start the bundled broker, write a sample topic with
 # headers, run the daemon (2 workers) with etc/kdaemon.toml into the Spark sink (local[2]),
