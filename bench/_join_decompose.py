@@ -140,11 +140,16 @@ def consumer_join_by_callbacks(events: list, t_build: float, t_stable: float, ne
         callback = _first_callback(events, m, "revoked", t0)
         if callback is None or callback > t_stable + 0.5:
             continue
-        before = [t for t, _ in _group(events, m, "ConsumerGroupHeartbeat", "answer", t0) if t <= callback]
-        asked = [t for t, _ in _group(events, m, "ConsumerGroupHeartbeat", "send", t0) if t < callback - eps]
-        ack = next((t for t, _ in _group(events, m, "ConsumerGroupHeartbeat", "send", callback - eps)), None)
-        out["members"][m] = {"asked": asked[-1] - t0 if asked else None,
-                             "revocation": before[-1] - t0 if before else None,
+        # In log order (the sort keeps it among equal stamps): the ask, the answer, the ack.
+        mine = [(i, t, ev["dir"]) for i, (t, w, ev) in enumerate(events) if w == m and t >= t0
+                and ev["event"] == "group" and ev["api"] == "ConsumerGroupHeartbeat"]
+        before = [(i, t) for i, t, d in mine if d == "answer" and t <= callback]
+        if not before:
+            continue
+        ri, rt = before[-1]
+        asked = [t for i, t, d in mine if d == "send" and i < ri]
+        ack = next((t for i, t, d in mine if d == "send" and i > ri and t >= callback - eps), None)
+        out["members"][m] = {"asked": asked[-1] - t0 if asked else None, "revocation": rt - t0,
                              "callback": callback - t0, "ack": None if ack is None else ack - t0}
     for key, step in (("revocation", "revocation"), ("ack", "ack")):
         seen = [v[step] for v in out["members"].values() if v[step] is not None]
@@ -238,6 +243,22 @@ DECOMPOSERS = {("kdaemon", "consumer"): (consumer_join, CONSUMER_STEPS),
                ("kdaemon", "eager"): (eager_join, EAGER_STEPS),
                ("confluent", "consumer"): (consumer_join_by_callbacks, CONSUMER_STEPS),
                ("confluent", "eager"): (eager_join_by_callbacks, EAGER_STEPS)}
+
+
+def decompose_from_logs(history: list, logs: dict, protocol: str, others: list[str], newcomer: str,
+                        t0: float, t1: float) -> dict:
+    """librdkafka's join decomposed: the group requests in each member's debug log (written by
+    then: every member exited), put on the parent's time line by the wall clock at its build
+    (its ``building`` event), beside the callbacks in ``history``."""
+    from bench._join_trace import confluent_group_requests
+    events = [h for h in history if h[0] <= t1 + 0.5]
+    for name in others + [newcomer]:
+        build = next((ev for _, who, ev in history if who == name and ev["event"] == "building"), None)
+        if build is None or "wall" not in build:
+            continue
+        events += [(ev["t"], name, ev) for ev in confluent_group_requests(logs[name], build["wall"], build["t"])
+                   if ev["t"] <= t1 + 0.5]
+    return DECOMPOSERS[("confluent", protocol)][0](events, t0, t1, newcomer, others)
 
 
 def print_decomposition(client: str, protocol: str, label: str, rounds: list[dict], heartbeat_ms: int) -> None:

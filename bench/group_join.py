@@ -111,7 +111,7 @@ if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this 
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench._join_daemon import SCENARIOS as DAEMON_SCENARIOS, print_daemon_table  # noqa: E402
-from bench._join_decompose import DECOMPOSERS, print_decomposition  # noqa: E402
+from bench._join_decompose import DECOMPOSERS, decompose_from_logs, print_decomposition  # noqa: E402
 from bench._join_members import ASSIGNMENT_EVENTS, MemberFailed, start_member  # noqa: E402
 from bench._report import arguments, banner, check_sources, command_line, parse, write_json  # noqa: E402
 
@@ -313,23 +313,9 @@ def run_round(args, bootstrap: str, client: str, protocol: str, log_dir: Path, t
     if errors:
         raise RuntimeError("; ".join(errors))
     if trace and client == "confluent" and (client, protocol) in DECOMPOSERS:
-        out["decomposition"] = confluent_decomposition(r, protocol, four, *join_window)
+        logs = {name: m.log_path for name, m in r.members.items()}
+        out["decomposition"] = decompose_from_logs(r.history, logs, protocol, four, "m5", *join_window)
     return out
-
-
-def confluent_decomposition(r: Round, protocol: str, four: list[str], t0: float, t1: float) -> dict:
-    """The join decomposed from librdkafka's debug logs (written by then: every member exited)
-    and the callbacks: each member's heartbeats put on the parent's time line by the wall clock
-    at its build."""
-    from bench._join_trace import confluent_group_requests
-    events = [h for h in r.history if h[0] <= t1 + 0.5]
-    for name in four + ["m5"]:
-        build = next((ev for _, who, ev in r.history if who == name and ev["event"] == "building"), None)
-        if build is None or "wall" not in build:
-            continue
-        events += [(ev["t"], name, ev) for ev in confluent_group_requests(r.members[name].log_path, build["wall"],
-                                                                           build["t"]) if ev["t"] <= t1 + 0.5]
-    return DECOMPOSERS[("confluent", protocol)][0](events, t0, t1, "m5", four)
 
 
 def prepare_topic(bootstrap: str) -> None:
