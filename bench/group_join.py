@@ -64,12 +64,13 @@ Rounds run ``--repeats`` times (default 3), the clients' order reversed every ot
 ``--trace`` adds, after the timed rounds, ``--trace-rounds`` (default 1) traced rounds per
 protocol for kdaemon and confluent-kafka and prints member 5's timeline up to the group's stable
 moment after its join (kdaemon: every request and answer; librdkafka: its ``cgrp,protocol``
-debug log); for kdaemon under eager and consumer it also decomposes the join
-(bench/_join_decompose.py: every member reports its group requests and answers; the median of
-each step over the traced rounds: when each revoking member's heartbeat brought its revocation
-and when its acknowledgment went out, when the newcomer's heartbeat brought its partitions;
-under eager, when each member learned of the rebalance and rejoined).  Traced rounds are not
-part of the figures.
+debug log); under eager and consumer it also decomposes the join (bench/_join_decompose.py;
+kdaemon: every member reports its group requests and answers live; librdkafka: every member's
+debug log; the Java peer logs at WARN only, so not the Java consumer): the median of each step
+over the traced rounds: when each revoking member's heartbeat brought its revocation and when
+its acknowledgment went out, when the newcomer's heartbeat brought its partitions; under eager,
+when each member learned of the rebalance and rejoined.  Traced rounds are not part of the
+figures.
 
 ``--daemon`` adds ``kdaemon run`` rows (bench/_join_daemon.py), ``--repeats`` rounds per group
 protocol of the daemon (``[kafka] group_protocol``, classic and consumer): start to stable with
