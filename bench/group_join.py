@@ -62,8 +62,8 @@ used over the figure's interval, divided by their number (the killed member not 
 
 Rounds run ``--repeats`` times (default 3), the clients' order reversed every other repeat.
 ``--trace`` adds, after the timed rounds, ``--trace-rounds`` (default 1) traced rounds per
-protocol for kdaemon and confluent-kafka and prints member 5's timeline up to the group's stable
-moment after its join (kdaemon: every request and answer; librdkafka: its ``cgrp,protocol``
+protocol for kdaemon and confluent-kafka (first assignment, join and leave: no kill + restart)
+and prints member 5's timeline up to the group's stable moment after its join (kdaemon: every request and answer; librdkafka: its ``cgrp,protocol``
 debug log); under eager and consumer it also decomposes the join (bench/_join_decompose.py;
 kdaemon: every member reports its group requests and answers live; librdkafka: every member's
 debug log; the Java peer logs at WARN only, so not the Java consumer): the median of each step
@@ -298,13 +298,14 @@ def run_round(args, bootstrap: str, client: str, protocol: str, log_dir: Path, t
         out["m5_result"] = r.members["m5"].result
         out["m5_log"] = str(r.members["m5"].log_path)
 
-        t_kill = r.kill("m4")
-        again, t0, attempts = r.restart("m4", f"{r.spec['group']}-4")
-        back = ["m1", "m2", "m3", again]
-        t1 = r.stable(back, t0)
-        out["restart_s"], out["restart_cpu"] = t1 - t0, r.cpu_per_member(back, t0, t1)
-        out["kill_s"], out["restart_attempts"] = t1 - t_kill, attempts
-        out["restart_failures"] = r.failures
+        if not trace:   # a traced round is about the join: the kill + restart is left out
+            t_kill = r.kill("m4")
+            again, t0, attempts = r.restart("m4", f"{r.spec['group']}-4")
+            back = ["m1", "m2", "m3", again]
+            t1 = r.stable(back, t0)
+            out["restart_s"], out["restart_cpu"] = t1 - t0, r.cpu_per_member(back, t0, t1)
+            out["kill_s"], out["restart_attempts"] = t1 - t_kill, attempts
+            out["restart_failures"] = r.failures
         out["history"] = [(t, who, ev["event"], ev.get("partitions")) for t, who, ev in r.history]
     except BaseException as exc:
         for error in r.close():     # the round's own error is the one raised; these go with it
