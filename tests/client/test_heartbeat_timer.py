@@ -60,3 +60,20 @@ def test_the_poll_interval_runs_from_the_last_poll():
     t.polled(105.05)
     assert not t.poll_timeout_expired(110.0)
     assert t.poll_timeout_expired(110.1)
+
+
+def test_until_due_says_when_the_next_heartbeat_goes_and_nothing_while_one_is_in_flight():
+    from kdaemon.client.group.consumer_heartbeat import ConsumerHeartbeatTimer
+    t = HeartbeatTimer(session_timeout_ms=10_000, heartbeat_interval_ms=1000, max_poll_interval_ms=60_000, now=0.0)
+    t.sent(10.0)
+    assert t.until_due(10.2) is None
+    t.received(10.3)
+    assert abs(t.until_due(10.3) - 0.7) < 1e-9 and t.until_due(12.0) == 0.0
+    c = ConsumerHeartbeatTimer(max_poll_interval_ms=60_000, now=0.0, interval_ms=1000)
+    c.sent(5.0)
+    assert c.until_due(5.1) is None
+    c.failed(5.2, 0.5)                     # an error: the retry backoff decides
+    assert abs(c.until_due(5.2) - 0.8) < 1e-9
+    c.sent(6.0)
+    c.received(1000, now=6.1)
+    assert abs(c.until_due(6.1) - 0.9) < 1e-9

@@ -425,11 +425,13 @@ class ClassicMembership(GroupMembership):
 
     # -- heartbeats (the heartbeat thread) ------------------------------------------------------
 
-    def heartbeat_tick(self) -> None:
-        """One turn of the heartbeat thread: act on the timer, then run the network once."""
+    def heartbeat_tick(self) -> float | None:
+        """One turn of the heartbeat thread: act on the timer, then run the network once;
+        returns the seconds until the next heartbeat is due."""
         self._heartbeat_once(time.monotonic())
         with self._lock:
             self.network.poll(0)
+            return self.timer.until_due(time.monotonic())
 
     def _heartbeat_once(self, now: float) -> None:
         with self._lock:

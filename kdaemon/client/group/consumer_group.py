@@ -313,10 +313,12 @@ class ConsumerMembership(GroupMembership):
 
     # -- heartbeats (either thread, under the lock) ---------------------------------------------
 
-    def heartbeat_tick(self) -> None:
+    def heartbeat_tick(self) -> float | None:
+        """One turn of the heartbeat thread; returns the seconds until the next one is due."""
         with self._lock:
             self._heartbeat_once(time.monotonic())
             self.network.poll(0)
+            return self.timer.until_due(time.monotonic())
 
     def _heartbeat_once(self, now: float) -> None:
         state = self.state.state

@@ -130,6 +130,12 @@ class ConsumerHeartbeatTimer:
     def poll_timeout_expired(self, now: float) -> bool:
         return now - self.last_poll > self.max_poll_interval
 
+    def until_due(self, now: float) -> float | None:
+        """Seconds until the interval's heartbeat is due; None while one is in flight."""
+        if self.in_flight:
+            return None
+        return max(0.0, self.retry_at - now, self.last_sent + self.interval - now)
+
     def due(self, now: float, *, urgent: bool) -> bool:
         """A heartbeat may go now: none in flight, no retry backoff running, and the interval
         passed or there is news (a join, an acknowledgement, a subscription change)."""
