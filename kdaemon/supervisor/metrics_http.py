@@ -61,8 +61,13 @@ class MetricsEndpoint:
                 request += chunk
             line = request.split(b"\r\n", 1)[0].decode("latin-1", "replace").split()
             if len(line) >= 2 and line[0] == "GET" and line[1].split("?")[0] in ("/metrics", "/"):
-                body, ctype = render()
-                status = "200 OK"
+                try:
+                    body, ctype = render()
+                    status = "200 OK"
+                except Exception:   # a scrape must never take the supervisor (and its workers) down
+                    log.exception("rendering /metrics failed; answering 500")
+                    body, ctype, status = b"rendering the metrics failed; see the daemon's log\n", \
+                        "text/plain", "500 Internal Server Error"
             else:
                 body, ctype, status = b"not found\n", "text/plain", "404 Not Found"
             conn.sendall(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
