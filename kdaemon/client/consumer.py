@@ -440,6 +440,14 @@ class Consumer:
                           generation=m.generation, leader_id=m.leader_id, stable=m.stable,
                           rebalances=m.rebalances)
 
+    def group_member_id(self) -> str | None:
+        """The member id this consumer has, or will join with, in its group; None without a
+        group_id.  Under ``group_protocol="consumer"`` (KIP-848) the client chooses it when the
+        consumer is built, so it is known before the first join (a supervisor that records it
+        then can release a static membership even of a worker killed while joining); under
+        "classic" the broker gives it at the first JoinGroup ("" before)."""
+        return None if self._group is None else self._group.membership.member_id
+
     def group_generation(self) -> tuple[int, str] | None:
         """(generation, member id) while a group member, else None."""
         m = None if self._group is None else self._group.membership

@@ -231,8 +231,9 @@ class Arbiter:
         for beat in proc.reader.feed(data):
             proc.last_heartbeat = now
             proc.assigned, proc.lag, proc.delivered = beat.assigned, beat.lag, beat.delivered
-            if beat.partitions is not None:
+            if beat.member_id is not None:
                 proc.member_id, proc.group_protocol = beat.member_id, beat.group_protocol
+            if beat.partitions is not None:
                 log.info("worker %d (pid %d) has its assignment: generation %s, [%s]", proc.index, proc.pid,
                          "-" if beat.generation is None else beat.generation, ", ".join(beat.partitions))
             if beat.ready and not proc.ready:

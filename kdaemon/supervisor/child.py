@@ -35,26 +35,32 @@ class Heartbeat:
         self.interval = interval_s
         self._next = 0.0
         self._last_ready = None
+        self._member_id = None    # the member id last told to the supervisor
         os.set_blocking(fd, False)
 
     def beat(self, worker) -> None:
         now = time.monotonic()
         consumer = worker.consumer
         ready = worker.ready
-        if now < self._next and ready == self._last_ready:
+        member_now = consumer.group_member_id() or None
+        if now < self._next and ready == self._last_ready and member_now == self._member_id:
             return
         self._next = now + self.interval
         newly_ready = ready and not self._last_ready
         self._last_ready = ready
         m = consumer.metrics()
         lag = sum(p.records_lag or 0 for p in m.partitions.values())
-        generation = partitions = member_id = None
+        generation = partitions = None
         if newly_ready:
             # Once per (re)assignment, so the supervisor's log says who holds what since when:
             # that is how an operator (and a test) sees whether a restart moved partitions.
             group_generation = consumer.group_generation()
-            generation, member_id = group_generation if group_generation else (None, None)
+            generation = group_generation[0] if group_generation else None
             partitions = tuple(sorted(f"{tp.topic}-{tp.partition}" for tp in consumer.assignment()))
+        # A new member id goes out at once (the first: before the worker joins, under KIP-848),
+        # so a successor knows what to release even if this worker is killed while joining.
+        member_id = member_now if member_now != self._member_id else None
+        self._member_id = member_now
         self._send(WorkerHeartbeat(ready, len(m.partitions), lag, sum(worker.stats.delivered.values()),
                                    generation, partitions, member_id,
                                    consumer.config.group_protocol if member_id is not None else None))
@@ -124,6 +130,7 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
     except Exception:
         log.error("worker %d cannot boot:\n%s", index, traceback.format_exc())
         return EXIT_BOOT_FAILURE
+    heartbeat.beat(worker)   # its member id, before it joins (see Heartbeat.beat)
     # Everything built so far lives as long as the worker: keep the collector from walking it
     # on every cycle (a measurable share of a busy worker's time).
     import gc

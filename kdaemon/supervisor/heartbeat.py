@@ -19,7 +19,9 @@ log = logging.getLogger("kdaemon.supervisor")
 @dataclass(frozen=True)
 class WorkerHeartbeat:
     """One beat.  ``generation`` and ``partitions`` only come with the beat on which ``ready``
-    turns true (once per assignment): who holds what since when, for the supervisor's log."""
+    turns true (once per assignment): who holds what since when, for the supervisor's log.
+    ``member_id`` and ``group_protocol`` come whenever the member id is new, the first time
+    before the worker joins when the protocol lets the client choose it (KIP-848)."""
 
     ready: bool
     assigned: int
@@ -27,18 +29,19 @@ class WorkerHeartbeat:
     delivered: int
     generation: int | None = None
     partitions: tuple[str, ...] | None = None
-    # With generation and partitions: the worker's member id and group protocol ("classic",
-    # "consumer"), so its successor can release a static membership it left behind
-    # (worker.main.release_predecessor).
+    # The worker's member id and group protocol ("classic", "consumer"), so its successor can
+    # release a static membership it left behind (worker.main.release_predecessor).
     member_id: str | None = None
     group_protocol: str | None = None
 
     def encode(self) -> bytes:
         msg = asdict(self)
         if self.partitions is None:
-            del msg["generation"], msg["partitions"], msg["member_id"], msg["group_protocol"]
+            del msg["generation"], msg["partitions"]
         else:
             msg["partitions"] = list(self.partitions)
+        if self.member_id is None:
+            del msg["member_id"], msg["group_protocol"]
         return json.dumps(msg).encode() + b"\n"
 
     @classmethod

@@ -14,12 +14,15 @@ def test_round_trip_with_and_without_the_assignment():
     assigned = WorkerHeartbeat(True, 2, 0, 5, generation=7, partitions=("t-0", "t-1"))
     unknown_generation = WorkerHeartbeat(True, 1, 0, 0, generation=None, partitions=("t-3",))
     member = WorkerHeartbeat(True, 2, 0, 5, generation=3, partitions=("t-0",), member_id="AbCdEfGhIjKlMnOpQrStUv")
-    for beat in (plain, assigned, unknown_generation, member):
+    # A KIP-848 member's id before it joined: no assignment yet, the id alone.
+    joining = WorkerHeartbeat(False, 0, 0, 0, member_id="AbCdEfGhIjKlMnOpQrStUv", group_protocol="consumer")
+    for beat in (plain, assigned, unknown_generation, member, joining):
         line = beat.encode()
         assert line.endswith(b"\n") and line.count(b"\n") == 1
         assert WorkerHeartbeat.decode(line[:-1]) == beat
     assert b"partitions" not in plain.encode()   # only the beat that turns ready carries them
     assert b"member_id" not in plain.encode()
+    assert b"partitions" not in joining.encode() and b'"group_protocol": "consumer"' in joining.encode()
 
 
 def test_reader_joins_split_lines_and_reports_bad_ones(caplog):
