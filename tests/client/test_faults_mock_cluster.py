@@ -502,6 +502,50 @@ def test_connections_cut_at_random_points(mock_cluster):
     within(SCENARIO_LIMIT_S, scenario)
 
 
+def test_an_unreachable_coordinator_is_looked_up_with_backoff_and_reconnected(mock_cluster):
+    """The coordinator's broker refuses connections for a while but the cluster still names it
+    (bench/chaos.py's proxy cuts did this): the member looks it up again with a growing backoff
+    and reconnects to it once it answers.  (A classic member, as here, always recovered: its
+    heartbeat goes out whatever the lookup thinks and reconnects.  A KIP-848 member sends only
+    to a coordinator the lookup calls known, and the lookup called a failed connection unknown
+    but kept it, so nothing reconnected it: it asked FindCoordinator ten times a second for as
+    long as its session lasted, with the broker up; tests/chaos/test_chaos_reduced.py shows
+    that on Kafka, the librdkafka mock has no KIP-848.)"""
+    from kdaemon.protocol.apis import FIND_COORDINATOR
+
+    def scenario():
+        mock_cluster.serve_groups()
+        mock_cluster.topic_create(TOPIC, 2, 1)
+        writer = Writer(mock_cluster.bootstrap, 2)
+        writer.write(100)
+        writer.flush()
+        c = Consumer(mock_cluster.bootstrap, group_id=f"unreachable-{random.random()}",
+                     session_timeout_ms=10_000, heartbeat_interval_ms=200, **FAST)
+        sent = count_requests(c)
+        c.subscribe([TOPIC])
+        with c:
+            ledger = Ledger()
+            consume_until(c, ledger, lambda: ledger.count >= 50, "the first records")
+            coordinator = c._group.coordinator.broker   # noqa: SLF001 - which broker to take down
+            before = sent[FIND_COORDINATOR.key]
+            mock_cluster.broker_set_down(coordinator)
+            try:
+                until = time.monotonic() + 2.0
+                while time.monotonic() < until:
+                    ledger.add(c.poll(100))
+            finally:
+                mock_cluster.broker_set_up(coordinator)
+            until = time.monotonic() + 2.0
+            while time.monotonic() < until:
+                ledger.add(c.poll(100))
+            lookups = sent[FIND_COORDINATOR.key] - before
+            assert lookups <= 15, f"{lookups} FindCoordinator requests in 4 s"
+            writer.write(100)
+            consume_until(c, ledger, everything(ledger, writer), "everything, after the outage", writer)
+            assert c.group_state().stable
+    within(SCENARIO_LIMIT_S, scenario)
+
+
 # -- pause ----------------------------------------------------------------------------------------
 
 def test_pause_holds_only_the_paused_partition_and_repeats_nothing(mock_cluster):

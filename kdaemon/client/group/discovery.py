@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from ...backoff import Backoff
 from ...protocol.apis import FIND_COORDINATOR
 from ...protocol.errors import BrokerError, Errors
 from ..config import ConsumerConfig
@@ -54,10 +55,21 @@ class CoordinatorLookup:
         self.connection: int | None = None   # the coordinator's own connection id
         self.broker: int | None = None       # its broker id
         self._find_future: Future | None = None
+        # Rediscoveries in a row without a request answered in between back off (Java's
+        # retry.backoff.ms up to retry.backoff.max.ms, KIP-580): a coordinator that is alive but
+        # unreachable from here is found again at once, and nothing must spin on it.
+        self._backoff = Backoff(config.retry_backoff_ms / 1000, config.retry_backoff_max_ms / 1000, jitter=0.2)
+        self._lookup_after = 0.0
 
     @property
     def known(self) -> bool:
-        return self.connection is not None and not self.network.connection_failed(self.connection)
+        """A coordinator was found and not marked unusable since.  Its connection may be down
+        for now: the next request reconnects (with the connection's own backoff), and a request
+        that fails on it marks the coordinator unknown, as Java's ``markCoordinatorUnknown``.
+        (Counting a failed connection as "unknown" here made every lookup that found the same
+        broker again useless: the failed connection was kept, nothing reconnected it, and the
+        workers spun on FindCoordinator while the coordinator was alive.)"""
+        return self.connection is not None
 
     def mark_unknown(self, why: str) -> None:
         with self.network.lock:
@@ -65,6 +77,7 @@ class CoordinatorLookup:
                 log.info("group %s: coordinator %s unusable (%s); rediscovering", self.group_id,
                          self.broker, why)
                 self.network.unpin_node(self.connection)
+                self._lookup_after = time.monotonic() + self._backoff.failure()
             self.connection = None
             self.broker = None
 
@@ -112,6 +125,12 @@ class CoordinatorLookup:
         """Find the coordinator, driving the network until ``deadline``; False if not in time."""
         while not self.known:
             self._raise_if_fatal()
+            now = time.monotonic()
+            if now < self._lookup_after:    # backing off after a coordinator that failed
+                if now >= deadline:
+                    return False
+                drive(min(self._lookup_after, deadline) - now, lambda: False)
+                continue
             # The look-up starts even past the deadline, so a caller that does not wait (a
             # cooperative member fetching during a rebalance) still gets it going.
             with self.network.lock:
@@ -132,4 +151,6 @@ class CoordinatorLookup:
     def send(self, api, body, **kw) -> Future:
         if self.connection is None:
             return Future().failure(ConnectionFailedError("coordinator unknown"))
-        return self.network.send(self.connection, api, body, **kw)
+        fut = self.network.send(self.connection, api, body, **kw)
+        fut.add_callback(lambda _: self._backoff.reset())   # it answered: reachable again
+        return fut
