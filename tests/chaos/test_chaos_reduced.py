@@ -26,19 +26,7 @@ RECORDS = 30_000
 DURATION_S = 75.0
 
 
-# Under the consumer protocol (KIP-848, what "auto" picks on Kafka 4.x) the daemon itself does not
-# survive the run yet: a worker SIGKILLed after it joined but before it reported its assignment
-# leaves the supervisor releasing an older member id, so every successor is refused with
-# UNRELEASED_INSTANCE_ID until the supervisor gives up (exit 4); and a worker can spin in
-# FindCoordinator after a cut until its supervisor heartbeat times out.  Reported to the lead
-# (issue #15).  Only that failure (run_chaos raises RuntimeError: "kdaemon exited") is expected:
-# a lost, aborted or filtered record still fails the test.
-CONSUMER_PROTOCOL_BROKEN = pytest.mark.xfail(
-    raises=RuntimeError, strict=False,
-    reason="the daemon exits under worker kills with the consumer protocol (UNRELEASED_INSTANCE_ID)")
-
-
-@pytest.mark.parametrize("group_protocol", ["classic", pytest.param("consumer", marks=CONSUMER_PROTOCOL_BROKEN)])
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
 def test_chaos_reduced(tmp_path, group_protocol):
     opts = ChaosOptions(records=RECORDS, duration_s=DURATION_S, workdir=tmp_path,
                         group_protocol=group_protocol, coordinator_at=0, at_least_once=True)
