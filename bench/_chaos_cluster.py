@@ -16,7 +16,6 @@ That happens before any topic exists, so nothing is at stake.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,14 +103,3 @@ def start_chaos_cluster(directory: Path) -> ChaosCluster:
         kafka.stop()
         raise
     return ChaosCluster(kafka, proxy, ports)
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)

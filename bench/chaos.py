@@ -41,7 +41,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench._chaos_cluster import start_chaos_cluster, wait_until  # noqa: E402
+from bench._chaos_cluster import start_chaos_cluster  # noqa: E402
+from tests.daemon.harness import wait_for  # noqa: E402
 from bench._chaos_faults import FaultLog, Injector, Sampler, Schedule, read_metrics  # noqa: E402
 from bench._chaos_produce import (  # noqa: E402
     HEADER_RULE, Ledger, PlainProducer, TransactionalProducer)
@@ -170,9 +171,9 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
         expected = {k for k, fate in ledger.fates.items() if fate == "kept"}
         t_drain = time.monotonic()
         try:
-            wait_until(lambda: reader.covers(expected) or not daemon.alive(), opts.drain_timeout_s,
-                       "the daemon to deliver every kept record", interval=2.0)
-        except TimeoutError as exc:
+            wait_for(lambda: reader.covers(expected) or not daemon.alive(), opts.drain_timeout_s,
+                     "the daemon to deliver every kept record", interval=2.0)
+        except AssertionError as exc:
             errors.append(str(exc))
         drain_s = time.monotonic() - t_drain
         sampler.halt.set()

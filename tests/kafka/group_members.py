@@ -353,6 +353,18 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str, members
         time.sleep(0.1)
 
 
+def set_group_session(bootstrap: str, group: str, session_ms: int, heartbeat_ms: int = 500) -> None:
+    """A consumer-protocol group's own session timeout and heartbeat interval (KIP-848 group
+    configs, IncrementalAlterConfigs on the GROUP resource): the broker decides both."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", str(session_ms), incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("consumer.heartbeat.interval.ms", str(heartbeat_ms), incremental_operation=AlterConfigOpType.SET)])
+    for fut in admin.incremental_alter_configs([resource]).values():
+        fut.result(30)
+
+
 def all_partitions(topic: str, n: int) -> frozenset[TP]:
     return frozenset((topic, p) for p in range(n))
 

@@ -16,6 +16,7 @@ import pytest
 
 from kdaemon.client import Consumer
 from kdaemon.client.types import TopicPartition
+from tests.kafka.group_members import set_group_session
 from tests.support.produce import create_topic, produce
 
 pytestmark = pytest.mark.kafka
@@ -242,23 +243,12 @@ def test_a_regular_expression_is_matched_by_the_broker_against_whole_topic_names
     assert m.error is None
 
 
-def _short_group_session(bootstrap: str, group: str, session_ms: int) -> None:
-    """The group's own session timeout (KIP-848 group configs), so a fence comes in seconds."""
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("consumer.session.timeout.ms", str(session_ms), incremental_operation=AlterConfigOpType.SET),
-        ConfigEntry("consumer.heartbeat.interval.ms", "500", incremental_operation=AlterConfigOpType.SET)])
-    for fut in admin.incremental_alter_configs([resource]).values():
-        fut.result(30)
-
-
 def test_a_member_that_stops_past_the_session_is_fenced_loses_its_partitions_and_rejoins(kafka):
     bootstrap = kafka.bootstrap
     topic, group = _name("kip848-fence"), _name("g")
     create_topic(bootstrap, topic, 4)
     everything = partitions(topic, 4)
-    _short_group_session(bootstrap, group, 3000)
+    set_group_session(bootstrap, group, 3000)
     stopped = Member(bootstrap, group, "stopped", topics=[topic])
     other = Member(bootstrap, group, "other", topics=[topic])
     stopped.start()

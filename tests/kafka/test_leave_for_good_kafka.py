@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from tests.kafka.group_members import KdMember, all_partitions, split_is_complete, wait_until
+from tests.kafka.group_members import KdMember, all_partitions, set_group_session, split_is_complete, wait_until
 from tests.support.produce import create_topic
 
 pytestmark = pytest.mark.kafka
@@ -31,23 +31,12 @@ def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def _group_session(bootstrap: str, group: str) -> None:
-    """The consumer protocol's session timeout is the group's (a broker/group config)."""
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("consumer.session.timeout.ms", str(SESSION_MS), incremental_operation=AlterConfigOpType.SET),
-        ConfigEntry("consumer.heartbeat.interval.ms", "500", incremental_operation=AlterConfigOpType.SET)])
-    for fut in admin.incremental_alter_configs([resource]).values():
-        fut.result(30)
-
-
 def _pair(bootstrap: str, protocol: str, close_membership: str):
     topic, group = _name("leave"), _name("g")
     create_topic(bootstrap, topic, PARTITIONS)
     timing = {} if protocol == "consumer" else {"session_timeout_ms": SESSION_MS, "heartbeat_interval_ms": 500}
     if protocol == "consumer":
-        _group_session(bootstrap, group)
+        set_group_session(bootstrap, group, SESSION_MS)
     members = [KdMember(bootstrap, group, topics=[topic], name=f"kd-{i}", group_protocol=protocol,
                         group_instance_id=f"{group}-{i}", close_membership=close_membership if i == 1 else "default",
                         **timing) for i in range(2)]

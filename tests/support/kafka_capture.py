@@ -32,6 +32,7 @@ from kdaemon.protocol.apis import API_BY_KEY, FIND_COORDINATOR, METADATA, api_by
 from kdaemon.protocol.errors import DecodeError
 from kdaemon.protocol.messages import decode_request, encode_response, read_response
 from kdaemon.protocol.primitives import Reader
+from tests.support.proxy import ListeningProxy, close_socket
 
 _SIZE = struct.Struct(">i")
 _CHUNK = 64 * 1024
@@ -80,7 +81,7 @@ def decode_request_frame(frame: bytes) -> tuple[int, int, int, str | None, dict 
     return api_key, version, correlation_id, client_id, body, None
 
 
-class KafkaCapture:
+class KafkaCapture(ListeningProxy):
     """A recording, address-rewriting proxy in front of ``upstreams`` [(host, port), ...]."""
 
     def __init__(self, upstreams) -> None:
@@ -123,13 +124,13 @@ class KafkaCapture:
                 server = socket.create_connection(upstream, timeout=5)
             except OSError as exc:
                 self._error(f"cannot reach {upstream}: {exc}")
-                _close(client)
+                close_socket(client)
                 continue
             server.settimeout(None)
             with self._lock:
                 if self._closed:
-                    _close(client)
-                    _close(server)
+                    close_socket(client)
+                    close_socket(server)
                     return
                 self._socks |= {client, server}
                 self._conns += 1
@@ -160,8 +161,8 @@ class KafkaCapture:
             self._error(f"connection {conn}: {type(exc).__name__}: {exc}")
         with self._lock:
             self._socks -= {src, dst}
-        _close(src)
-        _close(dst)
+        close_socket(src)
+        close_socket(dst)
 
     def _on_request(self, conn: int, frame: bytes) -> bytes:
         key, version, corr, client_id, body, error = decode_request_frame(frame)
@@ -226,29 +227,3 @@ class KafkaCapture:
     def _error(self, text: str) -> None:
         with self._lock:
             self.errors.append(text)
-
-    def close(self) -> None:
-        self._closed = True
-        for listener in self._listeners:
-            _close(listener)
-        with self._lock:
-            socks, self._socks = self._socks, set()
-        for s in socks:
-            _close(s)
-
-    def __enter__(self) -> "KafkaCapture":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def _close(s: socket.socket) -> None:
-    try:
-        s.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    try:
-        s.close()
-    except OSError:
-        pass

@@ -18,7 +18,32 @@ from collections import deque
 _CHUNK = 64 * 1024
 
 
-class CuttingProxy:
+class ListeningProxy:
+    """What every test proxy shares: its listening sockets and the sockets it carries (both
+    guarded by ``_lock``), closed together by ``close()`` or the ``with`` block."""
+
+    _lock: threading.Lock
+    _closed: bool
+    _listeners: list[socket.socket]
+    _socks: set[socket.socket]
+
+    def close(self) -> None:
+        self._closed = True
+        for listener in self._listeners:
+            close_socket(listener)
+        with self._lock:
+            socks, self._socks = self._socks, set()
+        for s in socks:
+            close_socket(s)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class CuttingProxy(ListeningProxy):
     def __init__(self, upstreams) -> None:
         self._lock = threading.Lock()
         self._socks: set[socket.socket] = set()
@@ -58,7 +83,7 @@ class CuttingProxy:
             socks, self._socks = self._socks, set()
             self.cuts += 1
         for s in socks:
-            _close(s)
+            close_socket(s)
 
     def _accept(self, listener: socket.socket, upstream: tuple[str, int]) -> None:
         while not self._closed:
@@ -69,13 +94,13 @@ class CuttingProxy:
             try:
                 server = socket.create_connection(upstream, timeout=5)
             except OSError:
-                _close(client)
+                close_socket(client)
                 continue
             server.settimeout(None)
             with self._lock:
                 if self._closed:
-                    _close(client)
-                    _close(server)
+                    close_socket(client)
+                    close_socket(server)
                     return
                 self._socks |= {client, server}
                 self.connections += 1
@@ -91,8 +116,8 @@ class CuttingProxy:
             if not data:
                 with self._lock:
                     self._socks -= {src, dst}
-                _close(src)
-                _close(dst)
+                close_socket(src)
+                close_socket(dst)
                 return
             cut = False
             with self._lock:
@@ -110,23 +135,8 @@ class CuttingProxy:
             if cut:
                 self.cut_all()
 
-    def close(self) -> None:
-        self._closed = True
-        for listener in self._listeners:
-            _close(listener)
-        with self._lock:
-            socks, self._socks = self._socks, set()
-        for s in socks:
-            _close(s)
 
-    def __enter__(self) -> "CuttingProxy":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def _close(s: socket.socket) -> None:
+def close_socket(s: socket.socket) -> None:
     try:
         s.shutdown(socket.SHUT_RDWR)
     except OSError:
