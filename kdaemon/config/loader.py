@@ -60,6 +60,11 @@ def load(path: str | os.PathLike, *, environ: dict | None = None) -> DaemonConfi
         raise ConfigError([f"{path}: file not found"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    except UnicodeDecodeError as exc:   # tomllib decodes the file as UTF-8 before parsing it
+        raise ConfigError([f"{path}: not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"]) \
+            from None
+    except OSError as exc:               # a directory, no permission, ...
+        raise ConfigError([f"{path}: cannot read it: {exc.strerror or exc}"]) from None
     return parse(raw, path, environ=environ)
 
 
