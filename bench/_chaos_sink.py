@@ -37,6 +37,9 @@ class FailingWindowSink:
     def flush(self) -> None:
         self.inner.flush()
 
+    def on_partitions_assigned(self, partitions) -> None:
+        self.inner.on_partitions_assigned(partitions)
+
     def close(self) -> None:
         self.inner.close()
 

@@ -62,9 +62,11 @@ class Sink(Protocol):
     """Where records go.  ``flush`` returns only once everything written is durable: offsets
     are committed right after it, so a sink that acknowledges early loses data on a crash.
 
-    Optional: ``wants_flush()`` (the sink sizes its own batches) and ``flush_async()``, which
+    Optional: ``wants_flush()`` (the sink sizes its own batches), ``flush_async()``, which
     returns a handle with ``done()`` (non-blocking) and ``wait()``, both raising if the flush
-    failed; the worker then consumes while the flush is under way and commits when it is done
+    failed (the worker then consumes while the flush is under way and commits when it is done),
+    and ``on_partitions_assigned(partitions)``, called when the worker gets partitions (again):
+    a sink that remembers what it stored per partition (jsonl's ``dedupe``) reads it afresh
     (docs/PLUGINS.md, "Sinks")."""
 
     def write(self, records: Sequence[Record]) -> None: ...

@@ -22,12 +22,20 @@ Invariants (each one has bitten someone):
   later successful flush would let offsets be committed past records that were never stored.
 * A file removed while open still accepts writes (the inode lives on): ``flush()`` checks the
   link count so such a loss is an error, not a silent success.
+* Nothing is written twice (``dedupe``, on by default): a record whose (topic, partition) already
+  has that offset or a later one stored in the directory is dropped before writing.  A worker
+  killed between its flush and its commit leaves records its successor consumes again; they
+  are recognised here (``jsonl_index.py``: per-file indexes written after each flush, the data
+  files read where an index is missing or stale).  What the directory holds for a partition is
+  read when the sink first writes it and again after ``on_partitions_assigned`` names it
+  (another worker may have written it meanwhile); what this sink flushes itself it knows.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import re
 import time
@@ -35,7 +43,10 @@ from collections.abc import Callable, Sequence
 
 from ..plugins.types import Record, SinkWriteError
 from .encoding import encode_batch
+from .jsonl_index import directory_high, merge, rename_index, write_index
 from .simple import check_settings
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "records"
 DEFAULT_MAX_BYTES = 128 * 1024 * 1024
@@ -44,7 +55,7 @@ OPEN_SUFFIX = ".jsonl.open"
 DONE_SUFFIX = ".jsonl"
 _BUFFER_BYTES = 256 * 1024
 _STALE_EMPTY_AGE_S = 60.0  # an empty orphan younger than this may be a writer's brand-new file
-_SETTINGS = {"path", "prefix", "max_bytes", "max_age_s", "fsync"}
+_SETTINGS = {"path", "prefix", "max_bytes", "max_age_s", "fsync", "dedupe"}
 _PREFIX_OK = re.compile(r"[A-Za-z0-9._-]+")
 
 
@@ -57,9 +68,11 @@ class JsonlSink:
     def __init__(self, path: str | os.PathLike, *, prefix: str = DEFAULT_PREFIX,
                  max_bytes: int = DEFAULT_MAX_BYTES, max_age_s: float = DEFAULT_MAX_AGE_S,
                  fsync: bool = True, clock: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time, recover: bool = True) -> None:
+                 wall_clock: Callable[[], float] = time.time, recover: bool = True,
+                 dedupe: bool = True) -> None:
         """``clock`` measures file age (monotonic); ``wall_clock`` names files (UTC).  Both are
-        injectable for tests.  ``recover`` publishes orphaned ``.open`` files at start-up."""
+        injectable for tests.  ``recover`` publishes orphaned ``.open`` files at start-up.
+        ``dedupe``: drop records the directory already holds (see the module docstring)."""
         self.directory = os.fspath(path)
         self.prefix = prefix
         self.max_bytes = max_bytes
@@ -79,6 +92,12 @@ class JsonlSink:
         self._broken = ""           # why the sink refuses further use (see _fail)
         self.recovered: list[str] = []
         self.published: list[str] = []   # most recent files only; see _remember
+        self.dedupe = dedupe
+        self._high: dict[tuple[str, int], int] = {}      # highest offset stored, per partition
+        self._fresh: set[tuple[str, int]] = set()        # partitions whose _high was read from disk
+        self._pending: dict[tuple[str, int], int] = {}   # written since the last sync
+        self._file_high: dict[tuple[str, int], int] = {}  # the current file's durable part
+        self.skipped = 0                                   # records not written: already stored
         os.makedirs(self.directory, exist_ok=True)
         if recover:
             self.recovered = self.recover_orphans()
@@ -102,9 +121,12 @@ class JsonlSink:
         fsync = settings.get("fsync", True)
         if not isinstance(fsync, bool):
             raise ValueError(f"fsync must be true or false, not {fsync!r}")
+        dedupe = settings.get("dedupe", True)
+        if not isinstance(dedupe, bool):
+            raise ValueError(f"dedupe must be true or false, not {dedupe!r}")
         if os.path.exists(path) and not os.path.isdir(path):
             raise ValueError(f"path {path!r} exists and is not a directory")
-        return path, prefix, max_bytes, max_age_s, fsync
+        return path, prefix, max_bytes, max_age_s, fsync, dedupe
 
     @classmethod
     def validate_settings(cls, settings: dict) -> None:
@@ -114,11 +136,12 @@ class JsonlSink:
     @classmethod
     def from_settings(cls, settings: dict, **kwargs) -> JsonlSink:
         """Settings: ``path`` (directory, required; created if missing), ``prefix``
-        ("records"), ``max_bytes`` (128 MiB), ``max_age_s`` (3600), ``fsync`` (true)."""
-        path, prefix, max_bytes, max_age_s, fsync = cls._parse_settings(settings)
+        ("records"), ``max_bytes`` (128 MiB), ``max_age_s`` (3600), ``fsync`` (true),
+        ``dedupe`` (true: never write a stored record twice)."""
+        path, prefix, max_bytes, max_age_s, fsync, dedupe = cls._parse_settings(settings)
         try:
             return cls(path, prefix=prefix, max_bytes=max_bytes, max_age_s=float(max_age_s),
-                       fsync=fsync, **kwargs)
+                       fsync=fsync, dedupe=dedupe, **kwargs)
         except OSError as exc:
             raise ValueError(f"cannot use directory {path!r}: {exc.strerror or exc}") from exc
 
@@ -128,6 +151,12 @@ class JsonlSink:
         """Append the batch (one write call).  Records JSON cannot hold are reported with a
         ``SinkWriteError`` naming their indexes; the others are written."""
         self._check_usable("write to")
+        kept = None
+        if self.dedupe:
+            try:
+                records, kept = self._not_stored(records)
+            except OSError as exc:   # the directory is gone or unreadable
+                raise self._fail("write", exc, self._size > self._durable) from exc
         text, failed = encode_batch(records)
         if text:
             data = text.encode("ascii")  # the encoder escapes everything non-ASCII
@@ -142,9 +171,36 @@ class JsonlSink:
             except OSError as exc:
                 raise self._fail("write", exc, had_pending) from exc
             self._size += len(data)
+            if self.dedupe:
+                refused = set(failed)
+                written = records if not refused else [r for i, r in enumerate(records) if i not in refused]
+                merge(self._pending, (((r.topic, r.partition), r.offset) for r in written))
         if failed:
             raise SinkWriteError(f"{len(failed)} record(s) have a key or value JSON cannot hold",
-                                 failed)
+                                 failed if kept is None else [kept[i] for i in failed])
+
+    def on_partitions_assigned(self, partitions) -> None:
+        """The worker got these partitions (again): another worker may have written them since,
+        so what the directory holds for them is read again before the next write."""
+        self._fresh.difference_update((tp.topic, tp.partition) for tp in partitions)
+
+    def _not_stored(self, records: Sequence[Record]) -> tuple[Sequence[Record], list[int] | None]:
+        """The records whose offsets the directory does not hold yet, and (when some were
+        dropped) the index in ``records`` of each one kept."""
+        tps = {(r.topic, r.partition) for r in records}
+        if not tps <= self._fresh:
+            own = os.path.basename(self._open_path[: -len(OPEN_SUFFIX)]) if self._file is not None else None
+            merge(self._high, directory_high(self.directory, self.prefix, OPEN_SUFFIX, DONE_SUFFIX,
+                                             own_stem=own).items())
+            self._fresh |= tps
+        high = self._high
+        if all(r.offset > high.get((r.topic, r.partition), -1) for r in records):
+            return records, None
+        kept = [i for i, r in enumerate(records) if r.offset > high.get((r.topic, r.partition), -1)]
+        self.skipped += len(records) - len(kept)
+        log.info("jsonl sink: %d record(s) already stored in %s (delivered again after a restart "
+                 "or a rewind) not written twice", len(records) - len(kept), self.directory)
+        return [records[i] for i in kept], kept
 
     def flush(self) -> None:
         """Make everything written durable; publish the file if it is full or old enough."""
@@ -211,6 +267,7 @@ class JsonlSink:
             raise
         self._open_path = stem + OPEN_SUFFIX
         self._size = self._durable = 0
+        self._file_high = {}
         self._opened_at = self._clock()
         self._dir_dirty = True
 
@@ -227,6 +284,17 @@ class JsonlSink:
             self._sync_directory()
             self._dir_dirty = False
         self._durable = self._size
+        if self._pending:
+            merge(self._high, self._pending.items())
+            merge(self._file_high, self._pending.items())
+            self._pending = {}
+            stem = os.path.basename(self._open_path[: -len(OPEN_SUFFIX)])
+            try:
+                write_index(self.directory, stem, self._durable, self._file_high)
+            except OSError as exc:
+                # The data is durable; without its index a successor reads the file instead.
+                log.warning("jsonl sink: the index of %s was not written (%s); a successor reads "
+                            "the file itself to find what it holds", self._open_path, exc.strerror or exc)
 
     def _sync_directory(self) -> None:
         if not self.fsync:
@@ -265,6 +333,8 @@ class JsonlSink:
             os.unlink(open_path)
             break
         self._sync_directory()
+        rename_index(self.directory, os.path.basename(open_path[: -len(OPEN_SUFFIX)]),
+                     os.path.basename(final[: -len(DONE_SUFFIX)]))
         return final
 
     def _remember(self, final: str) -> None:
@@ -281,6 +351,7 @@ class JsonlSink:
         offsets be committed past them; a new sink (a restarted worker) consumes them again.
         """
         path = self._open_path
+        self._pending = {}   # not durable: the worker sends those records again
         self._abandon()
         if not os.path.isdir(self.directory):
             cause = f"directory {self.directory} does not exist (was it removed?)"

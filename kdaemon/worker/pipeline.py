@@ -171,6 +171,12 @@ class Worker:
 
     def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
         self.delivery.on_assigned(partitions)
+        # A sink that keeps what it stored per partition (jsonl's dedupe) reads it again: the
+        # partitions may have been written by another worker since this one last held them.
+        for sink in (self.parts.sink, self.parts.dlq):
+            hook = getattr(sink, "on_partitions_assigned", None)
+            if hook is not None:
+                hook(partitions)
 
     def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
         self.delivery.on_lost(partitions)

@@ -1,0 +1,168 @@
+"""What the ``jsonl`` sink's directory already holds, per (topic, partition): the highest offset.
+
+The jsonl sink writes, flushes, and only then does the worker commit; a worker killed between
+the two leaves records on disk whose offsets were never committed, and its successor consumes
+them again.  With this index the sink recognises them and writes nothing twice (the Spark
+sink's manifests do the same for Spark output, ``sinks/spark/layout.py``, invariant 3).  Records
+are known by the (topic, partition, offset) they carry, so an interceptor must not rewrite
+those (the Spark sink assumes the same).
+
+Layout: next to the data files, ``_kdaemon/jsonl-index/<stem>.json`` for each data file
+``<stem>.jsonl`` (or ``<stem>.jsonl.open`` while written)::
+
+    {"bytes": 123456, "high": [["orders", 0, 4711], ["orders", 3, 99]]}
+
+``high`` holds the highest offset per partition among the records in the data file's first
+``bytes`` bytes.  The writer replaces it (write, rename) after every flush that made data
+durable, after the data's fsync: so an index never claims data the file may lose.  It may lag
+(a crash between the fsync and the rename, or a rename lost with the directory entry): an index
+whose ``bytes`` differs from the file's size, an unreadable one, or none at all, and the data
+file is read instead (every line's topic, partition and offset), once; the index is then written
+for it.  A live writer's ``.open`` file counts as far as its index says: bytes past it may not be
+durable yet.
+
+Pure file work, no state of its own: ``JsonlSink`` keeps the maps.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Iterable
+
+INDEX_DIR = os.path.join("_kdaemon", "jsonl-index")
+
+TP = tuple[str, int]
+
+
+def index_dir(directory: str) -> str:
+    return os.path.join(directory, INDEX_DIR)
+
+
+def index_path(directory: str, stem: str) -> str:
+    """The index of data file ``<directory>/<stem>.jsonl`` (``stem`` without directory)."""
+    return os.path.join(index_dir(directory), stem + ".json")
+
+
+def write_index(directory: str, stem: str, nbytes: int, high: dict[TP, int]) -> None:
+    """Replace ``stem``'s index (write a temporary file, rename it over).  Not fsync'ed: an index
+    lost or stale on power loss is detected and rebuilt from the data file."""
+    os.makedirs(index_dir(directory), exist_ok=True)
+    path = index_path(directory, stem)
+    tmp = path + ".tmp"
+    body = json.dumps({"bytes": nbytes, "high": [[t, p, o] for (t, p), o in sorted(high.items())]})
+    with open(tmp, "w", encoding="ascii") as f:
+        f.write(body)
+    os.replace(tmp, path)
+
+
+def rename_index(directory: str, old_stem: str, new_stem: str) -> None:
+    """The data file was published under another name: its index follows (if it has one)."""
+    if old_stem == new_stem:
+        return
+    try:
+        os.replace(index_path(directory, old_stem), index_path(directory, new_stem))
+    except FileNotFoundError:
+        pass
+
+
+def merge(into: dict[TP, int], high: Iterable[tuple[TP, int]]) -> None:
+    for tp, offset in high:
+        if offset > into.get(tp, -1):
+            into[tp] = offset
+
+
+def _read_index(directory: str, stem: str) -> tuple[int, dict[TP, int]] | None:
+    try:
+        with open(index_path(directory, stem), encoding="ascii") as f:
+            obj = json.load(f)
+        return int(obj["bytes"]), {(str(t), int(p)): int(o) for t, p, o in obj["high"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def scan(path: str, nbytes: int | None = None) -> dict[TP, int]:
+    """The highest offset per partition in a data file's complete lines (its first ``nbytes``
+    bytes when given).  A line that is not a record (a torn last line, foreign text) is
+    skipped: it holds nothing this sink wrote durably."""
+    high: dict[TP, int] = {}
+    with open(path, "rb") as f:
+        data = f.read() if nbytes is None else f.read(nbytes)
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].splitlines():
+        try:
+            obj = json.loads(line)
+            tp, offset = (obj["topic"], int(obj["partition"])), int(obj["offset"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if offset > high.get(tp, -1):
+            high[tp] = offset
+    return high
+
+
+def _held_by_a_writer(path: str) -> bool:
+    """A ``.open`` file a live writer holds (its ``flock``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def directory_high(directory: str, prefix: str, open_suffix: str, done_suffix: str,
+                   own_stem: str | None = None) -> dict[TP, int]:
+    """The highest durable offset per partition over every data file of ``prefix`` in
+    ``directory`` and every index whose data file is gone (removed by retention: what it held
+    was stored once).  ``own_stem``: the caller's own current file, whose durable part the
+    caller knows best (skipped here)."""
+    high: dict[TP, int] = {}
+    stems: dict[str, str] = {}   # stem -> data file path
+    for name in os.listdir(directory):
+        if not name.startswith(prefix + "-"):
+            continue
+        for suffix in (done_suffix, open_suffix):
+            if name.endswith(suffix):
+                stems[name[: -len(suffix)]] = os.path.join(directory, name)
+                break
+    try:
+        indexed = {n[:-5] for n in os.listdir(index_dir(directory))
+                   if n.endswith(".json") and n.startswith(prefix + "-")}
+    except FileNotFoundError:
+        indexed = set()
+    for stem in indexed - set(stems):
+        found = _read_index(directory, stem)
+        if found is not None:
+            merge(high, found[1].items())
+    for stem, path in stems.items():
+        if stem == own_stem:
+            continue
+        found = _read_index(directory, stem)
+        try:
+            size = os.path.getsize(path)
+        except FileNotFoundError:       # published or removed meanwhile: its index counts next time
+            if found is not None:
+                merge(high, found[1].items())
+            continue
+        if found is not None and (found[0] == size or path.endswith(open_suffix) and _held_by_a_writer(path)):
+            merge(high, found[1].items())
+            continue
+        if path.endswith(open_suffix) and _held_by_a_writer(path):
+            continue   # a live writer that has flushed nothing yet (or its first index is on its way)
+        try:
+            scanned = scan(path)
+        except FileNotFoundError:
+            continue
+        merge(high, scanned.items())
+        if not path.endswith(open_suffix):
+            try:
+                write_index(directory, stem, size, scanned)
+            except OSError:
+                pass   # read again next time
+    return high
