@@ -93,9 +93,9 @@ def verdict_ok(v: dict, *, at_least_once: bool = False) -> bool:
     """Nothing lost, nothing aborted or filtered or unknown delivered, and (unless
     ``at_least_once``) nothing delivered twice.
 
-    ``at_least_once`` is the jsonl sink's actual promise (docs/DESIGN.md, invariant 12): a worker
-    SIGKILLed after a flush and before its commit landed leaves records in the files that its
-    successor reads and writes again.  The duplicates are still counted and printed."""
+    ``at_least_once`` is for a sink that promises no more (the jsonl sink with ``dedupe =
+    false``): a worker SIGKILLed after a flush and before its commit landed leaves records in
+    the files that its successor reads again.  The duplicates are still counted and printed."""
     if v["lost"] or v["aborted_delivered"] or v["filtered_delivered"] or v["unknown_delivered"]:
         return False
     return at_least_once or not v["duplicates"]

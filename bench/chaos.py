@@ -17,8 +17,9 @@ then the (topic, partition, offset) multiset in the jsonl files is compared with
 delivery reports said: produced - filtered - aborted, each exactly once (bench/_chaos_verify.py).
 The figures are printed (and written with ``--json``); the exit code is 1 unless nothing was
 lost, nothing duplicated and no aborted or filtered record delivered.  ``--at-least-once``
-accepts duplicates (still counted): the jsonl sink's promise is at-least-once (a worker killed
-between a flush and its commit leaves records its successor writes again; docs/DESIGN.md 12).
+accepts duplicates (still counted), for a sink that promises no more (jsonl with ``dedupe =
+false``: a worker killed between a flush and its commit leaves records its successor writes
+again).
 
 ``run_chaos(ChaosOptions(...))`` is the same run for tests/chaos/test_chaos_reduced.py.
 """
@@ -71,7 +72,7 @@ class ChaosOptions:
     coordinator_at: int = 1              # which broker fault is the coordinator's (0-based)
     drain_timeout_s: float = 300.0
     group_protocol: str = "auto"         # [kafka] group_protocol: auto (consumer on Kafka 4.x) | classic
-    at_least_once: bool = False          # accept duplicates (counted all the same): jsonl's promise
+    at_least_once: bool = False          # accept duplicates (counted all the same)
 
 
 @dataclass
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=ChaosOptions.seed)
     ap.add_argument("--group-protocol", choices=("auto", "classic", "consumer"), default="auto")
     ap.add_argument("--at-least-once", action="store_true",
-                    help="pass with duplicates (still counted): what the jsonl sink promises under SIGKILL")
+                    help="pass with duplicates (still counted): for a sink without dedupe")
     args = ap.parse_args(argv)
     if args.records <= 0 or args.duration <= 0:
         ap.error("--records and --duration must be positive")
