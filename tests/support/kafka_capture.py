@@ -85,23 +85,10 @@ class KafkaCapture(ListeningProxy):
     """A recording, address-rewriting proxy in front of ``upstreams`` [(host, port), ...]."""
 
     def __init__(self, upstreams) -> None:
-        self._lock = threading.Lock()
-        self._closed = False
-        self._socks: set[socket.socket] = set()
-        self._listeners: list[socket.socket] = []
         self._exchanges: list[Exchange] = []
         self._pending: dict[tuple[int, int], Exchange] = {}
-        self._conns = 0
         self.errors: list[str] = []
-        self.addresses: dict[tuple[str, int], tuple[str, int]] = {}
-        for upstream in upstreams:
-            upstream = (upstream[0], int(upstream[1]))
-            listener = socket.create_server(("127.0.0.1", 0))
-            self._listeners.append(listener)
-            self.addresses[upstream] = ("127.0.0.1", listener.getsockname()[1])
-        for listener, upstream in zip(self._listeners, self.addresses):
-            threading.Thread(target=self._accept, args=(listener, upstream), daemon=True,
-                             name=f"capture-{upstream[1]}").start()
+        super().__init__(upstreams, "capture")
 
     @property
     def bootstrap(self) -> str:
@@ -114,31 +101,12 @@ class KafkaCapture(ListeningProxy):
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def _accept(self, listener: socket.socket, upstream: tuple[str, int]) -> None:
-        while not self._closed:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                server = socket.create_connection(upstream, timeout=5)
-            except OSError as exc:
-                self._error(f"cannot reach {upstream}: {exc}")
-                close_socket(client)
-                continue
-            server.settimeout(None)
-            with self._lock:
-                if self._closed:
-                    close_socket(client)
-                    close_socket(server)
-                    return
-                self._socks |= {client, server}
-                self._conns += 1
-                conn = self._conns
-            threading.Thread(target=self._pump, args=(client, server, conn, self._on_request),
-                             daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, conn, self._on_response),
-                             daemon=True).start()
+    def _unreachable(self, upstream: tuple[str, int], exc: OSError) -> None:
+        self._error(f"cannot reach {upstream}: {exc}")
+
+    def _carry(self, client: socket.socket, server: socket.socket, number: int) -> None:
+        threading.Thread(target=self._pump, args=(client, server, number, self._on_request), daemon=True).start()
+        threading.Thread(target=self._pump, args=(server, client, number, self._on_response), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket, conn: int, on_frame) -> None:
         buf = bytearray()

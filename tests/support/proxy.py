@@ -19,13 +19,54 @@ _CHUNK = 64 * 1024
 
 
 class ListeningProxy:
-    """What every test proxy shares: its listening sockets and the sockets it carries (both
-    guarded by ``_lock``), closed together by ``close()`` or the ``with`` block."""
+    """What every test proxy shares: one listener per upstream broker on 127.0.0.1
+    (``addresses[upstream]`` is where to connect instead), the accept loop, and the sockets it
+    carries, closed together by ``close()`` or the ``with`` block.  A subclass carries each
+    accepted connection in ``_carry(client, server, number)``."""
 
-    _lock: threading.Lock
-    _closed: bool
-    _listeners: list[socket.socket]
-    _socks: set[socket.socket]
+    def __init__(self, upstreams, name: str) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+        self._socks: set[socket.socket] = set()
+        self._listeners: list[socket.socket] = []
+        self.connections = 0
+        self.addresses: dict[tuple[str, int], tuple[str, int]] = {}
+        for upstream in upstreams:
+            upstream = (upstream[0], int(upstream[1]))
+            listener = socket.create_server(("127.0.0.1", 0))
+            self._listeners.append(listener)
+            self.addresses[upstream] = ("127.0.0.1", listener.getsockname()[1])
+            threading.Thread(target=self._accept, args=(listener, upstream), daemon=True,
+                             name=f"{name}-{upstream[1]}").start()
+
+    def _carry(self, client: socket.socket, server: socket.socket, number: int) -> None:
+        raise NotImplementedError
+
+    def _unreachable(self, upstream: tuple[str, int], exc: OSError) -> None:
+        """The upstream refused a connection (the client's is closed)."""
+
+    def _accept(self, listener: socket.socket, upstream: tuple[str, int]) -> None:
+        while not self._closed:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(upstream, timeout=5)
+            except OSError as exc:
+                self._unreachable(upstream, exc)
+                close_socket(client)
+                continue
+            server.settimeout(None)
+            with self._lock:
+                if self._closed:
+                    close_socket(client)
+                    close_socket(server)
+                    return
+                self._socks |= {client, server}
+                self.connections += 1
+                number = self.connections
+            self._carry(client, server, number)
 
     def close(self) -> None:
         self._closed = True
@@ -45,22 +86,10 @@ class ListeningProxy:
 
 class CuttingProxy(ListeningProxy):
     def __init__(self, upstreams) -> None:
-        self._lock = threading.Lock()
-        self._socks: set[socket.socket] = set()
         self._budgets: deque[int] = deque()
         self._left: int | None = None
-        self._closed = False
-        self._listeners: list[socket.socket] = []
         self.cuts = 0
-        self.connections = 0
-        self.addresses: dict[tuple[str, int], tuple[str, int]] = {}
-        for upstream in upstreams:
-            upstream = (upstream[0], int(upstream[1]))
-            listener = socket.create_server(("127.0.0.1", 0))
-            self._listeners.append(listener)
-            self.addresses[upstream] = ("127.0.0.1", listener.getsockname()[1])
-            threading.Thread(target=self._accept, args=(listener, upstream), daemon=True,
-                             name=f"proxy-{upstream[1]}").start()
+        super().__init__(upstreams, "proxy")
 
     def bootstrap(self, upstream) -> str:
         host, port = self.addresses[(upstream[0], int(upstream[1]))]
@@ -85,27 +114,9 @@ class CuttingProxy(ListeningProxy):
         for s in socks:
             close_socket(s)
 
-    def _accept(self, listener: socket.socket, upstream: tuple[str, int]) -> None:
-        while not self._closed:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                server = socket.create_connection(upstream, timeout=5)
-            except OSError:
-                close_socket(client)
-                continue
-            server.settimeout(None)
-            with self._lock:
-                if self._closed:
-                    close_socket(client)
-                    close_socket(server)
-                    return
-                self._socks |= {client, server}
-                self.connections += 1
-            for src, dst in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+    def _carry(self, client: socket.socket, server: socket.socket, number: int) -> None:
+        for src, dst in ((client, server), (server, client)):
+            threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         while True:
