@@ -154,7 +154,7 @@ class JsonlSink:
         kept = None
         if self.dedupe:
             try:
-                records, kept = self._not_stored(records)
+                records, kept, highest = self._not_stored(records)
             except OSError as exc:   # the directory is gone or unreadable
                 raise self._fail("write", exc, self._size > self._durable) from exc
         text, failed = encode_batch(records)
@@ -172,9 +172,10 @@ class JsonlSink:
                 raise self._fail("write", exc, had_pending) from exc
             self._size += len(data)
             if self.dedupe:
-                refused = set(failed)
-                written = records if not refused else [r for i, r in enumerate(records) if i not in refused]
-                merge(self._pending, (((r.topic, r.partition), r.offset) for r in written))
+                if failed:   # only what was written counts
+                    refused = set(failed)
+                    highest = _highest([r for i, r in enumerate(records) if i not in refused])
+                merge(self._pending, highest.items())
         if failed:
             raise SinkWriteError(f"{len(failed)} record(s) have a key or value JSON cannot hold",
                                  failed if kept is None else [kept[i] for i in failed])
@@ -184,23 +185,36 @@ class JsonlSink:
         so what the directory holds for them is read again before the next write."""
         self._fresh.difference_update((tp.topic, tp.partition) for tp in partitions)
 
-    def _not_stored(self, records: Sequence[Record]) -> tuple[Sequence[Record], list[int] | None]:
-        """The records whose offsets the directory does not hold yet, and (when some were
-        dropped) the index in ``records`` of each one kept."""
-        tps = {(r.topic, r.partition) for r in records}
-        if not tps <= self._fresh:
+    def _not_stored(self, records: Sequence[Record]) -> tuple[Sequence[Record], list[int] | None,
+                                                              dict[tuple[str, int], int]]:
+        """The records whose offsets the directory does not hold yet, (when some were dropped)
+        the index in ``records`` of each one kept, and the highest offset per partition among
+        those kept.  One pass over the batch in the usual case (nothing to drop)."""
+        lowest: dict[tuple[str, int], int] = {}
+        highest: dict[tuple[str, int], int] = {}
+        for r in records:
+            tp, offset = (r.topic, r.partition), r.offset
+            if tp in highest:
+                if offset > highest[tp]:
+                    highest[tp] = offset
+                elif offset < lowest[tp]:
+                    lowest[tp] = offset
+            else:
+                highest[tp] = lowest[tp] = offset
+        if not highest.keys() <= self._fresh:
             own = os.path.basename(self._open_path[: -len(OPEN_SUFFIX)]) if self._file is not None else None
             merge(self._high, directory_high(self.directory, self.prefix, OPEN_SUFFIX, DONE_SUFFIX,
                                              own_stem=own).items())
-            self._fresh |= tps
+            self._fresh |= highest.keys()
         high = self._high
-        if all(r.offset > high.get((r.topic, r.partition), -1) for r in records):
-            return records, None
+        if all(low > high.get(tp, -1) for tp, low in lowest.items()):
+            return records, None, highest
         kept = [i for i, r in enumerate(records) if r.offset > high.get((r.topic, r.partition), -1)]
         self.skipped += len(records) - len(kept)
         log.info("jsonl sink: %d record(s) already stored in %s (delivered again after a restart "
                  "or a rewind) not written twice", len(records) - len(kept), self.directory)
-        return [records[i] for i in kept], kept
+        records = [records[i] for i in kept]
+        return records, kept, _highest(records)
 
     def flush(self) -> None:
         """Make everything written durable; publish the file if it is full or old enough."""
@@ -454,6 +468,13 @@ class JsonlSink:
     def __repr__(self) -> str:
         return (f"JsonlSink({self.directory!r}, prefix={self.prefix!r}, max_bytes={self.max_bytes}, "
                 f"max_age_s={self.max_age_s}, fsync={self.fsync})")
+
+
+def _highest(records: Sequence[Record]) -> dict[tuple[str, int], int]:
+    """The highest offset per (topic, partition) among ``records``."""
+    highest: dict[tuple[str, int], int] = {}
+    merge(highest, (((r.topic, r.partition), r.offset) for r in records))
+    return highest
 
 
 def _complete_length(fd: int, size: int) -> int:

@@ -150,10 +150,11 @@ def directory_high(directory: str, prefix: str, open_suffix: str, done_suffix: s
             if found is not None:
                 merge(high, found[1].items())
             continue
-        if found is not None and (found[0] == size or path.endswith(open_suffix) and _held_by_a_writer(path)):
+        held = path.endswith(open_suffix) and _held_by_a_writer(path)
+        if found is not None and (found[0] == size or held):
             merge(high, found[1].items())
             continue
-        if path.endswith(open_suffix) and _held_by_a_writer(path):
+        if held:
             continue   # a live writer that has flushed nothing yet (or its first index is on its way)
         try:
             scanned = scan(path)
