@@ -34,7 +34,7 @@ from .discovery import COORDINATOR_ERRORS, CoordinatorLookup
 from .heartbeat import HeartbeatThread, HeartbeatTimer
 from .leader import assign_as_leader, encode_member_subscription
 from .membership import GroupMembership, InvokeListener
-from .release import KIP345_LEAVE
+from .release import KIP345_LEAVE, leave_group_request
 from .state import MemberEvent, MemberState
 
 # The membership's log lines keep the name they had before the split into modules: operators'
@@ -498,9 +498,8 @@ class ClassicMembership(GroupMembership):
             fut = None
             leaves = self.instance_id is None or for_good
             if leaves and self.member_id and self.coordinator.connection is not None:
-                member = {"member_id": self.member_id, "group_instance_id": self.instance_id, "reason": reason}
-                fut = self.coordinator.send(LEAVE_GROUP, {
-                    "group_id": self.group_id, "member_id": self.member_id, "members": [member]},
+                fut = self.coordinator.send(
+                    LEAVE_GROUP, leave_group_request(self.group_id, self.member_id, self.instance_id, reason),
                     min_version=KIP345_LEAVE if self.instance_id is not None else None)
                 log.info("group %s: leaving%s (%s)", self.group_id,
                          " for good as static member " + self.instance_id if self.instance_id else "", reason)

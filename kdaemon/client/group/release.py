@@ -40,6 +40,14 @@ _RETRY = COORDINATOR_ERRORS | {Errors.COORDINATOR_LOAD_IN_PROGRESS}
 KIP345_LEAVE = 3   # the first LeaveGroup version naming members with their instance ids
 
 
+def leave_group_request(group_id: str, member_id: str, instance_id: str | None, reason: str) -> dict:
+    """A classic LeaveGroup body for one member: ``member_id`` at the top for v0-2, the
+    ``members`` list (with the instance id, KIP-345) for v3+.  Removing a static member needs
+    v3+ (``KIP345_LEAVE``)."""
+    return {"group_id": group_id, "member_id": member_id,
+            "members": [{"member_id": member_id, "group_instance_id": instance_id, "reason": reason}]}
+
+
 def release_static_member(config: ConsumerConfig, member_id: str, *, timeout_ms: int | None = None) -> str:
     """ConsumerGroupHeartbeat with epoch -2 for ``member_id`` (instance ``config.group_instance_id``
     of ``config.group_id``).  Returns "released", or the error the coordinator answered
@@ -56,9 +64,8 @@ def leave_classic_member(config: ConsumerConfig, member_id: str, *, timeout_ms: 
     ``config.group_instance_id``.  Returns "left", or the error the coordinator answered for the
     group or the member (UNKNOWN_MEMBER_ID: it is gone already; FENCED_INSTANCE_ID: the
     instance id is someone else's now)."""
-    body = {"group_id": config.group_id,
-            "members": [{"member_id": member_id, "group_instance_id": config.group_instance_id,
-                         "reason": "kdaemon: a successor of this worker takes its place"}]}
+    body = leave_group_request(config.group_id, member_id, config.group_instance_id,
+                               "kdaemon: a successor of this worker takes its place")
     resp = _ask_coordinator(config, LEAVE_GROUP, body, timeout_ms, min_version=KIP345_LEAVE)
     code = resp["error_code"] or next((m["error_code"] for m in resp["members"] if m["error_code"]), 0)
     return "left" if code == 0 else error_code(code).name
