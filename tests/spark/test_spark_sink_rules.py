@@ -152,6 +152,28 @@ def test_a_missing_staged_file_fails_only_its_own_request(up, tmp_path):
     assert layout.uploaded_ranges(up.root, TOPIC, 1) == []
 
 
+def test_a_worker_directory_removed_during_the_job_fails_nothing(up, tmp_path):
+    # A dead worker's successor removes its staging directory (staging._discard_dead_staging)
+    # while a job holding its batch runs: the job reads the uploader's links, so both batches
+    # (the dead worker's and a live one's) go in, and no link outlives the job.
+    dead, live = tmp_path / "dead-worker", tmp_path / "live-worker"
+    dead.mkdir()
+    live.mkdir()
+    a, b = _stage(dead, 0, range(0, 10)), _stage(live, 1, range(0, 10))
+    real_write = up.writer.write
+
+    def worker_dir_removed_first(batches, tmp_dir):
+        import shutil
+        shutil.rmtree(dead)
+        return real_write(batches, tmp_dir)
+
+    up.writer.write = worker_dir_removed_first
+    up.upload([a, b])
+    assert a.error is None and b.error is None
+    assert _output_offsets(Path(up.root)) == [(p, o) for p in (0, 1) for o in range(10)]
+    assert os.path.isdir(up.held_dir) and os.listdir(up.held_dir) == []
+
+
 def test_manifest_names_the_uploader_and_the_record_times(up, tmp_path):
     up.upload([_stage(tmp_path, 3, range(5, 8))])
     manifest = json.loads(Path(layout.manifest_path(up.root, TOPIC, BatchId(3, 5, 7))).read_text())

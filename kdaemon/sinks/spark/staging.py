@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from ...plugins.types import Record
 from .layout import BatchId
-from .wire import UploadReply, UploadRequest, socket_path
+from .wire import UploadReply, UploadRequest, socket_path, staging_root
 
 STAGED_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
@@ -206,8 +206,7 @@ class SparkSink:
         self.max_records = int(settings.get("max_records", 100_000))
         self.max_bytes = int(settings.get("max_bytes", 64 * 1024 * 1024))
         self.max_age_s = float(settings.get("max_age_s", 10.0))
-        state_dir = settings.get("state_dir", state_dir)
-        self.staging = os.path.join(os.path.abspath(state_dir), "spark-staging", str(os.getpid()))
+        self.staging = os.path.join(staging_root(settings, state_dir), str(os.getpid()))
         _discard_dead_staging(os.path.dirname(self.staging))
         os.makedirs(self.staging, exist_ok=True)
         timeout = float(settings.get("upload_timeout_s", 300))
@@ -216,7 +215,7 @@ class SparkSink:
             # it after heartbeat_timeout_s.  Give up (and retry: a finished upload is then
             # found by its manifest) well before that.
             timeout = min(timeout, max(1.0, 0.8 * heartbeat_timeout_s))
-        self.client = UploaderClient(settings.get("socket") or socket_path(state_dir), timeout)
+        self.client = UploaderClient(socket_path(settings, state_dir), timeout)
         self._buffers: dict[tuple[str, int], _Buffer] = {}
         self._last_batch: dict[tuple[str, int], str] = {}
         self._seq = 0

@@ -17,7 +17,12 @@ filesystem at ``path`` (local mode, or a shared mount): the uploader moves Spark
 place itself.  ``table`` mode appends through the catalog, which cannot replace a batch's files:
 it is at-least-once (a crash between Spark's append and the manifest duplicates that batch).
 
-See ``layout.py`` for the output layout and the exactly-once rules.
+A worker that dies while its batch is in a job has its staging directory removed by its
+successor; the job reads hard links the uploader made (``held-<owner>/`` beside the staging
+directories), so the other workers' batches of that job still go through.
+
+``writer.py`` holds what talks to Spark; see ``layout.py`` for the output layout and the
+exactly-once rules.
 """
 
 from __future__ import annotations
@@ -34,7 +39,6 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,8 +46,8 @@ import pyarrow.parquet as pq
 
 from . import layout
 from .layout import BatchId
-from .staging import validate_settings
-from .wire import UploadReply, UploadRequest, parse_line, socket_path
+from .writer import SparkStartError, SparkWriter, first_line
+from .wire import UploadReply, UploadRequest, parse_line, sink_state_dir, socket_path, staging_root
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
@@ -51,13 +55,7 @@ COALESCE_S = 0.2
 MAX_REQUESTS_PER_JOB = 256
 EXIT_CANNOT_START = 1
 EXIT_BAD_SETTINGS = 2
-_CORRUPT = "_kdaemon_corrupt"   # from_json puts a value that does not parse here
-_BATCH_IN_FILE = r"(p\d+-\d{19}-\d{19})\.parquet$"
-_MASTER_CONNECT_TIMEOUT_S = 3.0
 
-
-class SparkStartError(Exception):
-    """The SparkSession cannot be created with these settings; the message says why."""
 
 
 @dataclass(eq=False)
@@ -70,207 +68,32 @@ class Request:
     rows: int
     error: str | None = None
     received: float = field(default_factory=time.monotonic)
+    held: str | None = None      # the uploader's own link to ``file`` while the job runs
 
+    @property
+    def source(self) -> str:
+        """The path the job reads: the held link once there is one."""
+        return self.held or self.file
 
-def check_master_reachable(master: str) -> None:
-    """Fail fast, with a clear message, on a standalone or Connect master nobody listens at.
-
-    Spark itself retries a dead ``spark://`` master for about a minute, then fails with a long
-    Java stack trace that does not name the setting to fix."""
-    if master.startswith("spark://"):
-        hostports = [hp for hp in master[len("spark://"):].split(",") if hp]
-        default_port = 7077
-    elif master.startswith("sc://"):
-        hostports = [urlparse(master).netloc.split("@")[-1]]
-        default_port = 15002
-    else:
-        return  # local[...], yarn, k8s://...: nothing to probe cheaply
-    errors = []
-    for hp in hostports:
-        host, _, port = hp.strip("/").rpartition(":") if ":" in hp else (hp, "", "")
-        host = host or hp
-        try:
-            with socket.create_connection((host.strip("[]"), int(port or default_port)),
-                                          timeout=_MASTER_CONNECT_TIMEOUT_S):
-                return
-        except (OSError, ValueError) as exc:
-            errors.append(f"{hp}: {getattr(exc, 'strerror', None) or exc}")
-    raise SparkStartError(f"the Spark master {master} is not reachable ({'; '.join(errors)}); "
-                          "fix [sink] master and reload (SIGHUP)")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith(("at ", "An error occurred while calling")):
-            return line[:500]
-    return type(exc).__name__
-
-
-class SparkWriter:
-    """Everything that talks to Spark: session, transformation, the write of one job."""
-
-    def __init__(self, settings: dict) -> None:
-        validate_settings(settings)
-        self.settings = settings
-        self.path = settings.get("path")
-        self.table = settings.get("table")
-        self.value_schema = settings.get("value_schema")
-        self.value_format = settings.get("value_format", "json" if self.value_schema else "binary")
-        self.partition_by = list(settings.get("partition_by", ["topic", "date"]))
-        self.master = settings.get("master", "local[*]")
-        self.spark = None
-        self._value_struct = None  # value_schema plus the corrupt-record column
-        # Local mode runs on this machine: Spark can read the workers' staged files itself.
-        self.direct = self.master.startswith("local")
-
-    def start(self) -> None:
-        check_master_reachable(self.master)
-        from pyspark.sql import SparkSession
-        builder = SparkSession.builder.appName("kdaemon-uploader")
-        remote = self.master.startswith("sc://")
-        builder = builder.remote(self.master) if remote else builder.master(self.master)
-        conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-                "spark.sql.session.timeZone": "UTC", "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
-                "spark.sql.sources.partitionOverwriteMode": "dynamic",
-                "spark.sql.shuffle.partitions": "2",
-                # Staged files are read once each: caching their listings only grows the heap.
-                "spark.sql.hive.filesourcePartitionFileCacheSize": "0"}
-        if self.master.startswith("local"):
-            # Nothing outside this host talks to a local-mode driver: keep it on loopback
-            # (Spark would otherwise pick the address the host name resolves to).
-            conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
-            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        conf.update({str(k): str(v) for k, v in (self.settings.get("conf") or {}).items()})
-        for k, v in conf.items():
-            builder = builder.config(k, v)
-        try:
-            self.spark = builder.getOrCreate()
-        except Exception as exc:
-            raise SparkStartError(f"cannot start a SparkSession on master {self.master}: {_first_line(exc)}") from None
-        if not remote:
-            self.spark.sparkContext.setLogLevel("WARN")
-        if self.value_schema:
-            self._value_struct = self._parse_value_schema(self.value_schema)
-        log.info("Spark session ready (master %s, Spark %s)", self.master, self.spark.version)
-        if self.table:
-            log.warning("table mode (%s) is at-least-once: a crash between Spark's append and the "
-                        "manifest uploads that batch twice; use path mode for exactly-once", self.table)
-
-    def _parse_value_schema(self, ddl: str):
-        from pyspark.sql.types import DataType, StringType, StructField, StructType
-        try:
-            parsed = DataType.fromDDL(ddl)
-        except Exception as exc:
-            raise SparkStartError(f"value_schema {ddl!r} is not a Spark DDL schema: {_first_line(exc)}") from None
-        if not isinstance(parsed, StructType):
-            raise SparkStartError(f"value_schema {ddl!r} must describe a struct (\"a INT, b STRING\"), "
-                                  f"not {parsed.simpleString()}")
-        if _CORRUPT in parsed.fieldNames():
-            raise SparkStartError(f"value_schema must not have a field named {_CORRUPT}")
-        return StructType(parsed.fields + [StructField(_CORRUPT, StringType())])
-
-    def _read_direct(self, batches):
-        """Spark reads the staged files itself (local mode: same machine, same filesystem):
-        nothing passes through Python, about twice as fast as shipping Arrow via the driver."""
-        from pyspark.sql import functions as F
-        df = self.spark.read.schema(self._staged_schema()).parquet(*[f for f, _, _ in batches])
-        # The worker names a staged file "<unique>-<batch name>.parquet".
-        df = df.withColumn("_batch", F.regexp_extract(F.col("_metadata.file_path"), _BATCH_IN_FILE, 1))
-        return self._drop_uploaded(df, batches)
-
-    def _read_via_driver(self, batches):
-        """The uploader reads the staged files and hands them to Spark as Arrow: for a cluster
-        whose executors cannot see this machine's disk."""
-        tables = []
-        for path, name, _ in batches:
-            t = pq.read_table(path)
-            tables.append(t.append_column("_batch", pa.array([name] * t.num_rows, pa.string())))
-        return self._drop_uploaded(self.spark.createDataFrame(pa.concat_tables(tables)), batches)
-
-    @staticmethod
-    def _drop_uploaded(df, batches):
-        from pyspark.sql import functions as F
-        drop = None
-        for _, name, ranges in batches:
-            for first, last in ranges:
-                c = (F.col("_batch") == name) & F.col("offset").between(first, last)
-                drop = c if drop is None else drop | c
-        return df if drop is None else df.where(~drop)
-
-    @staticmethod
-    def _staged_schema():
-        from pyspark.sql.types import (ArrayType, BinaryType, ByteType, IntegerType, LongType, StringType,
-                                       StructField, StructType)
-        return StructType([
-            StructField("topic", StringType()), StructField("partition", IntegerType()),
-            StructField("offset", LongType()), StructField("timestamp", LongType()),
-            StructField("timestamp_type", ByteType()), StructField("key", BinaryType()),
-            StructField("value", BinaryType()),
-            StructField("headers", ArrayType(StructType([StructField("key", StringType()),
-                                                         StructField("value", BinaryType())]))),
-        ])
-
-    def write(self, batches: list[tuple[str, str, list[tuple[int, int]]]], tmp_dir: str) -> tuple[str, str | None]:
-        """Write one job: ``batches`` are (staged file, batch name, offset ranges to drop).
-        Spark's output goes under ``tmp_dir``, partitioned by ``_batch`` as well; return the data
-        dir and the dead-letter dir (values that do not parse), or None."""
-        from pyspark.sql import functions as F
-        df = self._read_direct(batches) if self.direct else self._read_via_driver(batches)
-        # timestamp_millis is exact; a division into a double is not (…123 ms → …122.999).
-        df = df.withColumn("timestamp", F.when(F.col("timestamp") >= 0, F.timestamp_millis("timestamp")))
-        df = df.withColumn("date", F.coalesce(F.to_date("timestamp"), F.lit("1970-01-01").cast("date")).cast("string"))
-        df = df.withColumn("headers", F.map_from_entries("headers"))
-        dlq_dir = None
-        cached = None
-        if self.value_format == "string":
-            df = df.withColumn("value", F.col("value").cast("string"))
-        elif self.value_format == "json":
-            # PERMISSIVE from_json gives a struct of nulls, not null, for a value that does not
-            # parse; the corrupt-record column is what tells a bad value from an empty one.
-            parsed = F.from_json(F.col("value").cast("string"), self._value_struct,
-                                 {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
-            cached = df = df.withColumn("_parsed", parsed).persist()
-            is_bad = F.col("value").isNotNull() & (F.col("_parsed").isNull() | F.col(f"_parsed.{_CORRUPT}").isNotNull())
-            bad = df.where(is_bad).drop("_parsed")
-            dlq_dir = os.path.join(tmp_dir, "dlq")
-            (bad.withColumn("error", F.lit(f"value does not parse as {self.value_schema}"))
-             .write.mode("overwrite").partitionBy("topic", "_batch").parquet(dlq_dir))
-            df = df.where(~is_bad).withColumn("value", F.col("_parsed").dropFields(_CORRUPT)).drop("_parsed")
-        try:
-            columns = ["topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
-                       "date", "_batch"]
-            df = df.select(*columns)
-            data_dir = os.path.join(tmp_dir, "data")
-            if self.table:
-                df.drop("_batch").write.mode("append").partitionBy(*self.partition_by).saveAsTable(self.table)
-                return data_dir, dlq_dir
-            df.write.mode("overwrite").partitionBy(*self.partition_by, "_batch").parquet(data_dir)
-            return data_dir, dlq_dir
-        finally:
-            if cached is not None:
-                cached.unpersist()
-
-    def stop(self) -> None:
-        if self.spark is not None:
-            try:
-                self.spark.stop()
-            except Exception:
-                pass
 
 
 class Uploader:
     def __init__(self, settings: dict, state_dir: str) -> None:
         self.settings = settings
         self.writer = SparkWriter(settings)
-        self.root = settings.get("path") or os.path.join(os.path.abspath(state_dir), "spark-table-state")
-        self.socket_path = settings.get("socket") or socket_path(state_dir)
+        self.root = settings.get("path") or os.path.join(sink_state_dir(settings, state_dir), "spark-table-state")
+        self.socket_path = socket_path(settings, state_dir)
         # This uploader's Spark output goes to _kdaemon/tmp/<owner>-<job>: one uploader per
         # state dir, so at start it may remove whatever an earlier one of its own left there
         # (never another daemon's job under way).
         self.tmp_owner = hashlib.sha1(os.path.abspath(self.socket_path).encode()).hexdigest()[:12]
         self.identity = f"{socket.gethostname()}:{self.tmp_owner}"   # in manifests: who uploaded
+        # Hard links to the staged files of the job under way, beside the workers' staging
+        # directories (same filesystem): a worker that dies mid-job has its directory removed
+        # by its successor, which must not pull files from under Spark (and fail the other
+        # workers' batches of the same job).
+        self.held_dir = os.path.join(staging_root(settings, state_dir), f"held-{self.tmp_owner}")
+        self._hold_warned = False
         self._stop = False
         self._sel = selectors.DefaultSelector()
         self._buffers: dict[socket.socket, bytes] = {}
@@ -336,6 +159,7 @@ class Uploader:
         return all(conn in waiting for conn in self._buffers)
 
     def _remove_own_tmp(self) -> None:
+        shutil.rmtree(self.held_dir, ignore_errors=True)   # an earlier uploader's job's links
         d = os.path.join(layout.kdaemon_dir(self.root), "tmp")
         try:
             names = os.listdir(d)
@@ -412,9 +236,9 @@ class Uploader:
             written, oldest_ms = self.upload(requests)
         except Exception as exc:
             log.error("Spark upload of %d batch(es) failed: %s: %s", len(requests), type(exc).__name__,
-                      _first_line(exc))
+                      first_line(exc))
             for req in requests:
-                self._reply(req, False, f"{type(exc).__name__}: {_first_line(exc)}"[:2000])
+                self._reply(req, False, f"{type(exc).__name__}: {first_line(exc)}"[:2000])
             return
         self.jobs += 1
         failed = [r for r in requests if r.error is not None]
@@ -441,35 +265,71 @@ class Uploader:
                 self._finish_interrupted(topic, partition)
                 ranges[(topic, partition)] = layout.uploaded_ranges(root, topic, partition)
             fresh: list[Fresh] = []
-            for req in sorted(requests, key=lambda r: (r.topic, r.batch)):
-                known = ranges[(req.topic, req.batch.partition)]
-                if (req.batch.first, req.batch.last) in known:
-                    continue  # uploaded before (its confirmation was lost): nothing to do
-                try:
-                    item = _inspect(req, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
-                except (OSError, pa.ArrowException) as exc:
-                    req.error = f"cannot read the staged batch {req.file}: {exc}"
-                    continue
-                # Later requests of this job overlapping this one drop what it brings.
-                known.append((req.batch.first, req.batch.last))
-                fresh.append(item)
-            rows = sum(f.new_rows for f in fresh)
-            known_ts = [f.min_ts for f in fresh if f.new_rows and f.min_ts is not None and f.min_ts >= 0]
-            oldest = min(known_ts) if known_ts else None
-            if rows:
-                self._write_rows([f for f in fresh if f.new_rows])
-            for f in fresh:
-                req = f.req
-                manifest = {"topic": req.topic, "partition": req.batch.partition, "first": req.batch.first,
-                            "last": req.batch.last, "rows": req.rows, "new_rows": f.new_rows,
-                            "uploaded_at": time.time(), "uploader": self.identity}
-                if f.min_ts is not None:
-                    manifest.update(min_timestamp_ms=f.min_ts, max_timestamp_ms=f.max_ts)
-                layout.write_durably(layout.manifest_path(root, req.topic, req.batch), json.dumps(manifest).encode())
-            for f in fresh:
-                if f.new_rows and self.writer.table is None:
-                    layout.remove_durably(layout.pending_path(root, f.req.topic, f.req.batch))
+            try:
+                return self._upload_held(requests, ranges, fresh)
+            finally:
+                for req in requests:
+                    if req.held is not None:
+                        _unlink_quietly(req.held)
+                        req.held = None
+
+    def _upload_held(self, requests: list[Request], ranges: dict, fresh: list["Fresh"]) -> tuple[int, int | None]:
+        """``upload`` under the partition locks; every staged file it reads is held first."""
+        root = self.root
+        for req in sorted(requests, key=lambda r: (r.topic, r.batch)):
+            known = ranges[(req.topic, req.batch.partition)]
+            if (req.batch.first, req.batch.last) in known:
+                continue  # uploaded before (its confirmation was lost): nothing to do
+            try:
+                self._hold(req)
+            except FileNotFoundError:
+                req.error = (f"cannot read the staged batch {req.file}: it is gone, its worker ended before the "
+                             "upload (the records are read again from the committed offsets)")
+                continue
+            try:
+                item = _inspect(req, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
+            except (OSError, pa.ArrowException) as exc:
+                req.error = f"cannot read the staged batch {req.file}: {exc}"
+                continue
+            # Later requests of this job overlapping this one drop what it brings.
+            known.append((req.batch.first, req.batch.last))
+            fresh.append(item)
+        rows = sum(f.new_rows for f in fresh)
+        known_ts = [f.min_ts for f in fresh if f.new_rows and f.min_ts is not None and f.min_ts >= 0]
+        oldest = min(known_ts) if known_ts else None
+        if rows:
+            self._write_rows([f for f in fresh if f.new_rows])
+        for f in fresh:
+            req = f.req
+            manifest = {"topic": req.topic, "partition": req.batch.partition, "first": req.batch.first,
+                        "last": req.batch.last, "rows": req.rows, "new_rows": f.new_rows,
+                        "uploaded_at": time.time(), "uploader": self.identity}
+            if f.min_ts is not None:
+                manifest.update(min_timestamp_ms=f.min_ts, max_timestamp_ms=f.max_ts)
+            layout.write_durably(layout.manifest_path(root, req.topic, req.batch), json.dumps(manifest).encode())
+        for f in fresh:
+            if f.new_rows and self.writer.table is None:
+                layout.remove_durably(layout.pending_path(root, f.req.topic, f.req.batch))
         return rows, oldest
+
+    def _hold(self, req: Request) -> None:
+        """Link the staged file into the hold directory under a name that keeps the batch name
+        at its end (``writer._BATCH_IN_FILE``); FileNotFoundError if its worker's directory is gone."""
+        os.makedirs(self.held_dir, exist_ok=True)
+        worker = os.path.basename(os.path.dirname(req.file))
+        held = os.path.join(self.held_dir, f"{worker}-{os.path.basename(req.file)}")
+        _unlink_quietly(held)   # a link left by a job that raised before its clean-up
+        try:
+            os.link(req.file, held)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:   # no hard links here (EPERM, EXDEV): read the staged file itself
+            if not self._hold_warned:
+                log.warning("cannot hold staged files in %s (%s); reading them in place, so a worker "
+                            "dying during a job fails that job", self.held_dir, exc.strerror or exc)
+                self._hold_warned = True
+            return
+        req.held = held
 
     def _write_rows(self, fresh: list["Fresh"]) -> None:
         """One Spark job for the rows of every fresh batch; in path mode its files are then
@@ -477,7 +337,7 @@ class Uploader:
         root = self.root
         tmp = os.path.join(layout.kdaemon_dir(root), "tmp", f"{self.tmp_owner}-{uuid.uuid4().hex}")
         try:
-            data_dir, dlq_dir = self.writer.write([(f.req.file, f.req.batch.name, f.drop) for f in fresh], tmp)
+            data_dir, dlq_dir = self.writer.write([(f.req.source, f.req.batch.name, f.drop) for f in fresh], tmp)
             if self.writer.table is not None:
                 return
             moves: dict[str, list[tuple[str, str]]] = defaultdict(list)
@@ -537,7 +397,7 @@ class Fresh:
 def _inspect(req: Request, drop: list[tuple[int, int]]) -> Fresh:
     """Look at a staged file without loading it: the row count and timestamp range come from
     the Parquet footer; only a batch that overlaps uploaded ones has its offsets read."""
-    meta = pq.read_metadata(req.file)
+    meta = pq.read_metadata(req.source)
     rows = meta.num_rows
     col = meta.schema.to_arrow_schema().get_field_index("timestamp")
     lows, highs = [], []
@@ -550,13 +410,20 @@ def _inspect(req: Request, drop: list[tuple[int, int]]) -> Fresh:
             lows = highs = []   # no statistics: leave the range out
             break
     if drop:
-        offsets = pq.read_table(req.file, columns=["offset"]).column("offset")
+        offsets = pq.read_table(req.source, columns=["offset"]).column("offset")
         inside = None
         for first, last in drop:
             c = pc.and_(pc.greater_equal(offsets, first), pc.less_equal(offsets, last))
             inside = c if inside is None else pc.or_(inside, c)
         rows -= pc.sum(inside.cast(pa.int64())).as_py() or 0
     return Fresh(req, drop, rows, min(lows) if lows else None, max(highs) if highs else None)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _plan_moves(src: str, dest_root: str, moves: dict[str, list[tuple[str, str]]]) -> None:
@@ -590,5 +457,5 @@ def run(settings: dict, state_dir: str) -> int:
     try:
         return uploader.serve()
     except Exception as exc:
-        log.exception("the uploader failed: %s: %s", type(exc).__name__, _first_line(exc))
+        log.exception("the uploader failed: %s: %s", type(exc).__name__, first_line(exc))
         return 1

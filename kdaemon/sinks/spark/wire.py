@@ -15,10 +15,22 @@ from dataclasses import asdict, dataclass
 from .layout import BatchId
 
 
-def socket_path(state_dir: str) -> str:
+def sink_state_dir(settings: dict, state_dir: str) -> str:
+    """The spark sink's state directory: ``[sink] state_dir`` if set, else the daemon's.  Workers
+    and the uploader both derive the socket and the staging root from it, so they agree."""
+    return os.path.abspath(settings.get("state_dir") or state_dir)
+
+
+def socket_path(settings: dict, state_dir: str) -> str:
     """Where the uploader of the daemon with this state directory listens (unless ``[sink]
     socket`` says otherwise)."""
-    return os.path.join(os.path.abspath(state_dir), "spark-uploader.sock")
+    return settings.get("socket") or os.path.join(sink_state_dir(settings, state_dir), "spark-uploader.sock")
+
+
+def staging_root(settings: dict, state_dir: str) -> str:
+    """Where workers stage batches, one directory per worker process (named by its pid); the
+    uploader's hold directory (``held-<owner>``, see ``uploader.Uploader.upload``) is beside them."""
+    return os.path.join(sink_state_dir(settings, state_dir), "spark-staging")
 
 
 @dataclass(frozen=True)

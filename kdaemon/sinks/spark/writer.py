@@ -1,0 +1,217 @@
+"""The Spark side of the uploader: the SparkSession, reading staged batches, writing one job.
+
+``uploader.Uploader`` owns the socket, the queue and the exactly-once bookkeeping (manifests,
+pending records, moving files into place); it calls ``SparkWriter`` for what needs Spark, so
+the process logic can be followed without Spark's API in the way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .staging import validate_settings
+
+log = logging.getLogger("kdaemon.spark.uploader")
+
+_CORRUPT = "_kdaemon_corrupt"   # from_json puts a value that does not parse here
+_BATCH_IN_FILE = r"(p\d+-\d{19}-\d{19})\.parquet$"
+_MASTER_CONNECT_TIMEOUT_S = 3.0
+
+
+class SparkStartError(Exception):
+    """The SparkSession cannot be created with these settings; the message says why."""
+
+
+def check_master_reachable(master: str) -> None:
+    """Fail fast, with a clear message, on a standalone or Connect master nobody listens at.
+
+    Spark itself retries a dead ``spark://`` master for about a minute, then fails with a long
+    Java stack trace that does not name the setting to fix."""
+    if master.startswith("spark://"):
+        hostports = [hp for hp in master[len("spark://"):].split(",") if hp]
+        default_port = 7077
+    elif master.startswith("sc://"):
+        hostports = [urlparse(master).netloc.split("@")[-1]]
+        default_port = 15002
+    else:
+        return  # local[...], yarn, k8s://...: nothing to probe cheaply
+    errors = []
+    for hp in hostports:
+        host, _, port = hp.strip("/").rpartition(":") if ":" in hp else (hp, "", "")
+        host = host or hp
+        try:
+            with socket.create_connection((host.strip("[]"), int(port or default_port)),
+                                          timeout=_MASTER_CONNECT_TIMEOUT_S):
+                return
+        except (OSError, ValueError) as exc:
+            errors.append(f"{hp}: {getattr(exc, 'strerror', None) or exc}")
+    raise SparkStartError(f"the Spark master {master} is not reachable ({'; '.join(errors)}); "
+                          "fix [sink] master and reload (SIGHUP)")
+
+
+def first_line(exc: BaseException) -> str:
+    """The line of a (Py4J) exception that says what went wrong, without the Java stack."""
+    text = str(exc).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("at ", "An error occurred while calling")):
+            return line[:500]
+    return type(exc).__name__
+
+
+class SparkWriter:
+    """Everything that talks to Spark: session, transformation, the write of one job."""
+
+    def __init__(self, settings: dict) -> None:
+        validate_settings(settings)
+        self.settings = settings
+        self.path = settings.get("path")
+        self.table = settings.get("table")
+        self.value_schema = settings.get("value_schema")
+        self.value_format = settings.get("value_format", "json" if self.value_schema else "binary")
+        self.partition_by = list(settings.get("partition_by", ["topic", "date"]))
+        self.master = settings.get("master", "local[*]")
+        self.spark = None
+        self._value_struct = None  # value_schema plus the corrupt-record column
+        # Local mode runs on this machine: Spark can read the workers' staged files itself.
+        self.direct = self.master.startswith("local")
+
+    def start(self) -> None:
+        check_master_reachable(self.master)
+        from pyspark.sql import SparkSession
+        builder = SparkSession.builder.appName("kdaemon-uploader")
+        remote = self.master.startswith("sc://")
+        builder = builder.remote(self.master) if remote else builder.master(self.master)
+        conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                "spark.sql.session.timeZone": "UTC", "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+                "spark.sql.sources.partitionOverwriteMode": "dynamic",
+                "spark.sql.shuffle.partitions": "2",
+                # Staged files are read once each: caching their listings only grows the heap.
+                "spark.sql.hive.filesourcePartitionFileCacheSize": "0"}
+        if self.master.startswith("local"):
+            # Nothing outside this host talks to a local-mode driver: keep it on loopback
+            # (Spark would otherwise pick the address the host name resolves to).
+            conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        conf.update({str(k): str(v) for k, v in (self.settings.get("conf") or {}).items()})
+        for k, v in conf.items():
+            builder = builder.config(k, v)
+        try:
+            self.spark = builder.getOrCreate()
+        except Exception as exc:
+            raise SparkStartError(f"cannot start a SparkSession on master {self.master}: {first_line(exc)}") from None
+        if not remote:
+            self.spark.sparkContext.setLogLevel("WARN")
+        if self.value_schema:
+            self._value_struct = self._parse_value_schema(self.value_schema)
+        log.info("Spark session ready (master %s, Spark %s)", self.master, self.spark.version)
+        if self.table:
+            log.warning("table mode (%s) is at-least-once: a crash between Spark's append and the "
+                        "manifest uploads that batch twice; use path mode for exactly-once", self.table)
+
+    def _parse_value_schema(self, ddl: str):
+        from pyspark.sql.types import DataType, StringType, StructField, StructType
+        try:
+            parsed = DataType.fromDDL(ddl)
+        except Exception as exc:
+            raise SparkStartError(f"value_schema {ddl!r} is not a Spark DDL schema: {first_line(exc)}") from None
+        if not isinstance(parsed, StructType):
+            raise SparkStartError(f"value_schema {ddl!r} must describe a struct (\"a INT, b STRING\"), "
+                                  f"not {parsed.simpleString()}")
+        if _CORRUPT in parsed.fieldNames():
+            raise SparkStartError(f"value_schema must not have a field named {_CORRUPT}")
+        return StructType(parsed.fields + [StructField(_CORRUPT, StringType())])
+
+    def _read_direct(self, batches):
+        """Spark reads the staged files itself (local mode: same machine, same filesystem):
+        nothing passes through Python, about twice as fast as shipping Arrow via the driver."""
+        from pyspark.sql import functions as F
+        df = self.spark.read.schema(self._staged_schema()).parquet(*[f for f, _, _ in batches])
+        # The worker names a staged file "<unique>-<batch name>.parquet".
+        df = df.withColumn("_batch", F.regexp_extract(F.col("_metadata.file_path"), _BATCH_IN_FILE, 1))
+        return self._drop_uploaded(df, batches)
+
+    def _read_via_driver(self, batches):
+        """The uploader reads the staged files and hands them to Spark as Arrow: for a cluster
+        whose executors cannot see this machine's disk."""
+        tables = []
+        for path, name, _ in batches:
+            t = pq.read_table(path)
+            tables.append(t.append_column("_batch", pa.array([name] * t.num_rows, pa.string())))
+        return self._drop_uploaded(self.spark.createDataFrame(pa.concat_tables(tables)), batches)
+
+    @staticmethod
+    def _drop_uploaded(df, batches):
+        from pyspark.sql import functions as F
+        drop = None
+        for _, name, ranges in batches:
+            for first, last in ranges:
+                c = (F.col("_batch") == name) & F.col("offset").between(first, last)
+                drop = c if drop is None else drop | c
+        return df if drop is None else df.where(~drop)
+
+    @staticmethod
+    def _staged_schema():
+        from pyspark.sql.types import (ArrayType, BinaryType, ByteType, IntegerType, LongType, StringType,
+                                       StructField, StructType)
+        return StructType([
+            StructField("topic", StringType()), StructField("partition", IntegerType()),
+            StructField("offset", LongType()), StructField("timestamp", LongType()),
+            StructField("timestamp_type", ByteType()), StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                         StructField("value", BinaryType())]))),
+        ])
+
+    def write(self, batches: list[tuple[str, str, list[tuple[int, int]]]], tmp_dir: str) -> tuple[str, str | None]:
+        """Write one job: ``batches`` are (staged file, batch name, offset ranges to drop).
+        Spark's output goes under ``tmp_dir``, partitioned by ``_batch`` as well; return the data
+        dir and the dead-letter dir (values that do not parse), or None."""
+        from pyspark.sql import functions as F
+        df = self._read_direct(batches) if self.direct else self._read_via_driver(batches)
+        # timestamp_millis is exact; a division into a double is not (…123 ms → …122.999).
+        df = df.withColumn("timestamp", F.when(F.col("timestamp") >= 0, F.timestamp_millis("timestamp")))
+        df = df.withColumn("date", F.coalesce(F.to_date("timestamp"), F.lit("1970-01-01").cast("date")).cast("string"))
+        df = df.withColumn("headers", F.map_from_entries("headers"))
+        dlq_dir = None
+        cached = None
+        if self.value_format == "string":
+            df = df.withColumn("value", F.col("value").cast("string"))
+        elif self.value_format == "json":
+            # PERMISSIVE from_json gives a struct of nulls, not null, for a value that does not
+            # parse; the corrupt-record column is what tells a bad value from an empty one.
+            parsed = F.from_json(F.col("value").cast("string"), self._value_struct,
+                                 {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
+            cached = df = df.withColumn("_parsed", parsed).persist()
+            is_bad = F.col("value").isNotNull() & (F.col("_parsed").isNull() | F.col(f"_parsed.{_CORRUPT}").isNotNull())
+            bad = df.where(is_bad).drop("_parsed")
+            dlq_dir = os.path.join(tmp_dir, "dlq")
+            (bad.withColumn("error", F.lit(f"value does not parse as {self.value_schema}"))
+             .write.mode("overwrite").partitionBy("topic", "_batch").parquet(dlq_dir))
+            df = df.where(~is_bad).withColumn("value", F.col("_parsed").dropFields(_CORRUPT)).drop("_parsed")
+        try:
+            columns = ["topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
+                       "date", "_batch"]
+            df = df.select(*columns)
+            data_dir = os.path.join(tmp_dir, "data")
+            if self.table:
+                df.drop("_batch").write.mode("append").partitionBy(*self.partition_by).saveAsTable(self.table)
+                return data_dir, dlq_dir
+            df.write.mode("overwrite").partitionBy(*self.partition_by, "_batch").parquet(data_dir)
+            return data_dir, dlq_dir
+        finally:
+            if cached is not None:
+                cached.unpersist()
+
+    def stop(self) -> None:
+        if self.spark is not None:
+            try:
+                self.spark.stop()
+            except Exception:
+                pass
