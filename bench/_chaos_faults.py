@@ -12,6 +12,8 @@ Each fault kind is one thread (``Schedule``) that injects its fault every ``ever
   shares the broker thread with ``leader_kill``, so broker faults never overlap.
 * ``sink_failure``: the sink refuses every write for ``window_s`` (bench/_chaos_sink.py).
 * ``proxy_cut``: every connection between the daemon and the brokers is closed at once.
+* ``uploader_kill`` (the Spark phase): SIGKILL the Spark uploader and the JVM it started; the
+  supervisor restarts it, and the workers' outstanding uploads fail and are retried.
 
 Recovery: a fault names the partitions it affects (the killed worker's assignment, the dead
 broker's partitions, or all of them); it has recovered when, in a later sample of the sink's
@@ -35,8 +37,10 @@ import urllib.error
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 SAMPLE_S = 0.5
-KINDS = ("worker_kill", "leader_kill", "coordinator_kill", "sink_failure", "proxy_cut")
+KINDS = ("worker_kill", "leader_kill", "coordinator_kill", "sink_failure", "proxy_cut", "uploader_kill")
 _TP = re.compile(r"(.+?)(?:-|\[)(\d+)\]?$")
 
 
@@ -74,11 +78,11 @@ class Sampler(threading.Thread):
         self.samples = 0
 
     def sample(self) -> dict:
-        counts = self.reader.read()
+        distinct, per_partition = self.reader.progress()
         kept = self.ledger.counts()["kept"]
-        lag = max(0, kept - len(counts))
+        lag = max(0, kept - distinct)
         self.peak_lag = max(self.peak_lag, lag)
-        return {"delivered": dict(self.reader.per_partition), "lag": lag, "commits": 0.0}
+        return {"delivered": per_partition, "lag": lag, "commits": 0.0}
 
     def run(self) -> None:
         while not self.halt.wait(SAMPLE_S):
@@ -238,6 +242,23 @@ class Injector:
             self.halt.wait(self.window_s)
         finally:
             self.fail_file.unlink(missing_ok=True)
+        self.faults.end(fault)
+
+    def uploader_kill(self) -> None:
+        from bench._chaos_spark import uploader
+        proc = uploader(self.daemon.pid)
+        if proc is None:   # being restarted: that is a kill already under way
+            return
+        try:
+            family = [proc, *proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        fault = self.faults.begin("uploader_kill", self.all, f"uploader pid {proc.pid}")
+        for p in family:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
         self.faults.end(fault)
 
     def proxy_cut(self) -> None:

@@ -62,9 +62,18 @@ class OutputReader:
             self.positions[key] = start + end
         return self.counts
 
+    def progress(self) -> tuple[int, dict]:
+        """(distinct records in the files, lines per partition), for the sampler."""
+        counts = self.read()
+        return len(counts), dict(self.per_partition)
+
     def covers(self, expected: set) -> bool:
         counts = self.read()
         return all(k in counts for k in expected)
+
+    def final(self) -> Counter:
+        """Every line of the files, read afresh: (topic, partition, offset) -> count."""
+        return OutputReader(self.directory).read()
 
 
 def compare(fates: dict, delivered: Counter) -> dict:

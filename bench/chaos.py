@@ -1,25 +1,29 @@
 """The chaos run: no loss, no duplicates, no aborted record delivered, while everything breaks.
 
     .venv/bin/python bench/chaos.py --records 1000000 --duration 600 --json chaos.json
+    .venv/bin/python bench/chaos.py --sink spark --records 1000000 --duration 600 --json chaos-spark.json
 
 On a three-node Apache Kafka cluster (bench/_chaos_cluster.py: the daemon reaches it through a
 cutting proxy) two producers write ``--records`` records over ``--duration`` seconds
 (bench/_chaos_produce.py: lz4 and idempotent on one topic, zstd and transactional on the other,
 about 5 % inside aborted transactions, about 10 % carrying the header the rule drops).
 ``kdaemon run`` consumes both topics with 3 workers, ``isolation_level = "read_committed"``, the
-header rule, and the jsonl sink wrapped by bench/_chaos_sink.py, while bench/_chaos_faults.py
-SIGKILLs a worker every 10 s, kills and restarts the broker leading a random partition every
-30 s (the group coordinator's broker once instead), makes the sink fail for 20 s and cuts the
-daemon's connections every 15 s.
+header rule, and the jsonl sink (or with ``--sink spark`` the Spark sink, its uploader on
+``local[2]``) wrapped by bench/_chaos_sink.py, while bench/_chaos_faults.py SIGKILLs a worker
+every 10 s, kills and restarts the broker leading a random partition every 30 s (the group
+coordinator's broker once instead), makes the sink fail for 20 s, cuts the daemon's connections
+every 15 s and, with the Spark sink, SIGKILLs the uploader (and its JVM) at a quarter and at
+two thirds of the run.
 
 When the producers are done the faults stop, every broker runs again, and the daemon drains;
-then the (topic, partition, offset) multiset in the jsonl files is compared with what the
-delivery reports said: produced - filtered - aborted, each exactly once (bench/_chaos_verify.py).
-The figures are printed (and written with ``--json``); the exit code is 1 unless nothing was
-lost, nothing duplicated and no aborted or filtered record delivered.  ``--at-least-once``
-accepts duplicates (still counted), for a sink that promises no more (jsonl with ``dedupe =
-false``: a worker killed between a flush and its commit leaves records its successor writes
-again).
+then the (topic, partition, offset) multiset in the output is compared with what the delivery
+reports said: produced - filtered - aborted, each exactly once (bench/_chaos_verify.py).  The
+jsonl output is read line by line; the Spark output is read back with Spark
+(bench/_chaos_spark.py), as a user would.  The figures are printed (and written with
+``--json``); the exit code is 1 unless nothing was lost, nothing duplicated and no aborted or
+filtered record delivered.  ``--at-least-once`` accepts duplicates (still counted), for a sink
+that promises no more (jsonl with ``dedupe = false``: a worker killed between a flush and its
+commit leaves records its successor writes again).
 
 ``run_chaos(ChaosOptions(...))`` is the same run for tests/chaos/test_chaos_reduced.py.
 """
@@ -47,7 +51,8 @@ from tests.daemon.harness import wait_for  # noqa: E402
 from bench._chaos_faults import FaultLog, Injector, Sampler, Schedule, read_metrics  # noqa: E402
 from bench._chaos_produce import (  # noqa: E402
     HEADER_RULE, Ledger, PlainProducer, TransactionalProducer)
-from bench._chaos_sink import SINK_TYPE  # noqa: E402
+from bench._chaos_sink import SINK_TYPES  # noqa: E402
+from bench._chaos_spark import SparkOutputReader  # noqa: E402
 from bench._chaos_verify import OutputReader, compare, verdict_ok  # noqa: E402
 from tests.daemon.harness import Daemon, daemon_config  # noqa: E402
 
@@ -84,7 +89,7 @@ class ChaosResult:
     workdir: str = ""
 
 
-def _daemon(cluster, root: Path, group: str, fail_file: Path, group_protocol: str) -> Daemon:
+def _daemon(cluster, root: Path, group: str, fail_file: Path, group_protocol: str, sink: str) -> Daemon:
     config = daemon_config(root, cluster.proxied_bootstrap, TOPICS[0], group, workers=WORKERS,
                            filters=[HEADER_RULE], topics=list(TOPICS), metrics_interval_ms=250,
                            sink_retry_backoff_max_ms=2000)
@@ -94,15 +99,23 @@ def _daemon(cluster, root: Path, group: str, fail_file: Path, group_protocol: st
         for key in ("session_timeout_ms", "heartbeat_interval_ms"):
             config["kafka"].pop(key, None)
     config["plugins"] = ["bench._chaos_sink:"]
-    config["sink"] = {"type": SINK_TYPE, "path": str(root / "out"), "fsync": False,
-                      "fail_file": str(fail_file)}
+    if sink == "spark":
+        # Batches of at most 20,000 records or 2 s per partition, uploaded by one local[2]
+        # SparkSession; a worker waits for its upload without heartbeating the supervisor, so
+        # the supervisor's patience (and with it the upload timeout, 0.8 of it) is a minute.
+        config["daemon"].update(heartbeat_timeout_s=60.0, shutdown_timeout_s=60.0)
+        config["sink"] = {"type": SINK_TYPES["spark"], "master": "local[2]", "path": str(root / "out"),
+                          "max_records": 20000, "max_age_s": 2, "fail_file": str(fail_file)}
+    else:
+        config["sink"] = {"type": SINK_TYPES["jsonl"], "path": str(root / "out"), "fsync": False,
+                          "fail_file": str(fail_file)}
     path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return Daemon(root, config, env={"PYTHONPATH": path})
 
 
 def run_chaos(opts: ChaosOptions) -> ChaosResult:
-    if opts.sink != "jsonl":
-        raise ValueError(f"--sink {opts.sink!r}: only jsonl is wired up so far (the Spark phase is not)")
+    if opts.sink not in SINK_TYPES:
+        raise ValueError(f"--sink {opts.sink!r}: expected one of {', '.join(SINK_TYPES)}")
     work = Path(opts.workdir or tempfile.mkdtemp(prefix="kdaemon-chaos-"))
     work.mkdir(parents=True, exist_ok=True)
     rng = random.Random(opts.seed)
@@ -115,7 +128,7 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
         cluster.create_topics(list(TOPICS), PARTITIONS)
         group = f"chaos-{uuid.uuid4().hex[:8]}"
         fail_file = work / "sink-fails-now"
-        daemon = _daemon(cluster, work / "daemon", group, fail_file, opts.group_protocol)
+        daemon = _daemon(cluster, work / "daemon", group, fail_file, opts.group_protocol, opts.sink)
         daemon.start()
         daemon.wait_all_ready(180)
         setup_s = time.monotonic() - t_setup
@@ -130,7 +143,8 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
                                   transactional_id=f"chaos-txn-{uuid.uuid4().hex[:8]}"),
         ]
         faults = FaultLog()
-        reader = OutputReader(Path(daemon.config["sink"]["path"]))
+        out = Path(daemon.config["sink"]["path"])
+        reader = SparkOutputReader(out) if opts.sink == "spark" else OutputReader(out)
         sampler = Sampler(reader, ledger, faults)
         faults.sampler = sampler
         injector = Injector(cluster, daemon, faults, list(TOPICS), PARTITIONS, group, fail_file, rng,
@@ -143,6 +157,10 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
             Schedule("sink-failure", injector.sink_failure, opts.duration_s * opts.sink_failure_at, 0, times=1),
             Schedule("proxy-cut", injector.proxy_cut, opts.proxy_cut_every_s / 2, opts.proxy_cut_every_s),
         ]
+        if opts.sink == "spark":   # twice: at a quarter and at two thirds of the run
+            first = opts.duration_s * 0.25
+            schedules.append(Schedule("uploader-kill", injector.uploader_kill, first,
+                                      opts.duration_s * 0.67 - first, times=2))
         started = time.monotonic()
         sampler.start()
         for t in producers + schedules:
@@ -183,10 +201,11 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
         exit_code = daemon.stop(120) if daemon.alive() else daemon.proc.returncode
         if exit_code != 0:
             errors.append(f"kdaemon exited with {exit_code}")
-        verdict = compare(ledger.fates, OutputReader(reader.directory).read())
+        verdict = compare(ledger.fates, reader.final())
         log = daemon.log()
         figures = {
             "records": opts.records, "duration_s": opts.duration_s, "group_protocol": opts.group_protocol,
+            "sink": opts.sink,
             "at_least_once": opts.at_least_once,
             "produce_s": round(produced_s, 1), "drain_s": round(drain_s, 1), "setup_s": round(setup_s, 1),
             "faults": faults.summary(),
@@ -197,6 +216,7 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
             "peak_lag": int(sampler.peak_lag),
             "proxy_cuts": cluster.proxy.cuts, "proxy_connections": cluster.proxy.connections,
             "sink_refusals_logged": log.count("chaos: the sink is failing on purpose"),
+            "uploader_starts_logged": log.count("started companion spark-uploader"),
             "txn_aborted_on_purpose": producers[1].aborted_on_purpose,
             "txn_aborted_by_error": producers[1].aborted_by_error,
             "txn_commit_retries": producers[1].commit_retries,
@@ -225,7 +245,8 @@ def print_result(r: ChaosResult) -> None:
     print(f"chaos run: {'PASS' if r.ok else 'FAIL'} ({r.workdir})")
     print(f"  records produced {v['produced']:,}: kept {v['kept']:,}, filtered {v['filtered']:,}, "
           f"in aborted transactions {v['aborted']:,}")
-    print(f"  delivered {v['delivered_lines']:,} lines, {v['delivered_distinct']:,} distinct")
+    print(f"  delivered {v['delivered_lines']:,} {'rows' if f.get('sink') == 'spark' else 'lines'}, "
+          f"{v['delivered_distinct']:,} distinct")
     print(f"  lost {v['lost']}, duplicates {v['duplicates']}, aborted delivered {v['aborted_delivered']}, "
           f"filtered delivered {v['filtered_delivered']}, unknown {v['unknown_delivered']}")
     print(f"  faults injected {f['faults_injected']}, worker restarts {f['worker_restarts']}, "
