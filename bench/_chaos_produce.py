@@ -14,8 +14,16 @@ holds each record's exact (topic, partition, offset) from its delivery report to
 fate: ``kept``, ``filtered`` or ``aborted``.  A transaction's records are flushed (their offsets
 known) before it is committed or aborted; one whose commit failed in a way that needs an abort
 is aborted and its records count as aborted, since that is what the log then says.  A delivery
-error outside a transaction, or a fatal producer error, leaves the ledger unable to say what is
-on the log: the run records it as an error and fails rather than guessing.
+error outside a transaction, or a fatal error of the transactional producer, leaves the ledger
+unable to say what is on the log: the run records it as an error and fails rather than guessing.
+
+The idempotent producer alone may fail and be replaced (``MAX_RESTARTS``): librdkafka has been
+seen to raise ``SystemError`` from ``poll`` after some 80 broker and worker kills.  The reports
+of the records it had in flight are lost then, so once the producers are done ``reconcile``
+reads that topic back to its high watermark with librdkafka (no transactions there: the high
+watermark is its end) and adds each record the ledger lacks with the fate its headers give.
+The log is the truth the daemon reads too; the reports are the cross-check, and the figures
+say how many records came from the log instead.
 """
 
 from __future__ import annotations
@@ -23,12 +31,13 @@ from __future__ import annotations
 import random
 import threading
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
 
-from tests.support.produce import Writer
+from tests.support.produce import Writer, consume_all, high_watermarks
 
 KEPT, FILTERED, ABORTED = "kept", "filtered", "aborted"
 DROP_SHARE = 0.10
@@ -38,6 +47,7 @@ ROUTE = "route"
 TIMEOUT_S = 120.0          # one commit/abort/flush may wait out a broker restart
 # librdkafka logs every refused connection while a broker is down: critical only.
 LOG_LEVEL = 2
+MAX_RESTARTS = 3           # of the idempotent producer (see the module doc)
 HEADER_RULE = {"header": ROUTE, "op": "equals", "value": "drop", "action": "drop"}
 
 
@@ -92,7 +102,7 @@ class ProducerThread(threading.Thread):
             self.produce()
         except BaseException as exc:   # reported by the run, which fails
             self.error = exc
-            self.ledger.errors.append(f"{self.name}: {exc!r}")
+            self.ledger.errors.append(f"{self.name}: {exc!r}\n{traceback.format_exc()}")
 
     def _due(self, started: float) -> int:
         return min(self.count, int((time.monotonic() - started) * self.rate) + 1)
@@ -109,22 +119,46 @@ class ProducerThread(threading.Thread):
 
 
 class PlainProducer(ProducerThread):
-    """Idempotent, acks=all, lz4: every delivery report is final."""
+    """Idempotent, acks=all, lz4: every delivery report is final.  If librdkafka fails under it,
+    a new producer goes on (``restarts``, ``incidents``) and the topic needs ``reconcile``."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.restarts = 0
+        self.incidents: list[str] = []
+
+    def _writer(self) -> Writer:
+        return Writer(self.bootstrap, self.topic, "lz4",
+                      **{"acks": "all", "enable.idempotence": True, "linger.ms": 20,
+                         "message.timeout.ms": 300_000, "log_level": LOG_LEVEL})
 
     def produce(self) -> None:
-        writer = Writer(self.bootstrap, self.topic, "lz4",
-                        **{"acks": "all", "enable.idempotence": True, "linger.ms": 20,
-                           "message.timeout.ms": 300_000, "log_level": LOG_LEVEL})
+        writer = self._writer()
 
         def delivered(msg, headers) -> None:
             self.ledger.add((msg.topic(), msg.partition(), msg.offset()), _fate(headers))
 
         started = time.monotonic()
         while self.sent < self.count and not self.halt.is_set():
-            due = self._due(started)
-            while self.sent < due:
-                self._send(writer, delivered)
-            writer.poll(0.05)
+            try:
+                due = self._due(started)
+                while self.sent < due:
+                    self._send(writer, delivered)
+                writer.poll(0.05)
+            except Exception as exc:
+                if self.restarts >= MAX_RESTARTS:
+                    raise
+                self.restarts += 1
+                self.incidents.append(f"{type(exc).__name__}: {exc} (after {self.sent} sends)\n"
+                                      f"{traceback.format_exc()}")
+                # Let the old producer finish what it has in flight (so that it is on the log,
+                # or not, before ``reconcile`` reads it); its reports are not trusted any more.
+                try:
+                    left = writer.flush(TIMEOUT_S)
+                    self.incidents[-1] += f"\nthe abandoned producer's flush left {left} record(s)"
+                except Exception as again:
+                    self.incidents[-1] += f"\nthe abandoned producer's flush failed too: {again!r}"
+                writer = self._writer()
         left = writer.flush(TIMEOUT_S * 2)
         if left or writer.errors:
             raise RuntimeError(f"{left} record(s) undelivered, delivery errors {writer.errors[:5]}: "
@@ -206,3 +240,17 @@ class TransactionalProducer(ProducerThread):
                 if exc.args[0].retriable():
                     continue
                 raise
+
+
+def reconcile(bootstrap: str, topic: str, partitions: int, ledger: Ledger) -> int:
+    """Add to the ledger every record of ``topic`` (a topic without transactions) it lacks,
+    read back to the high watermark; return how many were added."""
+    ends = high_watermarks(bootstrap, topic, partitions)
+    added = 0
+    for p in range(partitions):
+        for r in consume_all(bootstrap, topic, p, 0, ends[p], timeout=600):
+            where = (topic, p, r.offset)
+            if where not in ledger.fates:
+                ledger.add(where, _fate([(k, v) for k, v in r.headers]))
+                added += 1
+    return added

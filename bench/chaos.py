@@ -50,7 +50,7 @@ from bench._chaos_cluster import start_chaos_cluster  # noqa: E402
 from tests.daemon.harness import wait_for  # noqa: E402
 from bench._chaos_faults import FaultLog, Injector, Sampler, Schedule, read_metrics  # noqa: E402
 from bench._chaos_produce import (  # noqa: E402
-    HEADER_RULE, Ledger, PlainProducer, TransactionalProducer)
+    HEADER_RULE, Ledger, PlainProducer, TransactionalProducer, reconcile)
 from bench._chaos_sink import SINK_TYPES  # noqa: E402
 from bench._chaos_spark import SparkOutputReader  # noqa: E402
 from bench._chaos_verify import OutputReader, compare, verdict_ok  # noqa: E402
@@ -187,6 +187,9 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
                 errors.append(f"fault {s.name} failed: {s.error!r}")
         fail_file.unlink(missing_ok=True)
         cluster.revive_all()
+        reconciled = 0
+        if producers[0].restarts:   # reports lost with a replaced producer: ask the log
+            reconciled = reconcile(cluster.bootstrap, TOPICS[0], PARTITIONS, ledger)
         expected = {k for k, fate in ledger.fates.items() if fate == "kept"}
         t_drain = time.monotonic()
         try:
@@ -217,6 +220,8 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
             "proxy_cuts": cluster.proxy.cuts, "proxy_connections": cluster.proxy.connections,
             "sink_refusals_logged": log.count("chaos: the sink is failing on purpose"),
             "uploader_starts_logged": log.count("started companion spark-uploader"),
+            "producer_restarts": producers[0].restarts, "producer_incidents": producers[0].incidents,
+            "records_reconciled_from_log": reconciled,
             "txn_aborted_on_purpose": producers[1].aborted_on_purpose,
             "txn_aborted_by_error": producers[1].aborted_by_error,
             "txn_commit_retries": producers[1].commit_retries,
@@ -256,6 +261,10 @@ def print_result(r: ChaosResult) -> None:
               f"median {s['recovery_s_median']} s, max {s['recovery_s_max']} s")
     print(f"  produce {f['produce_s']} s, drain {f['drain_s']} s; transactions aborted on purpose "
           f"{f['txn_aborted_on_purpose']}, by error {f['txn_aborted_by_error']}")
+    if f.get("producer_restarts"):
+        print(f"  the idempotent producer was replaced {f['producer_restarts']} time(s) "
+              f"({f['producer_incidents'][0].splitlines()[0]}); "
+              f"{f['records_reconciled_from_log']:,} record(s) taken from the log instead of reports")
     if any(v["examples"].values()):
         print(f"  examples: {json.dumps(v['examples'])}")
     for e in r.errors:

@@ -278,6 +278,18 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int,
     return {tp.partition: tp.offset for tp in got}
 
 
+def high_watermarks(bootstrap: str, topic: str, partitions: int, timeout: float = TIMEOUT) -> dict[int, int]:
+    """Each partition's high watermark as librdkafka reads it (ListOffsets): the end of a
+    topic nobody writes to any more and that holds no open transaction."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"kdaemon-tests-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
+                for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
 def consume_all(bootstrap: str, topic: str, partition: int = 0, start: int = 0,
                 end: int | None = None, *, count: int | None = None,
                 isolation_level: str = "read_committed", timeout: float = TIMEOUT,
