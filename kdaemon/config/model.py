@@ -76,6 +76,7 @@ class DaemonSection:
     on_sink_error: str = "retry"
     sink_retry_backoff_ms: int = 200
     sink_retry_backoff_max_ms: int = 30_000
+    sink_probe_max_ms: int = 5_000    # a paused worker probes its sink at least this often
     filter_default: str = "auto"      # keep | drop | auto (the opposite of the last rule's action)
     state_dir: str = "./var/kdaemon"
     metrics_addr: str = "127.0.0.1:9464"

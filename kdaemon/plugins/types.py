@@ -67,13 +67,28 @@ class Sink(Protocol):
     failed (the worker then consumes while the flush is under way and commits when it is done),
     and ``on_partitions_assigned(partitions)``, called when the worker gets partitions (again):
     a sink that remembers what it stored per partition (jsonl's ``dedupe``) reads it afresh
-    (docs/PLUGINS.md, "Sinks")."""
+    (docs/PLUGINS.md, "Sinks").
+
+    While the sink cannot take records (a write or flush failed), the worker pauses every
+    partition and tries again with backoff; ``probe()``, if the sink has it, is a cheap check
+    (no records) returning None when the sink looks able to take records again, else a short
+    reason: the worker calls it every few seconds and tries again as soon as it passes, rather
+    than at the end of a long backoff.  A flush handle whose ``done()``/``wait()`` raises
+    ``SinkUnavailable`` still holds its batch: the worker then calls ``retry()`` on it once the
+    probe passes, instead of reading those records again."""
 
     def write(self, records: Sequence[Record]) -> None: ...
 
     def flush(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+class SinkUnavailable(Exception):
+    """A flush could not be confirmed because the sink is unreachable (the Spark uploader down,
+    say), and the sink still holds the batch: ``retry()`` on the handle sends it again.  Any
+    other exception from a flush means the batch is gone with the sink, which the worker then
+    rebuilds before reading those records again."""
 
 
 class SinkWriteError(Exception):

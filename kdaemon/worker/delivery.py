@@ -6,15 +6,18 @@ header filter or an interceptor).  ``Delivery`` remembers the consumer's positio
 each batch was accepted by the sink (``_written``) and commits those after ``flush()``
 returned.  Records still in a sink's memory are never committed.
 
-What the worker may do next depends on one mode (RUNNING, FLUSHING, RETRYING, REWINDING),
-moved only by the table in kdaemon/worker/modes.py, which says what each mode means.
+What the worker may do next depends on one mode (RUNNING, FLUSHING, RETRYING, STALLED,
+REWINDING), moved only by the table in kdaemon/worker/modes.py, which says what each mode means.
 
-Partitions are paused exactly in RETRYING and REWINDING.  Every wait before trying again is one
-``kdaemon.backoff.Backoff`` (``sink_retry_backoff_ms`` .. ``sink_retry_backoff_max_ms``): each
-failure (write, retry, flush, rebuild) counts one more, and a success resets it — a retried
-write that goes through, or a flush that made records durable.  A rebuilt sink does not reset
-it: a sink that can be rebuilt but still cannot flush (the Spark uploader down) must see growing
-pauses.
+Partitions are paused exactly in RETRYING, STALLED and REWINDING.  Every wait before trying
+again is one ``kdaemon.backoff.Backoff`` (``sink_retry_backoff_ms`` ..
+``sink_retry_backoff_max_ms``): each failure (write, retry, flush, rebuild) counts one more, and
+a success resets it — a retried write that goes through, or a flush that made records durable.
+A rebuilt sink does not reset it: a sink that can be rebuilt but still cannot flush must see
+growing pauses.  A sink with ``probe()`` is also probed on a second, shorter backoff (up to
+``sink_probe_max_ms``), and the worker tries again as soon as the probe passes: a sink back
+after an hour is used within seconds, not at the end of a 30 s pause.  Waiting is quiet
+(kdaemon/worker/stall.py says what is logged).
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ from ..backoff import Backoff
 from ..client.errors import WakeupError
 from ..client.types import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from ..config import DaemonConfig
-from ..plugins.types import Record, SinkWriteError
+from ..plugins.types import Record, SinkUnavailable, SinkWriteError
 from ..sinks.encoding import dead_letter
 from .build import PipelineParts
 from .modes import PAUSED_MODES, DeliveryModes, Event, Mode
 from .stages import WorkerStats, WorkerStop
+from .stall import StallWatch
 
 log = logging.getLogger(__name__)
 _topic_partition = attrgetter("topic", "partition")
@@ -77,6 +81,8 @@ class Delivery:
         self._clock = clock
         d = config.daemon
         self.backoff = Backoff(d.sink_retry_backoff_ms / 1000, d.sink_retry_backoff_max_ms / 1000)
+        self.probe_backoff = Backoff(d.sink_retry_backoff_ms / 1000, d.sink_probe_max_ms / 1000)
+        self.stall = StallWatch(clock)
         self._modes = DeliveryModes()
         self._written: dict[TopicPartition, int] = {}     # positions whose records are in the sink
         self._committed: dict[TopicPartition, int] = {}
@@ -85,7 +91,8 @@ class Delivery:
         self._last_flush = clock()
         self._held: HeldBatch | None = None               # RETRYING only
         self._in_flight: InFlightFlush | None = None      # FLUSHING only
-        self._next_try = 0.0                              # RETRYING and REWINDING
+        self._next_try = 0.0                              # RETRYING, STALLED and REWINDING
+        self._next_probe = 0.0                            # likewise, for a sink with probe()
 
     # -- the table ------------------------------------------------------------------------------
 
@@ -99,9 +106,45 @@ class Delivery:
         # Pausing follows the mode, so it cannot disagree with it.
         if new in PAUSED_MODES and old not in PAUSED_MODES:
             self._set_paused(True)
+            self._next_probe = self._clock() + self.probe_backoff.failure()
         elif old in PAUSED_MODES and new not in PAUSED_MODES:
             self._set_paused(False)
         return new
+
+    def _may_try(self) -> bool:
+        """In a paused mode: is it time to try again?  When the backoff has run out, or earlier
+        once the sink's ``probe()`` (checked on its own shorter schedule) says it answers."""
+        now = self._clock()
+        if now >= self._next_try:
+            return True
+        probe = getattr(self.parts.sink, "probe", None)
+        if probe is None or now < self._next_probe:
+            self.stall.summarize(now)
+            return False
+        try:
+            reason = probe()
+        except Exception as exc:
+            reason = f"the probe raised {type(exc).__name__}: {exc}"
+        if reason is None:
+            return True
+        self._next_probe = now + self.probe_backoff.failure()
+        log.debug("sink probe: %s", reason)
+        self.stall.summarize(now)
+        return False
+
+    def _ok_again(self) -> None:
+        """Records were made durable: the stall (if any) is over."""
+        self.backoff.reset()
+        self.probe_backoff.reset()
+        self.stall.ended()
+
+    def wait_hint(self) -> float:
+        """Seconds until the next thing due in a paused mode (a retry or a probe): the loop
+        may sleep that long in its poll."""
+        due = self._next_try
+        if getattr(self.parts.sink, "probe", None) is not None:
+            due = min(due, self._next_probe)
+        return max(0.0, due - self._clock())
 
     def _set_paused(self, paused: bool) -> None:
         parts = list(self.consumer.assignment())
@@ -117,6 +160,8 @@ class Delivery:
             self._try_rewind()
         elif self.mode is Mode.RETRYING:
             self._retry_held()
+        elif self.mode is Mode.STALLED:
+            self._resend_held_flush()
         elif self.mode is Mode.FLUSHING:
             self._finish_in_flight(block=False)
         return self.mode in PAUSED_MODES
@@ -159,14 +204,14 @@ class Delivery:
         shutdown or on a revocation the next owner reads it again)."""
         if self.mode is Mode.RETRYING:
             return
-        if self.mode is Mode.REWINDING:
-            # A flush failed and the rewind has not happened yet: the sink was closed with
-            # records in it and ``_written`` still counts them.  Nothing is durable beyond the
-            # last commit; committing now (on a revocation or at shutdown) would lose them.
+        if self.mode in (Mode.REWINDING, Mode.STALLED):
+            # A flush failed (or is held by an unreachable sink) and the records written since
+            # the last commit are not durable; ``_written`` still counts them.  Committing now
+            # (on a revocation or at shutdown) would lose them.
             return
         if self.mode is Mode.FLUSHING:
             self._finish_in_flight(block=True)
-            if self.mode is Mode.REWINDING:
+            if self.mode in (Mode.REWINDING, Mode.STALLED):
                 return
         started = time.monotonic()
         if not self._flush_sinks(asynchronously=False)[0]:
@@ -270,14 +315,14 @@ class Delivery:
             return
         # Then hold the batch, stop fetching, and try again with backoff.
         delay = self.backoff.failure()
-        log.warning("sink write failed (%s: %s); pausing consumption and retrying in %.1fs",
-                    type(exc).__name__, exc, delay)
+        self.stall.failed(f"write failed: {type(exc).__name__}: {exc}",
+                          f"the batch of {len(records)} record(s) is held and every partition paused", delay)
         self._held = HeldBatch(records, dead, positions)
         self._next_try = self._clock() + delay
         self._apply(Event.WRITE_FAILED)
 
     def _retry_held(self) -> None:
-        if self._clock() < self._next_try:
+        if not self._may_try():
             return
         held = self._held
         try:
@@ -295,7 +340,8 @@ class Delivery:
             self.stats.sink_errors += 1
             delay = self.backoff.failure()
             self._next_try = self._clock() + delay
-            log.warning("sink still failing (%s: %s); next retry in %.1fs", type(exc).__name__, exc, delay)
+            self._next_probe = self._clock() + self.probe_backoff.failure()
+            self.stall.failed(f"write failed: {type(exc).__name__}: {exc}", "the batch stays held", delay)
             self._apply(Event.WRITE_FAILED)
             return
         self._recovered()
@@ -305,9 +351,8 @@ class Delivery:
         self.flush_and_commit()
 
     def _recovered(self) -> None:
-        log.info("sink recovered; resuming consumption")
         self._held = None
-        self.backoff.reset()
+        self._ok_again()
         self._apply(Event.WRITE_RETRIED)
 
     # -- flushing -------------------------------------------------------------------------------
@@ -343,7 +388,7 @@ class Delivery:
                 # commit soon anyway; do not stop consuming to wait for it.
                 return
             self._finish_in_flight(block=True)
-        if self.mode is Mode.REWINDING:
+        if self.mode in (Mode.REWINDING, Mode.STALLED):
             return
         started = time.monotonic()
         ok, handle = self._flush_sinks(asynchronously=True)
@@ -374,6 +419,15 @@ class Delivery:
                 flight.handle.wait()
             elif not flight.handle.done():
                 return
+        except SinkUnavailable as exc:
+            # The sink keeps the batch: pause, probe, and send the same batch again.
+            self.stats.sink_errors += 1
+            delay = self.backoff.failure()
+            self._next_try = self._clock() + delay
+            self.stall.failed(str(exc), f"its batch of {flight.records} record(s) is kept for another "
+                              "try and every partition paused", delay)
+            self._apply(Event.FLUSH_HELD)
+            return
         except Exception as exc:
             # Its records and everything written after it are dropped with the sink; the
             # rewind to the last commit reads them all again.
@@ -391,8 +445,28 @@ class Delivery:
         self.stats.flushes += 1
         WorkerStats.note(self.stats.flush_seconds, time.monotonic() - started)
         if records:
-            self.backoff.reset()
+            self._ok_again()
         self._commit(positions, only)
+
+    def _resend_held_flush(self) -> None:
+        """STALLED: once the sink answers (or the backoff ran out), send the held batch again."""
+        if not self._may_try():
+            return
+        flight = self._in_flight
+        try:
+            flight.handle.retry()
+        except SinkUnavailable as exc:
+            self.stats.sink_errors += 1
+            delay = self.backoff.failure()
+            self._next_try = self._clock() + delay
+            self._next_probe = self._clock() + self.probe_backoff.failure()
+            self.stall.failed(str(exc), "the batch stays kept", delay)
+            return
+        except Exception as exc:
+            self._in_flight = None
+            self._on_flush_failure(exc)
+            return
+        self._apply(Event.FLUSH_RESENT)
 
     # -- rewinding ------------------------------------------------------------------------------
 
@@ -405,8 +479,9 @@ class Delivery:
         if self.config.daemon.on_sink_error == "stop" or self.parts.make_sink is None:
             raise WorkerStop(f"sink flush failed: {type(exc).__name__}: {exc}") from exc
         delay = self.backoff.failure()
-        log.warning("sink flush failed (%s: %s); rewinding to the last commit and retrying in %.1fs",
-                    type(exc).__name__, exc, delay)
+        self.stall.failed(f"flush failed: {type(exc).__name__}: {exc}",
+                          "what was written since the last commit is read again once the sink is "
+                          "rebuilt (rewinding to the last commit); every partition is paused", delay)
         for obj in (self.parts.sink, self.parts.dlq):
             if obj is not None:
                 try:
@@ -417,7 +492,7 @@ class Delivery:
         self._apply(Event.FLUSH_FAILED)
 
     def _try_rewind(self) -> None:
-        if self._clock() < self._next_try:
+        if not self._may_try():
             return
         try:
             sink = self.parts.make_sink()  # type: ignore[misc]
@@ -425,7 +500,8 @@ class Delivery:
         except Exception as exc:
             delay = self.backoff.failure()
             self._next_try = self._clock() + delay
-            log.warning("sink still unavailable (%s: %s); next try in %.1fs", type(exc).__name__, exc, delay)
+            self._next_probe = self._clock() + self.probe_backoff.failure()
+            self.stall.failed(f"cannot rebuild the sink: {type(exc).__name__}: {exc}", "still paused", delay)
             self._apply(Event.REBUILD_FAILED)
             return
         self.parts.sink, self.parts.dlq = sink, dlq

@@ -12,6 +12,10 @@ state.
   positions are committed when it is confirmed.  One flush in flight at most.
 * RETRYING: a write failed under the ``retry`` policy; the batch is held, every partition is
   paused (nothing is lost and memory stays bounded) and the write is tried again with backoff.
+* STALLED: a ``flush_async`` could not be confirmed because the sink is unreachable
+  (``SinkUnavailable``), and the sink still holds that batch.  Every partition is paused; the
+  sink is probed with backoff and the same batch is sent again (``retry()``) once it answers:
+  nothing is read or staged again while the sink is down, so waiting costs no CPU and no memory.
 * REWINDING: a flush failed; the records written since the last commit may be gone with the
   sink, which is closed.  Every partition is paused until a new sink is built, then each one is
   sought back to its last commit, so those records are read and written again (duplicates in
@@ -32,12 +36,15 @@ class Mode(Enum):
     FLUSHING = "flushing"      # a flush_async is outstanding
     RETRYING = "retrying"      # a batch is held for another write
     REWINDING = "rewinding"    # a flush failed; waiting to rebuild the sink and seek back
+    STALLED = "stalled"        # a flush is held by an unreachable sink; waiting to send it again
 
 
 class Event(Enum):
     FLUSH_STARTED = "flush_started"      # flush_async returned a handle
     FLUSH_CONFIRMED = "flush_confirmed"  # that handle reported success
     FLUSH_FAILED = "flush_failed"        # a flush (sync, async start or confirmation) failed
+    FLUSH_HELD = "flush_held"            # a flush_async handle raised SinkUnavailable: batch kept
+    FLUSH_RESENT = "flush_resent"        # the held flush was sent again (its handle's retry())
     WRITE_FAILED = "write_failed"        # a write failed under the retry policy (or failed again)
     WRITE_RETRIED = "write_retried"      # the held batch went through (bar records the sink refuses)
     REBUILD_FAILED = "rebuild_failed"    # the sink could not be built again yet
@@ -51,6 +58,9 @@ TRANSITIONS: dict[tuple[Mode, Event], Mode] = {
     (M.FLUSHING, E.FLUSH_CONFIRMED): M.RUNNING,
     (M.RUNNING, E.FLUSH_FAILED): M.REWINDING,
     (M.FLUSHING, E.FLUSH_FAILED): M.REWINDING,
+    (M.FLUSHING, E.FLUSH_HELD): M.STALLED,
+    (M.STALLED, E.FLUSH_RESENT): M.FLUSHING,
+    (M.STALLED, E.FLUSH_FAILED): M.REWINDING,      # the held batch is lost after all (retry raised)
     (M.RUNNING, E.WRITE_FAILED): M.RETRYING,       # after the flush before it made earlier writes durable
     (M.RETRYING, E.WRITE_FAILED): M.RETRYING,
     (M.RETRYING, E.WRITE_RETRIED): M.RUNNING,
@@ -58,7 +68,7 @@ TRANSITIONS: dict[tuple[Mode, Event], Mode] = {
     (M.REWINDING, E.REWOUND): M.RUNNING,
 }
 
-PAUSED_MODES = frozenset({M.RETRYING, M.REWINDING})
+PAUSED_MODES = frozenset({M.RETRYING, M.REWINDING, M.STALLED})
 
 
 class IllegalDeliveryTransition(RuntimeError):

@@ -122,9 +122,11 @@ class Worker:
 
     def step(self) -> None:
         if self.delivery.hold():
-            # Retrying a batch or waiting to rewind: every partition is paused; polling only
-            # keeps the group membership alive.
-            self.consumer.poll(min(100, self.config.daemon.poll_timeout_ms))
+            # The sink is down (a held batch, a held flush, a rewind to come): every partition
+            # is paused; polling only keeps the group membership alive, and sleeps until the
+            # next retry or probe is due, so a long stall costs next to no CPU.
+            wait_ms = min(self.config.daemon.poll_timeout_ms, max(10, int(self.delivery.wait_hint() * 1000)))
+            self.consumer.poll(wait_ms)
             if self._on_tick:
                 self._on_tick(self)
             return
@@ -163,6 +165,11 @@ class Worker:
     @property
     def mode(self) -> Mode:
         return self.delivery.mode
+
+    @property
+    def sink_down_s(self) -> float:
+        """How long the sink has been unable to take records (0: it takes them)."""
+        return self.delivery.stall.down_for()
 
     # -- rebalance listener (the consumer calls these inside poll) -------------------------------
 

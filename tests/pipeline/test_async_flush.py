@@ -25,6 +25,16 @@ class Handle:
         self.offsets = offsets
         self.outcome: bool | Exception | None = None   # None: the confirmation has not come yet
         self.waited = 0
+        self.retried = 0
+
+    def retry(self) -> None:
+        """Send the kept batch again (after SinkUnavailable): unconfirmed again, or refused at
+        once while the sink is down (``ProbedSink.down``)."""
+        from kdaemon.plugins.types import SinkUnavailable
+        self.retried += 1
+        if getattr(self.sink, "down", None):
+            raise SinkUnavailable(self.sink.down)
+        self.outcome = None
 
     def confirm(self) -> None:
         self.outcome = True
@@ -68,6 +78,17 @@ class AsyncSink:
     def close(self) -> None:
         self.closed = True
         self.buffer = []
+
+
+class ProbedSink(AsyncSink):
+    """An AsyncSink with ``probe()``: ``down`` says why it cannot take records (None: up)."""
+
+    down: str | None = None
+    probes = 0
+
+    def probe(self) -> str | None:
+        ProbedSink.probes += 1
+        return ProbedSink.down
 
 
 @pytest.fixture
@@ -184,3 +205,64 @@ def test_a_worker_retired_for_good_closes_its_consumer_leaving_the_group(setup):
         worker.request_stop(leave_group=leave)
         worker.shutdown()
         assert consumer.commits[-1] == 40 and consumer.closed_with is expected
+
+
+def test_an_unreachable_sink_keeps_its_batch_and_is_probed_not_read_again(setup, caplog):
+    """SinkUnavailable from a flush handle: the worker pauses and neither rewinds nor reads
+    anything again; it probes the sink, sends the same batch again once the probe passes (not
+    at the end of the backoff), and delivers every record once."""
+    import logging
+
+    from kdaemon.plugins.types import SinkUnavailable
+    from kdaemon.worker.modes import Mode
+    build, handles, sinks, durable = setup
+    config = parse({"kafka": {"bootstrap_servers": "127.0.0.1:1", "group_id": "g"},
+                    "daemon": {"topics": [TOPIC], "flush_interval_ms": 3_600_000, "on_deserialize_error": "skip",
+                               "sink_retry_backoff_ms": 1000, "sink_retry_backoff_max_ms": 600_000,
+                               "sink_probe_max_ms": 4000},
+                    "sink": {"type": "null"}})
+    ProbedSink.down, ProbedSink.probes = "the uploader is not reachable", 0
+    made: list[ProbedSink] = []
+
+    def make_sink():
+        made.append(ProbedSink(durable, handles))
+        return made[-1]
+
+    consumer = ScriptedConsumer(120, durable)
+    identity = lambda t, h, b: b  # noqa: E731
+    parts = PipelineParts(None, identity, identity, [], make_sink(), None, make_sink=make_sink)
+    now = [0.0]
+    worker = Worker(config, parts, consumer, lambda c, w: None, clock=lambda: now[0])
+    caplog.set_level(logging.DEBUG, logger="kdaemon.worker.delivery")
+    for _ in range(4):
+        worker.step()                      # 0..29 in flight, 30..39 buffered
+    handles[0].outcome = SinkUnavailable("the uploader went away")
+    worker.step()
+    assert worker.mode is Mode.STALLED and consumer.paused and consumer.position == 40
+    for step in range(1, 600):             # ten minutes down, a second a step
+        now[0] = float(step)
+        worker.step()
+    assert worker.mode is Mode.STALLED and consumer.position == 40      # nothing read again
+    assert len(made) == 1 and handles[0].retried <= 10                 # no rebuild; retries back off
+    assert 110 <= ProbedSink.probes <= 160                             # about every 4 s (sink_probe_max_ms)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings[0].startswith("sink unavailable (the uploader went away)")
+    assert sum("sink still unavailable after" in w for w in warnings) == 9, warnings   # a summary a minute
+    assert len(warnings) == 10
+    assert worker.delivery.wait_hint() <= 4.0
+    ProbedSink.down = None                 # back: retried at the next probe, not the next backoff
+    tried = handles[0].retried
+    now[0] = 600 + 4.0
+    worker.step()
+    assert handles[0].retried == tried + 1 and worker.mode is Mode.FLUSHING
+    handles[0].confirm()
+    for step in range(605, 700):
+        now[0] = float(step)
+        worker.step()
+        for h in handles:
+            if h.outcome is None:
+                h.confirm()
+    worker.flush_and_commit()
+    assert consumer.commits[-1] == 120 and durable == set(range(120))
+    assert any(r.getMessage().startswith("sink available again after 10m0") for r in caplog.records)
+    assert worker.delivery.stall.down_for() == 0

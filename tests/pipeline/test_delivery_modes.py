@@ -34,12 +34,15 @@ EXPECTED = {
     (M.RETRYING, E.WRITE_RETRIED): M.RUNNING,
     (M.REWINDING, E.REBUILD_FAILED): M.REWINDING,
     (M.REWINDING, E.REWOUND): M.RUNNING,
+    (M.FLUSHING, E.FLUSH_HELD): M.STALLED,
+    (M.STALLED, E.FLUSH_RESENT): M.FLUSHING,
+    (M.STALLED, E.FLUSH_FAILED): M.REWINDING,
 }
 
 
 def test_the_table_is_the_documented_one():
     assert TRANSITIONS == EXPECTED
-    assert PAUSED_MODES == {M.RETRYING, M.REWINDING}
+    assert PAUSED_MODES == {M.RETRYING, M.REWINDING, M.STALLED}
 
 
 @pytest.mark.parametrize(("mode", "event"), sorted(EXPECTED, key=lambda k: (k[0].value, k[1].value)),
@@ -193,3 +196,59 @@ def test_a_failed_flush_rewinds_to_the_last_commit(rig):
         worker.step()
     worker.flush_and_commit()
     assert store == list(range(100)) and consumer.commits[-1] == 100
+
+
+class ProbedSwitchedSink(SwitchedSink):
+    """A SwitchedSink with ``probe()``: the sink is back exactly when writes stop failing."""
+
+    probes = 0
+
+    def probe(self):
+        ProbedSwitchedSink.probes += 1
+        return "the directory is read-only" if self.faults.get("write") else None
+
+
+def test_a_held_batch_goes_through_at_the_first_probe_after_the_sink_is_back(caplog):
+    """A long backoff (here up to ten minutes) does not delay recovery: the probe (every 2 s at
+    most) finds the sink back and the held batch is written at once.  While down, the write
+    itself is tried only as the backoff allows, and the log says it once plus a minute's
+    summary."""
+    import logging
+    config = parse({"kafka": {"bootstrap_servers": "127.0.0.1:1", "group_id": "g"},
+                    "daemon": {"topics": [TOPIC], "flush_interval_ms": 3_600_000, "flush_max_records": 20,
+                               "on_deserialize_error": "skip", "sink_retry_backoff_ms": 1000,
+                               "sink_retry_backoff_max_ms": 600_000, "sink_probe_max_ms": 2000},
+                    "sink": {"type": "null"}})
+    store: list[int] = []
+    durable: set[int] = set()
+    faults: dict = {}
+    now = [0.0]
+    ProbedSwitchedSink.probes = 0
+    consumer = ScriptedConsumer(60, durable)
+    identity = lambda t, h, b: b  # noqa: E731
+    parts = PipelineParts(None, identity, identity, [], ProbedSwitchedSink(store, durable, faults), None,
+                          make_sink=lambda: ProbedSwitchedSink(store, durable, faults))
+    worker = Worker(config, parts, consumer, lambda c, w: None, clock=lambda: now[0])
+    caplog.set_level(logging.WARNING, logger="kdaemon.worker.delivery")
+    worker.step()
+    worker.step()                             # 0..19 committed
+    faults["write"] = True
+    worker.step()                             # 20..29 refused: held
+    for t in range(1, 181):                   # three minutes down
+        now[0] = float(t)
+        worker.step()
+    assert worker.mode is M.RETRYING and consumer.position == 30
+    assert worker.stats.sink_errors <= 9      # 1, 2, 4, ... 128 s: eight tries in three minutes
+    assert 80 <= ProbedSwitchedSink.probes <= 100
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("sink unavailable (write failed: ConnectionError: sink unreachable)")
+    assert [line.split(" (")[0] for line in lines[1:]] == [
+        f"sink still unavailable after {m}m00s" for m in (1, 2, 3)]   # the start, a summary a minute
+    faults["write"] = False
+    now[0] = 182.0
+    worker.step()
+    assert worker.mode is M.RUNNING and consumer.commits[-1] >= 30 and 29 in store
+    for _ in range(10):
+        worker.step()
+    worker.flush_and_commit()
+    assert store == list(range(60)) and consumer.commits[-1] == 60

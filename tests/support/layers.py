@@ -46,6 +46,7 @@ LEAVES: frozenset[str] = frozenset({
     "",           # kdaemon/__init__.py (``__version__``)
     "backoff",    # the one Backoff type
     "exit_codes", # the exit codes workers and the supervisor share
+    "durations",  # how long, as log lines and STATUS= word it
 })
 
 RANK: dict[str, int] = {name: i for i, names in enumerate(LAYERS) for name in names}
