@@ -20,7 +20,8 @@ from kdaemon.config import parse  # noqa: E402
 from kdaemon.plugins.types import Record  # noqa: E402
 from kdaemon.sinks.spark import layout, uploader as uploader_mod  # noqa: E402
 from kdaemon.sinks.spark.layout import BatchId  # noqa: E402
-from kdaemon.sinks.spark.staging import SparkSink, SparkUploadError, validate_settings  # noqa: E402
+from kdaemon.sinks.spark.staging import (SparkSink, SparkUploadError, UploaderUnavailable,  # noqa: E402
+                                          validate_settings)
 from kdaemon.sinks.spark.uploader import Request, Uploader  # noqa: E402
 from kdaemon.sinks.spark.wire import UploadReply, UploadRequest, parse_line  # noqa: E402
 from kdaemon.worker.build import PipelineParts  # noqa: E402
@@ -342,11 +343,19 @@ class _HeldUploader:
             if ok is None:
                 break
             while b"\n" not in buf:
-                buf += conn.recv(65536)
+                data = conn.recv(65536)
+                if not data:   # a probe's connection, or the worker gave up on this one
+                    conn.close()
+                    conn, _ = self.server.accept()
+                    buf = b""
+                buf += data
             line, buf = buf.split(b"\n", 1)
             req = UploadRequest.decode(parse_line(line))
             self.requests.append(req)
-            conn.sendall(UploadReply(req.id, ok, None if ok else "disk full").encode())
+            if ok == "transient":
+                conn.sendall(UploadReply(req.id, False, "Py4JJavaError: master lost", transient=True).encode())
+            else:
+                conn.sendall(UploadReply(req.id, ok, None if ok else "disk full").encode())
         conn.close()
 
     def stop(self) -> None:
@@ -391,3 +400,46 @@ def test_flush_async_returns_before_the_upload_is_confirmed(tmp_path):
     finally:
         up.stop()
         sink.close()
+
+
+def test_an_unreachable_uploader_keeps_the_staged_batch_until_it_is_back(tmp_path):
+    """Nobody listens: the handle says the uploader is unavailable (not a final failure), the
+    staged file stays, probe() says why; once an uploader listens, retry() sends the same
+    batch and its confirmation commits it."""
+    sock = tmp_path / "up.sock"
+    sink = SparkSink({"type": "spark", "path": str(tmp_path / "out"), "socket": str(sock)}, str(tmp_path / "state"))
+    up = None
+    try:
+        sink.write(_records(0, range(0, 5)))
+        handle = sink.flush_async()
+        with pytest.raises(UploaderUnavailable, match="not reachable"):
+            handle.done()
+        with pytest.raises(UploaderUnavailable):
+            handle.wait()
+        staged = os.listdir(sink.staging)
+        assert len(staged) == 1
+        assert "not reachable" in sink.probe()
+        up = _HeldUploader(sock)
+        assert sink.probe() is None
+        handle.retry()
+        up.answers.put("transient")        # the job failed (Spark), not the batch: kept again
+        assert _until(lambda: _raises(handle.done, UploaderUnavailable))
+        assert os.listdir(sink.staging) == staged
+        handle.retry()
+        up.answers.put(True)
+        assert _until(handle.done)
+        assert [(r.first, r.last) for r in up.requests] == [(0, 4), (0, 4)]   # the same batch twice
+        assert not os.listdir(sink.staging)
+        assert sink.commit_metadata(TOPIC, 0) == f"spark:{BatchId(0, 0, 4).name}"
+    finally:
+        if up is not None:
+            up.stop()
+        sink.close()
+
+
+def _raises(call, exc_type) -> bool:
+    try:
+        call()
+    except exc_type:
+        return True
+    return False

@@ -17,9 +17,11 @@ def test_request_round_trip():
 
 
 def test_reply_round_trip():
-    for reply in (UploadReply(3, True), UploadReply(4, False, "disk full")):
+    for reply in (UploadReply(3, True), UploadReply(4, False, "disk full"),
+                  UploadReply(5, False, "Py4JJavaError: master lost", transient=True)):
         assert UploadReply.decode(reply.encode()[:-1]) == reply
     assert b"error" not in UploadReply(3, True).encode()
+    assert b"transient" not in UploadReply(4, False, "disk full").encode()
 
 
 @pytest.mark.parametrize("line, exc, says", [

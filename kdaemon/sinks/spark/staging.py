@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...plugins.types import Record
+from ...plugins.types import Record, SinkUnavailable
 from .layout import BatchId
 from .wire import UploadReply, UploadRequest, socket_path, staging_root
 
@@ -94,6 +94,12 @@ class SparkUploadError(Exception):
     """The uploader did not confirm a batch: nothing of it may be committed."""
 
 
+class UploaderUnavailable(SparkUploadError, SinkUnavailable):
+    """The uploader could not be reached, went away before confirming, or its Spark job failed
+    (a master down, say): the staged files are kept and ``PendingUpload.retry`` sends them
+    again.  Re-sending a batch the uploader did write is harmless: its manifest says so."""
+
+
 def _as_bytes(v) -> bytes | None:
     if v is None or isinstance(v, bytes):
         return v
@@ -141,7 +147,7 @@ class UploaderClient:
                 s.connect(self.path)
             except OSError as exc:
                 s.close()
-                raise SparkUploadError(f"the Spark uploader is not reachable at {self.path}: {exc.strerror or exc}") from None
+                raise UploaderUnavailable(f"the Spark uploader is not reachable at {self.path}: {exc.strerror or exc}") from None
             self._sock = s
         return self._sock
 
@@ -157,15 +163,15 @@ class UploaderClient:
                 sock.sendall(UploadRequest(id=self._next_id, **req).encode())
         except OSError as exc:
             self.close()
-            raise SparkUploadError(f"the Spark uploader did not take the upload: {exc}") from None
+            raise UploaderUnavailable(f"the Spark uploader did not take the upload: {exc}") from None
         return ids
 
-    def collect(self, ids: set[int], errors: list[str], timeout_s: float) -> None:
+    def collect(self, ids: set[int], errors: list[UploadReply], timeout_s: float) -> None:
         """Read confirmations for up to ``timeout_s`` (0: only what has arrived), removing the
-        confirmed ids from ``ids`` and adding failures to ``errors``."""
+        confirmed ids from ``ids`` and adding the replies that say a batch failed to ``errors``."""
         sock = self._sock
         if sock is None:
-            raise SparkUploadError("the connection to the Spark uploader was closed before it confirmed")
+            raise UploaderUnavailable("the connection to the Spark uploader was closed before it confirmed")
         deadline = time.monotonic() + timeout_s
         try:
             while ids:
@@ -178,17 +184,17 @@ class UploaderClient:
                 finally:
                     sock.settimeout(self.timeout)
                 if not chunk:
-                    raise SparkUploadError("the Spark uploader closed the connection before confirming")
+                    raise UploaderUnavailable("the Spark uploader closed the connection before confirming")
                 self._buf += chunk
                 *lines, self._buf = self._buf.split(b"\n")
                 for line in lines:
                     reply = UploadReply.decode(line)
                     ids.discard(reply.id)
                     if not reply.ok:
-                        errors.append(reply.error or "unknown error")
+                        errors.append(reply)
         except (OSError, ValueError) as exc:
             self.close()
-            raise SparkUploadError(f"the Spark uploader did not confirm the upload: {exc}") from None
+            raise UploaderUnavailable(f"the Spark uploader did not confirm the upload: {exc}") from None
         except SparkUploadError:
             self.close()
             raise
@@ -280,8 +286,10 @@ class SparkSink:
 
         The worker keeps consuming into fresh buffers while Spark writes these, and commits
         the positions it noted at this call once the returned handle reports success.  The
-        buffers are emptied now: if the upload then fails, the worker rebuilds the sink and
-        rewinds to its last commit, so those records are read again."""
+        buffers are emptied now.  If the uploader cannot be reached (or goes away, or its job
+        fails), the handle raises ``UploaderUnavailable`` and keeps the staged files for
+        ``retry``; any other failure drops them, and the worker rebuilds the sink and rewinds
+        to its last commit, so those records are read again."""
         self._refuse_if_closed("flush")
         if self._pending is not None and not self._pending.finished:
             self._pending.wait()   # one upload in flight at most; raises if it failed
@@ -301,13 +309,26 @@ class SparkSink:
                 files.append(path)
                 requests.append({"file": path, "topic": topic, "partition": partition,
                                  "first": batch.first, "last": batch.last, "rows": table.num_rows})
-            ids = self.client.send(requests)
         except BaseException:
             _unlink_all(files)
             raise
         self._buffers.clear()
-        self._pending = PendingUpload(self, ids, requests, files)
+        self._pending = PendingUpload(self, requests, files)
+        self._pending.send()
         return self._pending
+
+    def probe(self) -> str | None:
+        """None if the uploader accepts a connection (it listens from its start, and queues
+        uploads while its Spark session comes up), else why not.  Costs one connect."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(1.0)
+        try:
+            s.connect(self.client.path)
+        except OSError as exc:
+            return f"the Spark uploader is not reachable at {self.client.path}: {exc.strerror or exc}"
+        finally:
+            s.close()
+        return None
 
     def _confirmed(self, requests: list[dict]) -> None:
         for req in requests:
@@ -328,20 +349,45 @@ class SparkSink:
 
 
 class PendingUpload:
-    """One ``flush_async``: its staged files and the uploader's confirmations still owed."""
+    """One ``flush_async``: its staged files and the uploader's confirmations still owed.
 
-    def __init__(self, sink: SparkSink | None, ids: set[int], requests: list[dict], files: list[str]) -> None:
+    ``done()``/``wait()`` raise ``UploaderUnavailable`` while the uploader cannot confirm; the
+    staged files are kept then, and ``retry()`` sends the same requests again.  Any other
+    failure is final: the files are removed and every later call raises it again."""
+
+    def __init__(self, sink: SparkSink | None, requests: list[dict], files: list[str]) -> None:
         self._sink = sink
-        self._ids = ids
         self._requests = requests
         self._files = files
-        self._errors: list[str] = []
+        self._ids: set[int] = set()
+        self._errors: list[UploadReply] = []
+        self._unavailable: UploaderUnavailable | None = None   # kept files, waiting for retry()
         self._failure: BaseException | None = None
-        self.finished = not ids
+        self.finished = not requests
 
     @classmethod
     def confirmed(cls) -> "PendingUpload":
-        return cls(None, set(), [], [])
+        return cls(None, [], [])
+
+    def send(self) -> None:
+        """Send every request (again); an unreachable uploader is remembered, not raised, so
+        the worker hears of it from ``done()`` like any other unconfirmed upload."""
+        self._unavailable = None
+        self._errors = []
+        try:
+            self._ids = self._sink.client.send(self._requests)
+        except UploaderUnavailable as exc:
+            self._unavailable = exc
+
+    def retry(self) -> None:
+        """Send the kept batch again (after ``UploaderUnavailable``)."""
+        if self._failure is not None:
+            raise self._failure
+        missing = [f for f in self._files if not os.path.exists(f)]
+        if missing:
+            self._fail(SparkUploadError(f"the staged batch {missing[0]} is gone; the records are read again"))
+        self._sink._refuse_if_closed("retry an upload of")
+        self.send()
 
     def done(self) -> bool:
         """True once every batch is confirmed; raises if the upload failed.  Never blocks."""
@@ -351,19 +397,31 @@ class PendingUpload:
         """Block until confirmed (at most the upload timeout); raise if it failed."""
         timeout = self._sink.client.timeout if self._sink is not None else 0.0
         if not self._advance(timeout):
-            self._fail(SparkUploadError(f"the Spark uploader did not confirm the upload within {timeout:.0f}s"))
+            self._unavailable = UploaderUnavailable(
+                f"the Spark uploader did not confirm the upload within {timeout:.0f}s")
+            self._sink.client.close()   # a late confirmation must not be read as the next one
+            raise self._unavailable
 
     def _advance(self, timeout_s: float) -> bool:
         if self._failure is not None:
             raise self._failure
         if self.finished:
             return True
+        if self._unavailable is not None:
+            raise self._unavailable
         try:
             self._sink.client.collect(self._ids, self._errors, timeout_s)
-        except SparkUploadError as exc:
-            self._fail(exc)
+        except UploaderUnavailable as exc:
+            self._unavailable = exc
+            raise
         if self._errors:
-            self._fail(SparkUploadError(f"the Spark upload failed: {self._errors[0]}"))
+            reply = self._errors[0]
+            if reply.transient:
+                # The job failed (Spark's master or executors, say), not the batch: try again.
+                self._unavailable = UploaderUnavailable(f"the Spark upload failed: {reply.error}")
+                self._sink.client.close()   # the other replies of this attempt are moot
+                raise self._unavailable
+            self._fail(SparkUploadError(f"the Spark upload failed: {reply.error or 'unknown error'}"))
         if self._ids:
             return False
         self.finished = True

@@ -46,12 +46,15 @@ import pyarrow.parquet as pq
 
 from . import layout
 from .layout import BatchId
-from .writer import SparkStartError, SparkWriter, first_line
+from ...backoff import Backoff
+from ...durations import duration
+from .writer import SparkStartError, SparkWriter, check_master_reachable, first_line
 from .wire import UploadReply, UploadRequest, parse_line, sink_state_dir, socket_path, staging_root
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
 COALESCE_S = 0.2
+MASTER_CHECK_MAX_S = 5.0
 MAX_REQUESTS_PER_JOB = 256
 EXIT_CANNOT_START = 1
 EXIT_BAD_SETTINGS = 2
@@ -110,6 +113,8 @@ class Uploader:
             os.unlink(self.socket_path)
         except FileNotFoundError:
             pass
+        if not self._wait_for_master():
+            return 0
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             server.bind(self.socket_path)
@@ -153,6 +158,36 @@ class Uploader:
 
     def _request_stop(self) -> None:
         self._stop = True
+
+    def _wait_for_master(self) -> bool:
+        """A ``spark://`` or ``sc://`` master nobody answers at: wait for it here, without a
+        socket, so the workers' probes fail and they hold their batches quietly; exiting
+        instead had the supervisor start a new uploader (and log two errors) every 30 s for
+        as long as the master was down.  Checked every ``MASTER_CHECK_MAX_S`` at most, so
+        uploads resume within seconds of the master's return.  False if asked to stop."""
+        backoff = Backoff(0.5, MASTER_CHECK_MAX_S)
+        since = time.monotonic()
+        next_summary = since + 60.0
+        while not self._stop:
+            try:
+                check_master_reachable(self.writer.master)
+            except SparkStartError as exc:
+                now = time.monotonic()
+                if backoff.failures == 0:
+                    log.error("%s; waiting for it (the workers hold their batches meanwhile)", exc)
+                elif now >= next_summary:
+                    next_summary = now + 60.0
+                    log.warning("the Spark master %s is still not reachable after %s", self.writer.master,
+                                duration(now - since))
+                deadline = now + backoff.failure()
+                while not self._stop and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                continue
+            if backoff.failures:
+                log.info("the Spark master %s is reachable again after %s", self.writer.master,
+                         duration(time.monotonic() - since))
+            return True
+        return False
 
     def _everyone_waiting(self) -> bool:
         waiting = {r.conn for r in self._queue}
@@ -223,10 +258,10 @@ class Uploader:
         except OSError:
             self._drop(conn)
 
-    def _reply(self, req: Request, ok: bool, error: str | None = None) -> None:
+    def _reply(self, req: Request, ok: bool, error: str | None = None, transient: bool = False) -> None:
         if req.conn is None or req.conn.fileno() < 0:
             return
-        self._send(req.conn, UploadReply(req.id, ok, error))
+        self._send(req.conn, UploadReply(req.id, ok, error, transient))
 
     # -- one job --------------------------------------------------------------------------------
 
@@ -238,7 +273,7 @@ class Uploader:
             log.error("Spark upload of %d batch(es) failed: %s: %s", len(requests), type(exc).__name__,
                       first_line(exc))
             for req in requests:
-                self._reply(req, False, f"{type(exc).__name__}: {first_line(exc)}"[:2000])
+                self._reply(req, False, f"{type(exc).__name__}: {first_line(exc)}"[:2000], transient=True)
             return
         self.jobs += 1
         failed = [r for r in requests if r.error is not None]

@@ -65,16 +65,22 @@ class UploadRequest:
 
 @dataclass(frozen=True)
 class UploadReply:
-    """The batch of request ``id`` is in the output (``ok``), or ``error`` says why not."""
+    """The batch of request ``id`` is in the output (``ok``), or ``error`` says why not.
+    ``transient``: the job failed, not this batch (Spark's master or executors): the worker
+    keeps the staged file and sends it again; otherwise the batch itself cannot be uploaded
+    (its file unreadable) and the worker reads its records again."""
 
     id: int
     ok: bool
     error: str | None = None
+    transient: bool = False
 
     def encode(self) -> bytes:
         msg = {"id": self.id, "ok": self.ok}
         if self.error:
             msg["error"] = self.error
+        if self.transient:
+            msg["transient"] = True
         return json.dumps(msg).encode() + b"\n"
 
     @classmethod
@@ -82,7 +88,7 @@ class UploadReply:
         msg = json.loads(line)
         if not isinstance(msg, dict) or "id" not in msg or "ok" not in msg:
             raise ValueError(f"not an upload reply: {line[:200]!r}")
-        return cls(int(msg["id"]), bool(msg["ok"]), msg.get("error"))
+        return cls(int(msg["id"]), bool(msg["ok"]), msg.get("error"), bool(msg.get("transient", False)))
 
 
 def parse_line(line: bytes) -> dict:
