@@ -245,6 +245,26 @@ class JsonlSink:
         except OSError as exc:
             raise self._fail("close", exc, had_pending) from exc
 
+    def probe(self) -> str | None:
+        """None if a file can be created in the directory (what a write needs next: a new
+        file after a rotation or a rebuild), else why not.  A probe file, created and removed."""
+        path = os.path.join(self.directory, f".{self.prefix}-probe-{os.getpid()}")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            return f"cannot create a file in {self.directory}: {exc.strerror or exc}"
+        try:
+            os.write(fd, b"\n")   # a full disk refuses a byte, not always a name
+        except OSError as exc:
+            return f"cannot write in {self.directory}: {exc.strerror or exc}"
+        finally:
+            os.close(fd)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        return None
+
     def _check_usable(self, action: str) -> None:
         if self._broken:
             raise JsonlWriteError(self._broken)

@@ -456,6 +456,21 @@ def test_missing_directory_on_write(tmp_path):
     assert read_records(d) == [rec(0)]
 
 
+def test_probe_says_whether_a_file_can_be_created(tmp_path):
+    d = tmp_path / "out"
+    sink = JsonlSink(d)
+    assert sink.probe() is None
+    assert os.listdir(d) == []             # the probe file is gone again
+    os.rmdir(d)                            # the directory went away: as unwritable as it gets
+    reason = sink.probe()
+    assert reason.startswith(f"cannot create a file in {d}") and "No such file" in reason
+    os.mkdir(d)
+    assert sink.probe() is None
+    sink.write([rec(0)])
+    sink.close()
+    assert read_records(d) == [rec(0)]
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
 def test_read_only_directory(tmp_path):
     sink = JsonlSink(tmp_path, max_bytes=1)
