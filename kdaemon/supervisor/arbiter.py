@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ..backoff import Backoff
 from ..config import ConfigError, DaemonConfig, load
+from ..durations import duration
 from ..exit_codes import EXIT_BOOT_FAILURE, EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_STOPPED_ON_ERROR
 from ..plugins.manager import PluginManager
 from . import sdnotify
@@ -54,6 +55,7 @@ class WorkerProc:
     assigned: int = 0
     lag: int = 0
     delivered: int = 0
+    sink_down_s: float = 0.0          # from its heartbeats: how long its sink has been down
     stopping: bool = False
     retiring: bool = False     # stopping for good (the pool shrank): it leaves the group for good
     stop_sent_at: float | None = None
@@ -231,6 +233,7 @@ class Arbiter:
         for beat in proc.reader.feed(data):
             proc.last_heartbeat = now
             proc.assigned, proc.lag, proc.delivered = beat.assigned, beat.lag, beat.delivered
+            proc.sink_down_s = beat.sink_down_s
             if beat.member_id is not None:
                 proc.member_id, proc.group_protocol = beat.member_id, beat.group_protocol
             if beat.partitions is not None:
@@ -573,8 +576,11 @@ class Arbiter:
             self._next_status = now + 5.0
             running = [w for w in self.workers.values() if not w.stopping]
             lag = sum(w.lag for w in running)
+            down = [w.sink_down_s for w in running if w.sink_down_s]
+            stalled = (f", sink down {duration(max(down))} on {len(down)} worker(s), partitions paused"
+                       if down else "")
             sdnotify.notify(f"STATUS={sum(w.ready for w in running)}/{self.target} workers ready, "
-                            f"{sum(w.assigned for w in running)} partitions, lag {lag}")
+                            f"{sum(w.assigned for w in running)} partitions, lag {lag}{stalled}")
         if self._watchdog is not None and now >= self._next_watchdog:
             live = all(now - w.last_heartbeat <= self.config.daemon.heartbeat_timeout_s
                        for w in self.workers.values() if not w.stopping)

@@ -63,7 +63,8 @@ class Heartbeat:
         self._member_id = member_now
         self._send(WorkerHeartbeat(ready, len(m.partitions), lag, sum(worker.stats.delivered.values()),
                                    generation, partitions, member_id,
-                                   consumer.config.group_protocol if member_id is not None else None))
+                                   consumer.config.group_protocol if member_id is not None else None,
+                                   worker.sink_down_s))
 
     def waiting(self) -> None:
         """Alive but not built yet (waiting for a broker before the worker exists)."""

@@ -33,6 +33,8 @@ class WorkerHeartbeat:
     # release a static membership it left behind (worker.main.release_predecessor).
     member_id: str | None = None
     group_protocol: str | None = None
+    # Seconds the worker's sink has been unable to take records (0: fine), for STATUS=.
+    sink_down_s: float = 0.0
 
     def encode(self) -> bytes:
         msg = asdict(self)
@@ -42,6 +44,10 @@ class WorkerHeartbeat:
             msg["partitions"] = list(self.partitions)
         if self.member_id is None:
             del msg["member_id"], msg["group_protocol"]
+        if not self.sink_down_s:
+            del msg["sink_down_s"]
+        else:
+            msg["sink_down_s"] = round(self.sink_down_s, 1)
         return json.dumps(msg).encode() + b"\n"
 
     @classmethod
@@ -56,7 +62,8 @@ class WorkerHeartbeat:
                        None if msg.get("generation") is None else int(msg["generation"]),
                        None if partitions is None else tuple(str(p) for p in partitions),
                        None if msg.get("member_id") is None else str(msg["member_id"]),
-                       None if msg.get("group_protocol") is None else str(msg["group_protocol"]))
+                       None if msg.get("group_protocol") is None else str(msg["group_protocol"]),
+                       float(msg.get("sink_down_s") or 0.0))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"a heartbeat without a valid {exc}") from None
 

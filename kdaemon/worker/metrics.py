@@ -39,6 +39,10 @@ PLUGIN_ERRORS = Counter("kdaemon_plugin_errors_total", "Exceptions raised by plu
 SINK_ERRORS = Counter("kdaemon_sink_errors_total", "Failed sink writes or flushes")
 COMMITS = Counter("kdaemon_commits_total", "Successful offset commits")
 ASSIGNED = Gauge("kdaemon_assigned_partitions", "Partitions assigned to live workers", multiprocess_mode="livesum")
+SINK_DOWN = Gauge("kdaemon_sink_down_seconds", "How long the sink has been unable to take records (0: it is up); "
+                  "the longest over live workers", multiprocess_mode="livemax")
+SINK_DOWN_WORKERS = Gauge("kdaemon_sink_down_workers", "Live workers whose sink cannot take records (partitions paused)",
+                          multiprocess_mode="livesum")
 
 
 class WorkerMetrics:
@@ -83,6 +87,9 @@ class WorkerMetrics:
             LAG.labels(*labels).set(0)
         self._lag_labels = lag_labels
         ASSIGNED.set(len(consumer_metrics.partitions))
+        down = worker.sink_down_s
+        SINK_DOWN.set(down)
+        SINK_DOWN_WORKERS.set(1 if down else 0)
         for (tp, stage), n in stats.dlq.items():
             d = self._delta(("dlq", tp, stage), n)
             if d:

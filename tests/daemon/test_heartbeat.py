@@ -16,12 +16,14 @@ def test_round_trip_with_and_without_the_assignment():
     member = WorkerHeartbeat(True, 2, 0, 5, generation=3, partitions=("t-0",), member_id="AbCdEfGhIjKlMnOpQrStUv")
     # A KIP-848 member's id before it joined: no assignment yet, the id alone.
     joining = WorkerHeartbeat(False, 0, 0, 0, member_id="AbCdEfGhIjKlMnOpQrStUv", group_protocol="consumer")
-    for beat in (plain, assigned, unknown_generation, member, joining):
+    stalled = WorkerHeartbeat(True, 4, 900, 1000, sink_down_s=125.5)   # its sink down for 2 minutes
+    for beat in (plain, assigned, unknown_generation, member, joining, stalled):
         line = beat.encode()
         assert line.endswith(b"\n") and line.count(b"\n") == 1
         assert WorkerHeartbeat.decode(line[:-1]) == beat
     assert b"partitions" not in plain.encode()   # only the beat that turns ready carries them
     assert b"member_id" not in plain.encode()
+    assert b"sink_down_s" not in plain.encode()
     assert b"partitions" not in joining.encode() and b'"group_protocol": "consumer"' in joining.encode()
 
 
