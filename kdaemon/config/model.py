@@ -84,6 +84,7 @@ class DaemonSection:
     heartbeat_timeout_s: float = 60.0
     metrics_interval_ms: int = 1000   # how often a worker publishes its /metrics counters
     max_worker_rss_mb: int = 0        # 0: never recycle
+    memory_budget_mb: int = 80        # per worker; 0: no budget (kdaemon/worker/memory.py)
     log_level: str = "INFO"
 
 

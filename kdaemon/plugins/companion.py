@@ -34,12 +34,16 @@ class SinkContext:
     :param heartbeat_timeout_s: ``[daemon] heartbeat_timeout_s``: a worker blocked longer than
         this (in a flush, say) is killed by the supervisor.
     :param log_level: ``[daemon] log_level`` ("DEBUG", "INFO", ...), for companion processes.
+    :param memory_budget_bytes: how much a sink may hold of records in memory (its share of
+        ``[daemon] memory_budget_mb``, kdaemon/worker/memory.py); 0: no budget.  A sink that
+        buffers records keeps its default batch size under it.
     """
 
     state_dir: str
     daemon_id: str
     heartbeat_timeout_s: float
     log_level: str = "INFO"
+    memory_budget_bytes: int = 0
 
 
 @dataclass(frozen=True)

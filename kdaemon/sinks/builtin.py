@@ -20,7 +20,8 @@ def _spark(settings: dict, context: SinkContext | None):
         raise ValueError(f"the spark sink needs the spark extra (pip install 'kdaemon[spark]'): {exc}") from None
     if context is None:
         return SparkSink(settings, _DEFAULT_STATE_DIR)
-    return SparkSink(settings, context.state_dir, heartbeat_timeout_s=context.heartbeat_timeout_s)
+    return SparkSink(settings, context.state_dir, heartbeat_timeout_s=context.heartbeat_timeout_s,
+                     memory_bytes=context.memory_budget_bytes)
 
 
 def _with_validate(factory, validate):

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from ..config import ConfigError, DaemonConfig, FilterConfig
 from ..plugins.companion import SinkContext
 from ..protocol.header_match import HeaderRule, HeaderRules, resolve_default
+from .memory import MemoryShares
 
 
 @dataclass
@@ -60,7 +61,8 @@ def sink_context(config: DaemonConfig) -> SinkContext:
     """What sink factories and companion factories learn about the daemon (one place for it)."""
     d = config.daemon
     return SinkContext(state_dir=os.path.abspath(d.state_dir), daemon_id=d.daemon_id or socket.gethostname(),
-                       heartbeat_timeout_s=d.heartbeat_timeout_s, log_level=d.log_level)
+                       heartbeat_timeout_s=d.heartbeat_timeout_s, log_level=d.log_level,
+                       memory_budget_bytes=MemoryShares.of(d.memory_budget_mb).sink_bytes)
 
 
 def check_against_plugins(config: DaemonConfig, plugins) -> list[str]:

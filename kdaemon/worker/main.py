@@ -29,6 +29,7 @@ from ..config import DaemonConfig
 from ..plugins.manager import PluginManager
 from ..protocol.errors import BrokerError
 from .build import build_pipeline_parts
+from .memory import MemoryShares
 from .pipeline import Worker
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,12 @@ def consumer_options(config: DaemonConfig, parts, *, index: int = 0, static_memb
     if static_members and config.daemon.assignment == "group":
         opts["group_instance_id"] = _instance_id(config, index, opts)
     opts.setdefault("client_id", f"kdaemon-{os.getpid()}")
+    shares = MemoryShares.of(config.daemon.memory_budget_mb)
+    if shares.budget:
+        # Fetched bytes count against the worker's memory budget (worker/memory.py): cap the
+        # response in flight and the fetch-ahead buffer at their shares unless [kafka] set them.
+        opts.setdefault("fetch_max_bytes", shares.fetch_max_bytes)
+        opts.setdefault("fetch_buffer_bytes", shares.fetch_buffer_bytes)
     return opts
 
 

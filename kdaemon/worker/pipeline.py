@@ -26,6 +26,7 @@ from ..config import DaemonConfig
 from ..exit_codes import EXIT_OK, EXIT_STOPPED_ON_ERROR
 from .build import PipelineParts
 from .delivery import Delivery
+from .memory import MemoryWatch, relieve
 from .modes import Mode
 from .stages import Pipeline, StageObserver, WorkerStats, WorkerStop
 
@@ -53,6 +54,8 @@ class Worker:
         self.pipeline = Pipeline(config, parts, self.stats, observer)
         self.delivery = Delivery(config, parts, consumer, self.stats, self.pipeline.on_commit, clock=clock)
         self._subscribe_or_assign = subscribe_or_assign
+        self.memory = MemoryWatch(config.daemon.memory_budget_mb, clock=clock)
+        self._held = False   # the last step found delivery holding (the sink down)
         self._on_tick = on_tick
         self._stopping = False
         self._leave_for_good = False   # set by request_stop(leave_group=True)
@@ -83,6 +86,7 @@ class Worker:
     def run(self) -> int:
         self._subscribe_or_assign(self.consumer, self)
         self._assigned_once = True
+        self.memory.started(f"the {self.config.sink.type} sink")
         code = EXIT_OK
         try:
             while not self._stopping:
@@ -121,7 +125,12 @@ class Worker:
     # -- the loop -------------------------------------------------------------------------------
 
     def step(self) -> None:
-        if self.delivery.hold():
+        self.memory.tick()
+        held = self.delivery.hold()
+        if held and not self._held:
+            relieve()   # what the last batches used is not needed while the sink is down
+        self._held = held
+        if held:
             # The sink is down (a held batch, a held flush, a rewind to come): every partition
             # is paused; polling only keeps the group membership alive, and sleeps until the
             # next retry or probe is due, so a long stall costs next to no CPU.

@@ -46,6 +46,7 @@ VALUE_FORMATS = ("binary", "string", "json")
 # third of the size (measured with pyarrow 26 on 200-byte JSON values).
 STAGING_COMPRESSION = "zstd"
 PARTITION_COLUMNS = ("topic", "partition", "date", "timestamp_type")
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
 
 def validate_settings(settings: dict) -> None:
@@ -207,10 +208,15 @@ class UploaderClient:
 
 
 class SparkSink:
-    def __init__(self, settings: dict, state_dir: str, *, heartbeat_timeout_s: float | None = None) -> None:
+    def __init__(self, settings: dict, state_dir: str, *, heartbeat_timeout_s: float | None = None,
+                 memory_bytes: int = 0) -> None:
         validate_settings(settings)
         self.max_records = int(settings.get("max_records", 100_000))
-        self.max_bytes = int(settings.get("max_bytes", 64 * 1024 * 1024))
+        # Unless [sink] max_bytes says otherwise, a batch is staged before its buffers pass the
+        # sink's share of the worker's memory budget (``memory_bytes``; SinkContext).  The
+        # buffers hold Python objects: about twice the bytes ``_Buffer.size`` counts.
+        default_bytes = DEFAULT_MAX_BYTES if not memory_bytes else min(DEFAULT_MAX_BYTES, memory_bytes // 2)
+        self.max_bytes = int(settings.get("max_bytes", default_bytes))
         self.max_age_s = float(settings.get("max_age_s", 10.0))
         self.staging = os.path.join(staging_root(settings, state_dir), str(os.getpid()))
         _discard_dead_staging(os.path.dirname(self.staging))
