@@ -446,7 +446,22 @@ class Delivery:
         WorkerStats.note(self.stats.flush_seconds, time.monotonic() - started)
         if records:
             self._ok_again()
+        elif self.stall.active and self._probe_passes():
+            # Nothing new to write after a rewind (every record was stored before the failure,
+            # or none has come since): the sink is back when its probe says so.  Without a
+            # probe only a flush that carried records says so; an empty flush succeeds even on
+            # a sink that cannot take records (a Spark sink whose uploader is down).
+            self._ok_again()
         self._commit(positions, only)
+
+    def _probe_passes(self) -> bool:
+        probe = getattr(self.parts.sink, "probe", None)
+        if probe is None:
+            return False
+        try:
+            return probe() is None
+        except Exception:
+            return False
 
     def _resend_held_flush(self) -> None:
         """STALLED: once the sink answers (or the backoff ran out), send the held batch again."""
