@@ -29,7 +29,7 @@ from ..config import DaemonConfig
 from ..plugins.manager import PluginManager
 from ..protocol.errors import BrokerError
 from .build import build_pipeline_parts
-from .memory import MemoryShares
+from .memory import MemoryShares, MemoryWatch
 from .pipeline import Worker
 
 log = logging.getLogger(__name__)
@@ -195,4 +195,5 @@ def make_worker(config: DaemonConfig, *, index: int = 0, workers: int = 1,
         else:
             c.subscribe(list(config.daemon.topics), listener=worker)
 
-    return Worker(config, parts, consumer, subscribe_or_assign, on_tick=on_tick)
+    return Worker(config, parts, consumer, subscribe_or_assign, on_tick=on_tick,
+                  memory=MemoryWatch(config.daemon.memory_budget_mb))

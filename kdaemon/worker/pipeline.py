@@ -46,7 +46,9 @@ class Worker:
     def __init__(self, config: DaemonConfig, parts: PipelineParts, consumer,
                  subscribe_or_assign: Callable, *, clock: Callable[[], float] = time.monotonic,
                  on_tick: Callable[["Worker"], None] | None = None,
-                 observer: StageObserver | None = None) -> None:
+                 observer: StageObserver | None = None, memory: MemoryWatch | None = None) -> None:
+        """``memory``: the worker process's budget watch (``make_worker`` passes one); a Worker
+        run inside another process (a test, a tool) has none: that process's RSS is not its own."""
         self.config = config
         self.parts = parts
         self.consumer = consumer
@@ -54,7 +56,7 @@ class Worker:
         self.pipeline = Pipeline(config, parts, self.stats, observer)
         self.delivery = Delivery(config, parts, consumer, self.stats, self.pipeline.on_commit, clock=clock)
         self._subscribe_or_assign = subscribe_or_assign
-        self.memory = MemoryWatch(config.daemon.memory_budget_mb, clock=clock)
+        self.memory = memory
         self._held = False   # the last step found delivery holding (the sink down)
         self._on_tick = on_tick
         self._stopping = False
@@ -86,7 +88,8 @@ class Worker:
     def run(self) -> int:
         self._subscribe_or_assign(self.consumer, self)
         self._assigned_once = True
-        self.memory.started(f"the {self.config.sink.type} sink")
+        if self.memory is not None:
+            self.memory.started(f"the {self.config.sink.type} sink")
         code = EXIT_OK
         try:
             while not self._stopping:
@@ -125,9 +128,10 @@ class Worker:
     # -- the loop -------------------------------------------------------------------------------
 
     def step(self) -> None:
-        self.memory.tick()
+        if self.memory is not None:
+            self.memory.tick()
         held = self.delivery.hold()
-        if held and not self._held:
+        if held and not self._held and self.memory is not None:
             relieve()   # what the last batches used is not needed while the sink is down
         self._held = held
         if held:

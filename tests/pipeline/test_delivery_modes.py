@@ -240,7 +240,7 @@ def test_a_held_batch_goes_through_at_the_first_probe_after_the_sink_is_back(cap
     assert worker.mode is M.RETRYING and consumer.position == 30
     assert worker.stats.sink_errors <= 9      # 1, 2, 4, ... 128 s: eight tries in three minutes
     assert 80 <= ProbedSwitchedSink.probes <= 100
-    lines = [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in caplog.records if r.name == "kdaemon.worker.delivery"]
     assert lines[0].startswith("sink unavailable (write failed: ConnectionError: sink unreachable)")
     assert [line.split(" (")[0] for line in lines[1:]] == [
         f"sink still unavailable after {m}m00s" for m in (1, 2, 3)]   # the start, a summary a minute

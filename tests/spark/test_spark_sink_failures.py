@@ -68,6 +68,7 @@ def test_bad_master_commits_nothing_then_reload_delivers_exactly_once(broker, sp
     assert "fix [sink] master and reload (SIGHUP)" in error_line
     workers = config["daemon"]["workers"]
     assert 1 <= log.count("sink unavailable (") <= workers, log.count("sink unavailable (")
-    assert log.count("sink available again after") == log.count("sink unavailable (")
+    # A worker the reload's roll stopped while it waited never saw the sink back: at least one did.
+    assert 1 <= log.count("sink available again after") <= log.count("sink unavailable (")
     assert peak < STAGING_LIMIT, f"staging grew to {peak} bytes"
     assert_exact(read_output(spark, out), produced.expected())
