@@ -7,9 +7,9 @@ each batch was accepted by the sink (``_written``) and commits those after ``flu
 returned.  Records still in a sink's memory are never committed.
 
 What the worker may do next depends on one mode (RUNNING, FLUSHING, RETRYING, STALLED,
-REWINDING), moved only by the table in kdaemon/worker/modes.py, which says what each mode means.
+RESENDING, REWINDING), moved only by the table in kdaemon/worker/modes.py, which says what each mode means.
 
-Partitions are paused exactly in RETRYING, STALLED and REWINDING.  Every wait before trying
+Partitions are paused exactly in RETRYING, STALLED, RESENDING and REWINDING.  Every wait before trying
 again is one ``kdaemon.backoff.Backoff`` (``sink_retry_backoff_ms`` ..
 ``sink_retry_backoff_max_ms``): each failure (write, retry, flush, rebuild) counts one more, and
 a success resets it — a retried write that goes through, or a flush that made records durable.
@@ -90,7 +90,7 @@ class Delivery:
         self._unflushed = 0
         self._last_flush = clock()
         self._held: HeldBatch | None = None               # RETRYING only
-        self._in_flight: InFlightFlush | None = None      # FLUSHING only
+        self._in_flight: InFlightFlush | None = None      # FLUSHING, STALLED and RESENDING
         self._next_try = 0.0                              # RETRYING, STALLED and REWINDING
         self._next_probe = 0.0                            # likewise, for a sink with probe()
 
@@ -162,7 +162,7 @@ class Delivery:
             self._retry_held()
         elif self.mode is Mode.STALLED:
             self._resend_held_flush()
-        elif self.mode is Mode.FLUSHING:
+        elif self.mode in (Mode.FLUSHING, Mode.RESENDING):
             self._finish_in_flight(block=False)
         return self.mode in PAUSED_MODES
 
@@ -209,7 +209,7 @@ class Delivery:
             # the last commit are not durable; ``_written`` still counts them.  Committing now
             # (on a revocation or at shutdown) would lose them.
             return
-        if self.mode is Mode.FLUSHING:
+        if self.mode in (Mode.FLUSHING, Mode.RESENDING):
             self._finish_in_flight(block=True)
             if self.mode in (Mode.REWINDING, Mode.STALLED):
                 return

@@ -16,6 +16,9 @@ state.
   (``SinkUnavailable``), and the sink still holds that batch.  Every partition is paused; the
   sink is probed with backoff and the same batch is sent again (``retry()``) once it answers:
   nothing is read or staged again while the sink is down, so waiting costs no CPU and no memory.
+* RESENDING: the held batch was sent again and its confirmation is outstanding.  Partitions
+  stay paused until it comes: a sink that answers a probe and fails again (an uploader that is
+  restarted and killed again) must not let the worker fetch a buffer's worth each time.
 * REWINDING: a flush failed; the records written since the last commit may be gone with the
   sink, which is closed.  Every partition is paused until a new sink is built, then each one is
   sought back to its last commit, so those records are read and written again (duplicates in
@@ -37,6 +40,7 @@ class Mode(Enum):
     RETRYING = "retrying"      # a batch is held for another write
     REWINDING = "rewinding"    # a flush failed; waiting to rebuild the sink and seek back
     STALLED = "stalled"        # a flush is held by an unreachable sink; waiting to send it again
+    RESENDING = "resending"    # the held flush was sent again; waiting for its confirmation
 
 
 class Event(Enum):
@@ -59,7 +63,10 @@ TRANSITIONS: dict[tuple[Mode, Event], Mode] = {
     (M.RUNNING, E.FLUSH_FAILED): M.REWINDING,
     (M.FLUSHING, E.FLUSH_FAILED): M.REWINDING,
     (M.FLUSHING, E.FLUSH_HELD): M.STALLED,
-    (M.STALLED, E.FLUSH_RESENT): M.FLUSHING,
+    (M.STALLED, E.FLUSH_RESENT): M.RESENDING,
+    (M.RESENDING, E.FLUSH_CONFIRMED): M.RUNNING,
+    (M.RESENDING, E.FLUSH_HELD): M.STALLED,
+    (M.RESENDING, E.FLUSH_FAILED): M.REWINDING,
     (M.STALLED, E.FLUSH_FAILED): M.REWINDING,      # the held batch is lost after all (retry raised)
     (M.RUNNING, E.WRITE_FAILED): M.RETRYING,       # after the flush before it made earlier writes durable
     (M.RETRYING, E.WRITE_FAILED): M.RETRYING,
@@ -68,7 +75,7 @@ TRANSITIONS: dict[tuple[Mode, Event], Mode] = {
     (M.REWINDING, E.REWOUND): M.RUNNING,
 }
 
-PAUSED_MODES = frozenset({M.RETRYING, M.REWINDING, M.STALLED})
+PAUSED_MODES = frozenset({M.RETRYING, M.REWINDING, M.STALLED, M.RESENDING})
 
 
 class IllegalDeliveryTransition(RuntimeError):

@@ -255,7 +255,12 @@ def test_an_unreachable_sink_keeps_its_batch_and_is_probed_not_read_again(setup,
     tried = handles[0].retried
     now[0] = 600 + 4.0
     worker.step()
-    assert handles[0].retried == tried + 1 and worker.mode is Mode.FLUSHING
+    # Sent again, and still paused until it is confirmed: a sink that fails again must not
+    # have let the worker read a buffer's worth meanwhile.
+    assert handles[0].retried == tried + 1 and worker.mode is Mode.RESENDING
+    now[0] = 605.0
+    worker.step()
+    assert consumer.paused and consumer.position == 40
     handles[0].confirm()
     for step in range(605, 700):
         now[0] = float(step)
