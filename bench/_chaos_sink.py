@@ -30,6 +30,8 @@ SINK_TYPES = {"jsonl": "chaos_jsonl", "spark": "chaos_spark"}
 SINK_TYPE = SINK_TYPES["jsonl"]
 
 
+REFUSALS_SUFFIX = ".refused"   # <fail_file>.refused: one line per refused write
+
 class FailingWindowSink:
     def __init__(self, inner, fail_file: str) -> None:
         self.inner = inner
@@ -39,6 +41,10 @@ class FailingWindowSink:
     def write(self, records) -> None:
         if os.path.exists(self.fail_file):
             self.refused += 1
+            # Counted in a file beside the trigger (one line a refusal, appended atomically):
+            # the worker logs a stall once, not every refused retry, so the log cannot count them.
+            with open(self.fail_file + REFUSALS_SUFFIX, "a") as fh:
+                fh.write(f"{os.getpid()}\n")
             raise OSError(f"chaos: the sink is failing on purpose while {self.fail_file} exists")
         self.inner.write(records)
 

@@ -51,7 +51,7 @@ from tests.daemon.harness import wait_for  # noqa: E402
 from bench._chaos_faults import FaultLog, Injector, Sampler, Schedule, read_metrics  # noqa: E402
 from bench._chaos_produce import (  # noqa: E402
     HEADER_RULE, Ledger, PlainProducer, TransactionalProducer, reconcile)
-from bench._chaos_sink import SINK_TYPES  # noqa: E402
+from bench._chaos_sink import REFUSALS_SUFFIX, SINK_TYPES  # noqa: E402
 from bench._chaos_spark import SparkOutputReader  # noqa: E402
 from bench._chaos_verify import OutputReader, compare, verdict_ok  # noqa: E402
 from tests.daemon.harness import Daemon, daemon_config  # noqa: E402
@@ -74,6 +74,7 @@ class ChaosOptions:
     proxy_cut_every_s: float = 15.0
     sink_failure_s: float = 20.0
     sink_failure_at: float = 0.35        # of the duration
+    uploader_kills_at: tuple = (0.25, 0.67)   # of the duration (the Spark sink)
     coordinator_at: int = 1              # which broker fault is the coordinator's (0-based)
     drain_timeout_s: float = 300.0
     group_protocol: str = "auto"         # [kafka] group_protocol: auto (consumer on Kafka 4.x) | classic
@@ -157,10 +158,9 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
             Schedule("sink-failure", injector.sink_failure, opts.duration_s * opts.sink_failure_at, 0, times=1),
             Schedule("proxy-cut", injector.proxy_cut, opts.proxy_cut_every_s / 2, opts.proxy_cut_every_s),
         ]
-        if opts.sink == "spark":   # twice: at a quarter and at two thirds of the run
-            first = opts.duration_s * 0.25
-            schedules.append(Schedule("uploader-kill", injector.uploader_kill, first,
-                                      opts.duration_s * 0.67 - first, times=2))
+        if opts.sink == "spark":   # twice: at a quarter and at two thirds of the run, by default
+            first, second = (opts.duration_s * at for at in opts.uploader_kills_at)
+            schedules.append(Schedule("uploader-kill", injector.uploader_kill, first, second - first, times=2))
         started = time.monotonic()
         sampler.start()
         for t in producers + schedules:
@@ -218,7 +218,8 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
             "rebalances": int(last.get("rebalances", 0)),
             "peak_lag": int(sampler.peak_lag),
             "proxy_cuts": cluster.proxy.cuts, "proxy_connections": cluster.proxy.connections,
-            "sink_refusals_logged": log.count("chaos: the sink is failing on purpose"),
+            "sink_refusals": _lines(Path(str(fail_file) + REFUSALS_SUFFIX)),
+            "sink_unavailable_logged": log.count("sink unavailable ("),
             "uploader_starts_logged": log.count("started companion spark-uploader"),
             "producer_restarts": producers[0].restarts, "producer_incidents": producers[0].incidents,
             "records_reconciled_from_log": reconciled,
@@ -243,6 +244,13 @@ def commit_id() -> str:
                               text=True, timeout=10).stdout.strip() or "unknown"
     except OSError:
         return "unknown"
+
+
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
 
 
 def print_result(r: ChaosResult) -> None:
