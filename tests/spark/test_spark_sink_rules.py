@@ -419,6 +419,9 @@ def test_an_unreachable_uploader_keeps_the_staged_batch_until_it_is_back(tmp_pat
         staged = os.listdir(sink.staging)
         assert len(staged) == 1
         assert "not reachable" in sink.probe()
+        with pytest.raises(UploaderUnavailable, match="not reachable"):
+            handle.retry()                 # nobody listens yet: says so at once
+        assert os.listdir(sink.staging) == staged
         up = _HeldUploader(sock)
         assert sink.probe() is None
         handle.retry()

@@ -394,6 +394,8 @@ class PendingUpload:
             self._fail(SparkUploadError(f"the staged batch {missing[0]} is gone; the records are read again"))
         self._sink._refuse_if_closed("retry an upload of")
         self.send()
+        if self._unavailable is not None:
+            raise self._unavailable   # still unreachable: the worker stays paused
 
     def done(self) -> bool:
         """True once every batch is confirmed; raises if the upload failed.  Never blocks."""
