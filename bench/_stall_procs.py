@@ -17,7 +17,6 @@ whose timestamps are wall-clock (``log_events``).
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -25,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from tests.spark.support import dir_size   # one definition of a directory's size
 
 SAMPLE_S = 0.5
 MB = 1024 * 1024            # the daemon's MB (kdaemon/worker/memory.py): MiB
@@ -77,17 +78,6 @@ def _sample(p: psutil.Process) -> tuple[float, float, int, float]:
     with p.oneshot():
         cpu = p.cpu_times()
         return time.time(), cpu.user + cpu.system, p.memory_info().rss, p.create_time()
-
-
-def dir_size(path: Path) -> int:
-    total = 0
-    for dirpath, _, names in os.walk(path):
-        for n in names:
-            try:
-                total += os.lstat(os.path.join(dirpath, n)).st_size
-            except FileNotFoundError:
-                pass
-    return total
 
 
 class ProcessSampler(threading.Thread):
