@@ -117,14 +117,10 @@ class Delivery:
         now = self._clock()
         if now >= self._next_try:
             return True
-        probe = getattr(self.parts.sink, "probe", None)
-        if probe is None or now < self._next_probe:
+        if not self._has_probe() or now < self._next_probe:
             self.stall.summarize(now)
             return False
-        try:
-            reason = probe()
-        except Exception as exc:
-            reason = f"the probe raised {type(exc).__name__}: {exc}"
+        reason = self._probe()
         if reason is None:
             return True
         self._next_probe = now + self.probe_backoff.failure()
@@ -142,7 +138,7 @@ class Delivery:
         """Seconds until the next thing due in a paused mode (a retry or a probe): the loop
         may sleep that long in its poll."""
         due = self._next_try
-        if getattr(self.parts.sink, "probe", None) is not None:
+        if self._has_probe():
             due = min(due, self._next_probe)
         return max(0.0, due - self._clock())
 
@@ -446,7 +442,7 @@ class Delivery:
         WorkerStats.note(self.stats.flush_seconds, time.monotonic() - started)
         if records:
             self._ok_again()
-        elif self.stall.active and self._probe_passes():
+        elif self.stall.active and self._has_probe() and self._probe() is None:
             # Nothing new to write after a rewind (every record was stored before the failure,
             # or none has come since): the sink is back when its probe says so.  Without a
             # probe only a flush that carried records says so; an empty flush succeeds even on
@@ -454,14 +450,16 @@ class Delivery:
             self._ok_again()
         self._commit(positions, only)
 
-    def _probe_passes(self) -> bool:
-        probe = getattr(self.parts.sink, "probe", None)
-        if probe is None:
-            return False
+    def _has_probe(self) -> bool:
+        return getattr(self.parts.sink, "probe", None) is not None
+
+    def _probe(self) -> str | None:
+        """The sink's ``probe()`` (call only if ``_has_probe``): None if it answers, else why
+        not; a probe that raises is a failed probe."""
         try:
-            return probe() is None
-        except Exception:
-            return False
+            return self.parts.sink.probe()
+        except Exception as exc:
+            return f"the probe raised {type(exc).__name__}: {exc}"
 
     def _resend_held_flush(self) -> None:
         """STALLED: once the sink answers (or the backoff ran out), send the held batch again."""
