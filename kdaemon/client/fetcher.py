@@ -170,14 +170,23 @@ class Fetcher:
 
     # -- sending --------------------------------------------------------------------------------
 
+    def _undrained(self) -> list[CompletedFetch]:
+        """The answers not yet drained, oldest first, copied under the client's lock.
+
+        A copy, because the heartbeat thread's network poll may complete a fetch, appending to
+        ``completed``, between two steps of a look at it: iterating the deque itself then
+        failed with "deque mutated during iteration" (seen in a leader-kill test)."""
+        with self.network.lock:
+            pending = list(self.completed)
+        if self._next_in_line is not None and not self._next_in_line.consumed:
+            pending.insert(0, self._next_in_line)
+        return pending
+
     def _buffered_partitions(self) -> dict[TopicPartition, int | None]:
         """Partitions with undrained data → the offset a fetch-ahead may start from (None: no
         fetch-ahead for it: an error, an empty answer, or already one answer queued behind)."""
         out: dict[TopicPartition, int | None] = {}
-        pending = list(self.completed)
-        if self._next_in_line is not None and not self._next_in_line.consumed:
-            pending.insert(0, self._next_in_line)
-        for cf in pending:
+        for cf in self._undrained():
             if cf.tp in out:
                 out[cf.tp] = None  # at most one answer fetched ahead per partition
                 continue
@@ -185,10 +194,7 @@ class Fetcher:
         return out
 
     def _buffered_bytes(self) -> int:
-        total = sum(cf.size for cf in self.completed)
-        if self._next_in_line is not None and not self._next_in_line.consumed:
-            total += self._next_in_line.size
-        return total
+        return sum(cf.size for cf in self._undrained())
 
     def _fetch_node(self, tp: TopicPartition, st, now: float) -> int | None:
         """The partition's preferred read replica while it serves, else its leader (Java's
@@ -214,7 +220,15 @@ class Fetcher:
 
         ``waiting_for_nodes`` tells the caller that some partition could not be fetched only
         because its leader is unknown or not connected yet: it should not wait long for data.
+
+        Runs under the client's lock, which the heartbeat thread holds while its network poll
+        completes fetches: an answer is handled (its session updated, its data queued) either
+        wholly before or wholly after the requests are built, as Java's synchronized Fetcher.
         """
+        with self.network.lock:
+            return self._send_fetches()
+
+    def _send_fetches(self) -> int:
         # A leader change since the last check puts positions with an epoch into validation
         # (KIP-320): they are not fetched until the new leader confirmed them.
         self.validator.check_leaders()
@@ -551,7 +565,8 @@ class Fetcher:
             self._next_in_line = None
             return
         parts = set(partitions)
-        self.completed = deque(cf for cf in self.completed if cf.tp not in parts)
+        with self.network.lock:  # an answer completed meanwhile by the heartbeat thread stays
+            self.completed = deque(cf for cf in self.completed if cf.tp not in parts)
         if self._next_in_line is not None and self._next_in_line.tp in parts:
             self._next_in_line = None
 

@@ -8,6 +8,7 @@ records each request body and answers it the way a session-capable broker would.
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -178,6 +179,7 @@ class ScriptedNetwork:
     def __init__(self, fetch_version: int = 13) -> None:
         self.fetch_version = fetch_version
         self.sent: list[tuple[int, dict, Future]] = []
+        self.lock = threading.RLock()
 
     def ready(self, node_id: int) -> bool:
         return True
@@ -383,3 +385,34 @@ def test_fetcher_by_name_below_v13_keeps_sessions_too():
     assert (inc["session_id"], inc["session_epoch"]) == (9, 1)
     assert _requested(inc) == {0: 2}
     assert [(t["topic"], t["partitions"]) for t in inc["forgotten_topics_data"]] == [("a", [1])]
+
+
+class _ArrivesMeanwhile:
+    """A buffered answer whose size is read just as the heartbeat thread's network poll
+    completes another fetch: reading ``size`` appends to the fetcher's queue, as that thread
+    would between two steps of the application thread's look at it."""
+
+    def __init__(self, f: Fetcher, cf) -> None:
+        self._f, self._cf = f, cf
+        self.tp, self.consumed, self.initialized = cf.tp, False, False
+
+    @property
+    def size(self) -> int:
+        self._f.completed.append(self._cf)
+        return self._cf.size
+
+    def end_offset(self):
+        return self._cf.end_offset()
+
+
+def test_a_fetch_completed_by_another_thread_while_the_buffer_is_measured_is_kept(fetcher):
+    f, net, md, subs = fetcher
+    f.send_fetches()
+    net.answer(_response(ID_A, [_partition(0, _batch(0, 3), hw=3), _partition(1, _batch(0, 2), hw=2)],
+                         session_id=7))
+    first, second = list(f.completed)
+    f.completed.clear()
+    f.completed.append(_ArrivesMeanwhile(f, second))
+    # Measuring the buffer (for fetch-ahead) while an answer arrives neither fails nor loses it.
+    f.send_fetches()
+    assert second in f.completed

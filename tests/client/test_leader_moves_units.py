@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 from kdaemon.client import ConsumerConfig
@@ -37,6 +38,7 @@ class FakeNetwork:
     def __init__(self) -> None:
         self.sent: list[tuple[int, object, dict, Future]] = []
         self.failure_at = 0.0
+        self.lock = threading.RLock()
 
     def least_loaded_node(self) -> int:
         return 1
