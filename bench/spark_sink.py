@@ -313,10 +313,9 @@ def latency_run(broker: TansuBroker, tmp: Path, rate: float, seconds: float, sin
 
 def staging_cost(records: int = 100_000) -> dict:
     """The worker's part alone, in this process: buffer ``records`` like SparkSink.write and
-    stage them like SparkSink.flush (pyarrow table + Parquet file)."""
-    import pyarrow.parquet as pq
+    stage them like SparkSink.flush (a staged file, see kdaemon/sinks/spark/staged.py)."""
     from kdaemon.plugins.types import Record
-    from kdaemon.sinks.spark.staging import STAGING_COMPRESSION, SparkSink, _staged_table
+    from kdaemon.sinks.spark.staging import SparkSink, stage_buffer
     with tempfile.TemporaryDirectory() as d:
         sink = SparkSink({"type": "spark", "path": d, "socket": os.path.join(d, "none.sock")}, d)
         pad = "x" * 120
@@ -327,8 +326,7 @@ def staging_cost(records: int = 100_000) -> dict:
         for i in range(0, records, 10_000):
             sink.write(recs[i:i + 10_000])
         t1 = time.perf_counter()
-        table = _staged_table("t", 0, sink._buffers[("t", 0)])
-        pq.write_table(table, os.path.join(d, "x.parquet"), compression=STAGING_COMPRESSION)
+        stage_buffer(os.path.join(d, "x.staged"), sink._buffers[("t", 0)])
         t2 = time.perf_counter()
         sink.close()
     return {"write_us_per_record": (t1 - t0) / records * 1e6, "stage_us_per_record": (t2 - t1) / records * 1e6}

@@ -2,9 +2,10 @@
 
 What counts against it, and how each part is held under it:
 
-* the fixed part: the interpreter, kdaemon, the plugins and the sink's libraries (pyarrow for
-  the Spark sink: about 30 MB of the 60 MB a Spark worker starts with; a jsonl worker starts
-  near 30 MB).  Nothing bounds it but what is imported; ``MemoryWatch`` reports it at start.
+* the fixed part: the interpreter, kdaemon, the plugins and the sink's libraries (a worker
+  starts near 30 MB with either built-in sink; the Spark sink stages without pyarrow, which
+  alone would add 30 MB).  Nothing bounds it but what is imported; ``MemoryWatch`` reports it
+  at start.
 * fetched data not yet handed to the pipeline: at most one fetch response in flight
   (``fetch_max_bytes``) plus what the fetcher holds ahead (``fetch_buffer_bytes``), both
   compressed bytes; each is capped at ``FETCH_SHARE`` of the budget unless ``[kafka]`` sets it.

@@ -73,7 +73,7 @@ def up(tmp_path):
 
 
 def _stage(tmp_path: Path, partition: int, offsets) -> Request:
-    from kdaemon.sinks.spark.staging import _Buffer, _staged_table
+    from kdaemon.sinks.spark.staging import _Buffer, stage_buffer
     b = _Buffer(TOPIC, partition, 0.0)
     for r in _records(partition, offsets):
         b.offsets.append(r.offset)
@@ -83,8 +83,8 @@ def _stage(tmp_path: Path, partition: int, offsets) -> Request:
         b.values.append(r.raw_value)
         b.headers.append([{"key": k, "value": v} for k, v in r.headers])
     batch = BatchId(partition, min(offsets), max(offsets))
-    path = tmp_path / f"{len(os.listdir(tmp_path)):04d}-{batch.name}.parquet"
-    pq.write_table(_staged_table(TOPIC, partition, b), path)
+    path = tmp_path / f"{len(os.listdir(tmp_path)):04d}-{batch.name}.staged"
+    stage_buffer(str(path), b)
     return Request(None, 1, str(path), TOPIC, batch, len(offsets))
 
 
@@ -202,21 +202,28 @@ def test_the_sink_refuses_work_after_close(tmp_path):
         sink.write(_records(0, range(3, 4)))
 
 
+def _restaged(tmp_path: Path, sink):
+    """What the uploader reads of the sink's buffer of partition 0 once it is staged."""
+    from kdaemon.sinks.spark import staged
+    from kdaemon.sinks.spark.staging import stage_buffer
+    path = str(tmp_path / "restaged.staged")
+    stage_buffer(path, sink._buffers[(TOPIC, 0)])
+    return staged.read(path)
+
+
 def test_records_read_again_into_one_buffer_are_staged_once(tmp_path):
-    from kdaemon.sinks.spark.staging import _staged_table
     sink = _sink(tmp_path)
     sink.write(_records(0, range(0, 10)))
     sink.write(_records(0, range(5, 12)))   # the partition was lost and came back from offset 5
-    table = _staged_table(TOPIC, 0, sink._buffers[(TOPIC, 0)])
+    table = _restaged(tmp_path, sink)
     assert table.column("offset").to_pylist() == list(range(12))
 
 
 def test_headers_from_interceptors_are_normalized(tmp_path):
-    from kdaemon.sinks.spark.staging import _staged_table
     sink = _sink(tmp_path)
     r = Record(TOPIC, 0, 0, 0, 0, "key", {"v": 1}, [["a", "text"], ("b", None)], None, None)
     sink.write([r])
-    row = _staged_table(TOPIC, 0, sink._buffers[(TOPIC, 0)]).to_pylist()[0]
+    row = _restaged(tmp_path, sink).to_pylist()[0]
     assert row["headers"] == [{"key": "a", "value": b"text"}, {"key": "b", "value": None}]
     assert row["key"] == b"key" and row["value"] == b'{"v":1}'
 

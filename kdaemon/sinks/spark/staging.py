@@ -1,8 +1,9 @@
-"""The worker side of the Spark sink: stage batches as Parquet, hand them to the uploader.
+"""The worker side of the Spark sink: stage batches on disk, hand them to the uploader.
 
 ``write`` only buffers columns in memory.  ``flush_async`` (called by the worker when
-``wants_flush`` says a batch is big or old enough) writes one staged Parquet file per (topic,
-partition) batch under ``<state_dir>/spark-staging/<pid>/`` and asks the uploader to upload them
+``wants_flush`` says a batch is big or old enough) writes one staged file (``staged.py``: Arrow's
+layout written without pyarrow, which the worker never imports) per (topic, partition) batch
+under ``<state_dir>/spark-staging/<pid>/`` and asks the uploader to upload them
 all; the worker goes on consuming into new buffers and commits the batch's positions once the
 returned handle reports every file confirmed — so a commit covers only records that are in the
 Spark output.  One upload at a time is in flight: the next ``flush_async`` waits for the
@@ -17,7 +18,6 @@ on the uploader decide how values become columns); deserializers affect only int
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -25,26 +25,15 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from ...plugins.types import Record, SinkUnavailable
+from . import staged
 from .layout import BatchId
+from .staged import as_bytes
 from .wire import UploadReply, UploadRequest, socket_path, staging_root
-
-STAGED_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-    ("timestamp", pa.int64()), ("timestamp_type", pa.int8()), ("key", pa.binary()),
-    ("value", pa.binary()),
-    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-])
 
 SETTINGS = {"type", "master", "conf", "path", "table", "max_records", "max_bytes", "max_age_s",
             "value_format", "value_schema", "partition_by", "socket", "upload_timeout_s", "state_dir"}
 VALUE_FORMATS = ("binary", "string", "json")
-# Staged files live for one flush on local disk; zstd is as quick to write as lz4 here and a
-# third of the size (measured with pyarrow 26 on 200-byte JSON values).
-STAGING_COMPRESSION = "zstd"
 PARTITION_COLUMNS = ("topic", "partition", "date", "timestamp_type")
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
@@ -99,16 +88,6 @@ class UploaderUnavailable(SparkUploadError, SinkUnavailable):
     """The uploader could not be reached, went away before confirming, or its Spark job failed
     (a master down, say): the staged files are kept and ``PendingUpload.retry`` sends them
     again.  Re-sending a batch the uploader did write is harmless: its manifest says so."""
-
-
-def _as_bytes(v) -> bytes | None:
-    if v is None or isinstance(v, bytes):
-        return v
-    if isinstance(v, (bytearray, memoryview)):
-        return bytes(v)
-    if isinstance(v, str):
-        return v.encode("utf-8")
-    return json.dumps(v, separators=(",", ":")).encode("utf-8")
 
 
 @dataclass
@@ -260,8 +239,8 @@ class SparkSink:
                 if b is None:
                     b = buffers[key] = _Buffer(r.topic, r.partition, now)
             raw = isinstance(r, Record)
-            k = r.raw_key if raw and r.raw_key is not None else _as_bytes(r.key)
-            v = r.raw_value if raw and r.raw_value is not None else _as_bytes(r.value)
+            k = r.raw_key if raw and r.raw_key is not None else as_bytes(r.key)
+            v = r.raw_value if raw and r.raw_value is not None else as_bytes(r.value)
             offset = r.offset
             if offset <= b.last_offset:
                 b.reread = True
@@ -271,7 +250,7 @@ class SparkSink:
             b.timestamp_types.append(r.timestamp_type)
             b.keys.append(k)
             b.values.append(v)
-            b.headers.append(r.headers or ())   # (key, value) tuples: Arrow takes them as structs
+            b.headers.append(r.headers or ())   # (key, value) pairs
             b.size += 64 + (len(k) if k else 0) + (len(v) if v else 0)
 
     def wants_flush(self) -> bool:
@@ -308,13 +287,11 @@ class SparkSink:
                 self._seq += 1
                 # Never the same name twice (Spark may cache a path's size), and the batch name
                 # last: the uploader's Spark reads it from there.
-                path = os.path.join(self.staging, f"{self._seq:08d}-{uuid.uuid4().hex[:12]}-{batch.name}.parquet")
-                table = _staged_table(topic, partition, b)
-                pq.write_table(table, path + ".tmp", compression=STAGING_COMPRESSION)
-                os.replace(path + ".tmp", path)
+                path = os.path.join(self.staging, f"{self._seq:08d}-{uuid.uuid4().hex[:12]}-{batch.name}{staged.SUFFIX}")
                 files.append(path)
+                rows = stage_buffer(path, b)
                 requests.append({"file": path, "topic": topic, "partition": partition,
-                                 "first": batch.first, "last": batch.last, "rows": table.num_rows})
+                                 "first": batch.first, "last": batch.last, "rows": rows})
         except BaseException:
             _unlink_all(files)
             raise
@@ -460,32 +437,14 @@ def _unlink_all(paths: list[str]) -> None:
             pass
 
 
-def _staged_table(topic: str, partition: int, b: _Buffer) -> pa.Table:
-    n = len(b.offsets)
-    table = pa.table({
-        "topic": pa.array([topic] * n, pa.string()),
-        "partition": pa.array([partition] * n, pa.int32()),
-        "offset": pa.array(b.offsets, pa.int64()),
-        "timestamp": pa.array(b.timestamps, pa.int64()),
-        "timestamp_type": pa.array(b.timestamp_types, pa.int8()),
-        "key": pa.array(b.keys, pa.binary()),
-        "value": pa.array(b.values, pa.binary()),
-        "headers": _headers_array(b.headers),
-    }, schema=STAGED_SCHEMA)
+def stage_buffer(path: str, b: _Buffer) -> int:
+    """Write a buffer's records to the staged file ``path``; return how many."""
+    columns = (b.offsets, b.timestamps, b.timestamp_types, b.keys, b.values, b.headers)
     if b.reread:
         # Keep one row per offset (the records are the same: same partition, same offset).
-        last_index = {offset: i for i, offset in enumerate(b.offsets)}
-        table = table.take(pa.array(sorted(last_index.values()), pa.int64()))
-    return table
-
-
-def _headers_array(headers: list) -> pa.Array:
-    t = STAGED_SCHEMA.field("headers").type
-    try:
-        return pa.array(headers, t)
-    except (pa.ArrowException, TypeError, ValueError):
-        # An interceptor handed over headers that are not (str, bytes) tuples: normalize.
-        return pa.array([[(str(hk), _as_bytes(hv)) for hk, hv in h] for h in headers], t)
+        keep = sorted({offset: i for i, offset in enumerate(b.offsets)}.values())
+        columns = tuple([c[i] for i in keep] for c in columns)
+    return staged.write(path, b.topic, b.partition, *columns)
 
 
 def _discard_dead_staging(root: str) -> None:

@@ -17,9 +17,11 @@ filesystem at ``path`` (local mode, or a shared mount): the uploader moves Spark
 place itself.  ``table`` mode appends through the catalog, which cannot replace a batch's files:
 it is at-least-once (a crash between Spark's append and the manifest duplicates that batch).
 
-A worker that dies while its batch is in a job has its staging directory removed by its
-successor; the job reads hard links the uploader made (``held-<owner>/`` beside the staging
-directories), so the other workers' batches of that job still go through.
+Workers stage batches in ``staged.py``'s format (no pyarrow in a worker); the uploader reads
+each into Arrow and writes the Parquet file its job reads into its own hold directory
+(``held-<owner>/`` beside the staging directories).  A worker that dies while its batch is in a
+job has its staging directory removed by its successor; the job does not read from there, so
+the other workers' batches of that job still go through.
 
 ``writer.py`` holds what talks to Spark; see ``layout.py`` for the output layout and the
 exactly-once rules.
@@ -48,6 +50,7 @@ from . import layout
 from .layout import BatchId
 from ...backoff import Backoff
 from ...durations import duration
+from . import staged
 from .writer import SparkStartError, SparkWriter, check_master_reachable, first_line
 from .wire import UploadReply, UploadRequest, parse_line, sink_state_dir, socket_path, staging_root
 
@@ -71,12 +74,7 @@ class Request:
     rows: int
     error: str | None = None
     received: float = field(default_factory=time.monotonic)
-    held: str | None = None      # the uploader's own link to ``file`` while the job runs
-
-    @property
-    def source(self) -> str:
-        """The path the job reads: the held link once there is one."""
-        return self.held or self.file
+    held: str | None = None      # the Parquet file the job reads, made from ``file``
 
 
 
@@ -91,12 +89,10 @@ class Uploader:
         # (never another daemon's job under way).
         self.tmp_owner = hashlib.sha1(os.path.abspath(self.socket_path).encode()).hexdigest()[:12]
         self.identity = f"{socket.gethostname()}:{self.tmp_owner}"   # in manifests: who uploaded
-        # Hard links to the staged files of the job under way, beside the workers' staging
-        # directories (same filesystem): a worker that dies mid-job has its directory removed
-        # by its successor, which must not pull files from under Spark (and fail the other
-        # workers' batches of the same job).
+        # The Parquet files of the job under way, made from the workers' staged files: a
+        # worker that dies mid-job has its directory removed by its successor, which must not
+        # pull files from under Spark (and fail the other workers' batches of the same job).
         self.held_dir = os.path.join(staging_root(settings, state_dir), f"held-{self.tmp_owner}")
-        self._hold_warned = False
         self._stop = False
         self._sel = selectors.DefaultSelector()
         self._buffers: dict[socket.socket, bytes] = {}
@@ -194,7 +190,7 @@ class Uploader:
         return all(conn in waiting for conn in self._buffers)
 
     def _remove_own_tmp(self) -> None:
-        shutil.rmtree(self.held_dir, ignore_errors=True)   # an earlier uploader's job's links
+        shutil.rmtree(self.held_dir, ignore_errors=True)   # an earlier uploader's job's files
         d = os.path.join(layout.kdaemon_dir(self.root), "tmp")
         try:
             names = os.listdir(d)
@@ -309,23 +305,25 @@ class Uploader:
                         req.held = None
 
     def _upload_held(self, requests: list[Request], ranges: dict, fresh: list["Fresh"]) -> tuple[int, int | None]:
-        """``upload`` under the partition locks; every staged file it reads is held first."""
+        """``upload`` under the partition locks; every staged file it uses is held first."""
         root = self.root
         for req in sorted(requests, key=lambda r: (r.topic, r.batch)):
             known = ranges[(req.topic, req.batch.partition)]
             if (req.batch.first, req.batch.last) in known:
                 continue  # uploaded before (its confirmation was lost): nothing to do
             try:
-                self._hold(req)
+                table = staged.read(req.file)
             except FileNotFoundError:
                 req.error = (f"cannot read the staged batch {req.file}: it is gone, its worker ended before the "
                              "upload (the records are read again from the committed offsets)")
                 continue
-            try:
-                item = _inspect(req, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
-            except (OSError, pa.ArrowException) as exc:
+            except (OSError, staged.StagedFileError) as exc:
                 req.error = f"cannot read the staged batch {req.file}: {exc}"
                 continue
+            item = _inspect(req, table, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
+            if item.new_rows:
+                self._hold(req, table)
+            del table
             # Later requests of this job overlapping this one drop what it brings.
             known.append((req.batch.first, req.batch.last))
             fresh.append(item)
@@ -347,23 +345,16 @@ class Uploader:
                 layout.remove_durably(layout.pending_path(root, f.req.topic, f.req.batch))
         return rows, oldest
 
-    def _hold(self, req: Request) -> None:
-        """Link the staged file into the hold directory under a name that keeps the batch name
-        at its end (``writer._BATCH_IN_FILE``); FileNotFoundError if its worker's directory is gone."""
+    def _hold(self, req: Request, table) -> None:
+        """Write the batch as the Parquet file the job reads, in the hold directory, under a
+        name that keeps the batch name at its end (``writer._BATCH_IN_FILE``).  Uncompressed:
+        it lives for one job on local disk, and Spark reads it once."""
         os.makedirs(self.held_dir, exist_ok=True)
         worker = os.path.basename(os.path.dirname(req.file))
-        held = os.path.join(self.held_dir, f"{worker}-{os.path.basename(req.file)}")
-        _unlink_quietly(held)   # a link left by a job that raised before its clean-up
-        try:
-            os.link(req.file, held)
-        except FileNotFoundError:
-            raise
-        except OSError as exc:   # no hard links here (EPERM, EXDEV): read the staged file itself
-            if not self._hold_warned:
-                log.warning("cannot hold staged files in %s (%s); reading them in place, so a worker "
-                            "dying during a job fails that job", self.held_dir, exc.strerror or exc)
-                self._hold_warned = True
-            return
+        name = os.path.basename(req.file).removesuffix(staged.SUFFIX)
+        held = os.path.join(self.held_dir, f"{worker}-{name}.parquet")
+        pq.write_table(table, held + ".tmp", compression="none")
+        os.replace(held + ".tmp", held)
         req.held = held
 
     def _write_rows(self, fresh: list["Fresh"]) -> None:
@@ -372,7 +363,7 @@ class Uploader:
         root = self.root
         tmp = os.path.join(layout.kdaemon_dir(root), "tmp", f"{self.tmp_owner}-{uuid.uuid4().hex}")
         try:
-            data_dir, dlq_dir = self.writer.write([(f.req.source, f.req.batch.name, f.drop) for f in fresh], tmp)
+            data_dir, dlq_dir = self.writer.write([(f.req.held, f.req.batch.name, f.drop) for f in fresh], tmp)
             if self.writer.table is not None:
                 return
             moves: dict[str, list[tuple[str, str]]] = defaultdict(list)
@@ -429,29 +420,18 @@ class Fresh:
     max_ts: int | None
 
 
-def _inspect(req: Request, drop: list[tuple[int, int]]) -> Fresh:
-    """Look at a staged file without loading it: the row count and timestamp range come from
-    the Parquet footer; only a batch that overlaps uploaded ones has its offsets read."""
-    meta = pq.read_metadata(req.source)
-    rows = meta.num_rows
-    col = meta.schema.to_arrow_schema().get_field_index("timestamp")
-    lows, highs = [], []
-    for i in range(meta.num_row_groups):
-        st = meta.row_group(i).column(col).statistics
-        if st is not None and st.has_min_max:
-            lows.append(st.min)
-            highs.append(st.max)
-        elif meta.row_group(i).num_rows:
-            lows = highs = []   # no statistics: leave the range out
-            break
+def _inspect(req: Request, table, drop: list[tuple[int, int]]) -> Fresh:
+    """A staged batch's number of rows not inside ``drop`` and its timestamp range."""
+    rows = table.num_rows
+    ts = pc.min_max(table.column("timestamp"))
     if drop:
-        offsets = pq.read_table(req.source, columns=["offset"]).column("offset")
+        offsets = table.column("offset")
         inside = None
         for first, last in drop:
             c = pc.and_(pc.greater_equal(offsets, first), pc.less_equal(offsets, last))
             inside = c if inside is None else pc.or_(inside, c)
         rows -= pc.sum(inside.cast(pa.int64())).as_py() or 0
-    return Fresh(req, drop, rows, min(lows) if lows else None, max(highs) if highs else None)
+    return Fresh(req, drop, rows, ts["min"].as_py(), ts["max"].as_py())
 
 
 def _unlink_quietly(path: str) -> None:

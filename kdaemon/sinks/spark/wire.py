@@ -35,8 +35,8 @@ def staging_root(settings: dict, state_dir: str) -> str:
 
 @dataclass(frozen=True)
 class UploadRequest:
-    """Upload the staged Parquet ``file``: ``rows`` records of ``topic`` / ``partition``, offsets
-    ``first`` .. ``last`` (inclusive)."""
+    """Upload the staged batch ``file`` (``staged.py``): ``rows`` records of ``topic`` /
+    ``partition``, offsets ``first`` .. ``last`` (inclusive)."""
 
     id: int
     file: str

@@ -79,7 +79,7 @@ class SparkWriter:
         self.master = settings.get("master", "local[*]")
         self.spark = None
         self._value_struct = None  # value_schema plus the corrupt-record column
-        # Local mode runs on this machine: Spark can read the workers' staged files itself.
+        # Local mode runs on this machine: Spark can read the uploader's held Parquet files itself.
         self.direct = self.master.startswith("local")
 
     def start(self) -> None:
@@ -129,16 +129,16 @@ class SparkWriter:
         return StructType(parsed.fields + [StructField(_CORRUPT, StringType())])
 
     def _read_direct(self, batches):
-        """Spark reads the staged files itself (local mode: same machine, same filesystem):
+        """Spark reads the held Parquet files itself (local mode: same machine, same filesystem):
         nothing passes through Python, about twice as fast as shipping Arrow via the driver."""
         from pyspark.sql import functions as F
         df = self.spark.read.schema(self._staged_schema()).parquet(*[f for f, _, _ in batches])
-        # The worker names a staged file "<unique>-<batch name>.parquet".
+        # The uploader names a held file "<worker>-<unique>-<batch name>.parquet".
         df = df.withColumn("_batch", F.regexp_extract(F.col("_metadata.file_path"), _BATCH_IN_FILE, 1))
         return self._drop_uploaded(df, batches)
 
     def _read_via_driver(self, batches):
-        """The uploader reads the staged files and hands them to Spark as Arrow: for a cluster
+        """The uploader reads the held files and hands them to Spark as Arrow: for a cluster
         whose executors cannot see this machine's disk."""
         tables = []
         for path, name, _ in batches:
