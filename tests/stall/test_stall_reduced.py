@@ -25,16 +25,10 @@ RECORDS = 60_000
 STALL_S = 20.0
 
 
-# A Spark worker starts at 61 MB (pyarrow) and its shares are fractions of the whole budget:
-# the full runs peaked at 88-92 MB stalled and 124-136 MB recovering (docs/RELIABILITY.md).
-# Issue #18 stays open on it; strict, so the fix turns these into failures to be removed.
-_SPARK_OVER_BUDGET = pytest.mark.xfail(strict=True, reason="issue #18: a Spark worker exceeds the default 80 MB budget")
-
-
 @pytest.mark.parametrize("fault", [
     "jsonl-unwritable",
-    pytest.param("spark-uploader-killed", marks=[pytest.mark.spark, _SPARK_OVER_BUDGET]),
-    pytest.param("spark-master-down", marks=[pytest.mark.spark, _SPARK_OVER_BUDGET]),
+    pytest.param("spark-uploader-killed", marks=pytest.mark.spark),
+    pytest.param("spark-master-down", marks=pytest.mark.spark),
 ])
 def test_stall_reduced(kafka, tmp_path, fault):
     if fault.startswith("spark"):
