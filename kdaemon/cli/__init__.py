@@ -1,0 +1,154 @@
+"""The ``kdaemon`` command line: ``main`` and the commands that run or check the daemon;
+``offsets.py`` and ``tail.py`` hold the commands that look at Kafka, ``common.py`` what all
+share (one-line failures among it).
+
+Exit codes: ``kdaemon.exit_codes`` (0 success; 1 runtime failure; 2 bad configuration or usage,
+every problem listed; 3 a worker stopped on an error policy; 4 a worker could not boot).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+import click
+
+from .. import __version__
+from ..config import ConfigError, DaemonConfig
+from ..exit_codes import EXIT_CONFIG
+from ..worker.build import check_against_plugins
+from .common import config_option, load_or_exit, plugins_or_exit, setup_logging
+from .offsets import offsets
+from .tail import tail
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kdaemon")
+def main() -> None:
+    """kdaemon: a Kafka consumer daemon with header filters, plugins and durable sinks."""
+
+
+main.add_command(offsets)
+main.add_command(tail)
+
+
+@main.command()
+@config_option
+@click.option("--workers", type=int, default=None, help="Override [daemon] workers (0: one per CPU).")
+@click.option("--in-process", is_flag=True, help="Run one worker in this process, without the supervisor.")
+def run(config_path: str, workers: int | None, in_process: bool) -> None:
+    """Consume the configured topics into the configured sink until stopped (SIGTERM/SIGINT).
+
+    \b
+    Exit codes:
+      0  stopped cleanly (SIGTERM/SIGINT): every worker flushed and committed
+      1  a failure a restart may cure; or a worker still running shutdown_timeout_s
+         after SIGTERM had to be killed (what it had not committed comes again)
+      2  bad configuration (every problem is listed)
+      3  a worker stopped on an error policy (on_deserialize_error or on_sink_error
+         = "stop", or records to dead-letter and no [dlq]): the others were stopped
+         gracefully, the offsets before the failing record are committed; fix the
+         record or the policy
+      4  a worker cannot boot (plugin, sink, credentials), or workers died 5 times
+         in a row before getting their assignment
+    2, 3 and 4 will not fix themselves: the supervisor stops rather than restart-loop.
+    """
+    config = load_or_exit(config_path)
+    setup_logging(config.daemon.log_level)
+    if in_process:
+        problems = check_against_plugins(config, plugins_or_exit(config))
+        if problems:
+            for p in problems:
+                click.echo(p, err=True)
+            sys.exit(EXIT_CONFIG)
+        sys.exit(_run_in_process(config))
+    from ..supervisor.arbiter import Arbiter, validate_in_subprocess
+    # Plugin checks run in a throw-away process: the supervisor must stay free of plugin state
+    # (threads, sockets) because every worker is forked from it.
+    problems = validate_in_subprocess(config_path)
+    if problems:
+        for p in problems:
+            click.echo(p, err=True)
+        sys.exit(EXIT_CONFIG)
+    sys.exit(Arbiter(config_path, config, workers_override=workers).run())
+
+
+def _run_in_process(config: DaemonConfig) -> int:
+    """One worker in this process.  Without a supervisor this process also runs the sink's
+    companion processes (the Spark uploader, say) with the supervisor's ``Companions``: started
+    first, kept running from the worker's loop, stopped after the worker has flushed."""
+    from ..supervisor.companions import Companions, specs_for
+    from ..worker.main import load_plugins, make_worker
+    try:
+        specs = specs_for(config, load_plugins(config, configure=False))
+    except ValueError as exc:
+        click.echo(f"{config.path}: sink companions: {exc}", err=True)
+        return EXIT_CONFIG
+    companions = Companions()
+    companions.configure(specs, log_level=config.daemon.log_level, stop_timeout_s=config.daemon.shutdown_timeout_s)
+    companions.tick()
+    next_check = [0.0]
+
+    def keep_companions(worker) -> None:
+        now = time.monotonic()
+        if now >= next_check[0]:
+            next_check[0] = now + 0.5
+            companions.poll()
+            companions.tick()
+
+    try:
+        try:
+            worker = make_worker(config, on_tick=keep_companions)
+        except ConfigError as exc:
+            # Sink settings are only checked when the sink is built (a dry run must not
+            # create its files), so a bad [sink] table shows up here.
+            for p in exc.problems:
+                click.echo(p, err=True)
+            return EXIT_CONFIG
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: worker.request_stop())
+        return worker.run()
+    finally:
+        companions.stop_all()
+
+
+@main.command("check-config")
+@config_option
+def check_config(config_path: str) -> None:
+    """Validate the configuration (and what the enabled plugins say about it); exit 2 on problems."""
+    config = load_or_exit(config_path)
+    problems = check_against_plugins(config, plugins_or_exit(config))
+    if problems:
+        for p in problems:
+            click.echo(p, err=True)
+        sys.exit(EXIT_CONFIG)
+    click.echo(f"{config_path}: OK")
+
+
+@main.command()
+@config_option
+def plugins(config_path: str) -> None:
+    """List discovered plugins, whether each is enabled, and the hooks it implements."""
+    config = load_or_exit(config_path)
+    manager = plugins_or_exit(config)
+    for p in manager.describe():
+        state = "enabled " if p["enabled"] else "disabled"
+        hooks = ", ".join(p["hooks"]) if p["enabled"] else "(not imported)"
+        click.echo(f"{state}  {p['name']:<16} {p['source']:<32} {hooks}")
+
+
+@main.command()
+@click.option("--records", default=50_000, show_default=True, help="Sample records to write.")
+@click.option("--partitions", default=4, show_default=True)
+@click.option("--state-dir", default="var/demo", show_default=True, type=click.Path(file_okay=False))
+@click.option("--sink", type=click.Choice(["jsonl", "spark"]), default="jsonl", show_default=True)
+@click.option("--follow", is_flag=True, help="Keep the daemon running after the sample is delivered.")
+@click.option("--template", type=click.Path(dir_okay=False), default=None,
+              help="Configuration to start from (default: etc/kdaemon.toml).")
+def demo(records: int, partitions: int, state_dir: str, sink: str, follow: bool, template: str | None) -> None:
+    """Start the embedded broker, write a sample topic, run the daemon on it, show the output."""
+    from ..demo import run_demo
+    setup_logging("WARNING")
+    sys.exit(run_demo(records, partitions, state_dir, sink, follow, template))
+

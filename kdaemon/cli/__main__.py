@@ -1,0 +1,6 @@
+"""``python -m kdaemon.cli``: what the supervisor runs to check a configuration in a throw-away
+process."""
+
+from . import main
+
+main()

@@ -1,0 +1,131 @@
+"""``kdaemon tail``: print a topic's records as the daemon would see them (``kcat -C``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+
+import click
+
+from .common import config_option, kafka_errors, load_or_exit, plugins_or_exit, setup_logging, usage_error
+
+OFFSET_FORMS = ("beginning, end, an offset (from the earliest to the end), -N (the last N records "
+                "of each partition) or s@<timestamp ms> (the first record at or after it)")
+_LAST_N = re.compile(r"-(\d+)$")
+_AT_TIME = re.compile(r"s@(\d+)$")
+
+
+def start_offsets(consumer, tps, start: str, timeout_ms: int | None = None) -> dict:
+    """Where each partition is read from for ``-o start``; a usage error names what is wrong.
+
+    An absolute offset outside a partition's [earliest, end] is refused (Kafka would reset it
+    to the earliest or the end, printing something else than asked, or nothing)."""
+    if start in ("beginning", "end"):
+        return (consumer.beginning_offsets if start == "beginning" else consumer.end_offsets)(tps, timeout_ms)
+    if m := _AT_TIME.match(start):
+        found = consumer.offsets_for_times({tp: int(m.group(1)) for tp in tps}, timeout_ms)
+        ends = consumer.end_offsets(tps, timeout_ms)
+        return {tp: found[tp].offset if found.get(tp) is not None else ends[tp] for tp in tps}
+    if m := _LAST_N.match(start):
+        n = int(m.group(1))
+        firsts, ends = consumer.beginning_offsets(tps, timeout_ms), consumer.end_offsets(tps, timeout_ms)
+        return {tp: max(firsts[tp], ends[tp] - n) for tp in tps}
+    if not start.isdigit():
+        usage_error(f"-o {start!r} is not an offset; use {OFFSET_FORMS}")
+    offset = int(start)
+    firsts, ends = consumer.beginning_offsets(tps, timeout_ms), consumer.end_offsets(tps, timeout_ms)
+    outside = [f"{tp.topic}-{tp.partition} holds {firsts[tp]}..{ends[tp] - 1}" if ends[tp] > firsts[tp]
+               else f"{tp.topic}-{tp.partition} is empty (next offset {ends[tp]})"
+               for tp in tps if not firsts[tp] <= offset <= ends[tp]]
+    if outside:
+        usage_error(f"offset {offset} is outside {'; '.join(outside)}; pick partitions with -p, or use "
+                    f"{OFFSET_FORMS}")
+    return {tp: offset for tp in tps}
+
+
+def _ranges(ids) -> str:
+    """0,1,2,3,7 → "0-3, 7"."""
+    out, ids = [], sorted(ids)
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+@click.command()
+@click.argument("topic")
+@config_option
+@click.option("--partition", "-p", type=int, multiple=True, help="Only these partitions (default: all).")
+@click.option("--offset", "-o", "start", default="end", show_default=True, help=OFFSET_FORMS.capitalize() + ".")
+@click.option("--count", "-n", type=click.IntRange(min=1), default=None, help="Stop after this many records.")
+@click.option("--idle-ms", type=click.IntRange(min=0), default=2000, show_default=True,
+              help="Stop after this long without records (0: never).")
+def tail(topic: str, config_path: str, partition: tuple[int, ...], start: str, count: int | None,
+         idle_ms: int) -> None:
+    """Print records of TOPIC as JSON lines, through the configured filters and deserializers
+    (like ``kcat -C``).  Never joins the group or commits.
+
+    The records go through the daemon's own stages (config, ``build_pipeline_parts``, the
+    consumer options and ``Pipeline``): tail only prints, so what it shows is what the daemon
+    would hand to its sink."""
+    from ..client import Consumer, TopicPartition
+    from ..sinks.encoding import record_to_json
+    from ..worker.build import build_pipeline_parts
+    from ..worker.main import consumer_options
+    from ..worker.pipeline import Pipeline, StageObserver
+    config = load_or_exit(config_path)
+    setup_logging("WARNING")
+    manager = plugins_or_exit(config)
+    parts = build_pipeline_parts(config, manager, dry_run=True)
+    opts = consumer_options(config, parts)
+    opts.pop("group_id", None)
+    opts.pop("group_instance_id", None)
+
+    class Report(StageObserver):
+        def deserialize_failed(self, record, exc):
+            # The position and why, never the payload.
+            reason = str(exc).splitlines()[0][:200] if str(exc) else ""
+            click.echo(f"# {record.topic}-{record.partition}@{record.offset}: could not deserialize "
+                       f"({type(exc).__name__}{': ' + reason if reason else ''})", err=True)
+
+    # Whatever the daemon's policy, tail reports a record that fails to deserialize and goes
+    # on ("stop" would end it on exactly the record one wants to look at); "dlq" only hands
+    # the dead letter back, which tail drops once reported.
+    pipeline = Pipeline(dataclasses.replace(
+        config, daemon=dataclasses.replace(config.daemon, on_deserialize_error="dlq")), parts,
+        observer=Report())
+    printed = 0
+    with kafka_errors(config):
+        consumer = Consumer(**opts)
+        try:
+            found = consumer.partitions_for(topic)
+            if found is None:
+                usage_error(f"topic {topic} does not exist at {opts.get('bootstrap_servers')}")
+            unknown = sorted(set(partition) - found)
+            if unknown:
+                usage_error(f"topic {topic} has no partition {_ranges(unknown)} (it has {_ranges(found)})")
+            tps = [TopicPartition(topic, p) for p in sorted(found) if not partition or p in partition]
+            consumer.assign(tps)
+            for tp, offset in start_offsets(consumer, tps, start).items():
+                consumer.seek(tp, offset)
+            last = time.monotonic()
+            while count is None or printed < count:
+                polled = consumer.poll(200)
+                raw = [r for rs in polled.values() for r in rs]
+                if raw:
+                    last = time.monotonic()
+                records, _ = pipeline.deserialize(raw)
+                for r in pipeline.intercept(records):
+                    click.echo(record_to_json(r))  # already one JSON line
+                    printed += 1
+                    if count is not None and printed >= count:
+                        break
+                if idle_ms and (time.monotonic() - last) * 1000 >= idle_ms:
+                    break
+        finally:
+            consumer.close()
