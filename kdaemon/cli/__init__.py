@@ -17,7 +17,7 @@ import click
 from .. import __version__
 from ..config import ConfigError, DaemonConfig
 from ..exit_codes import EXIT_CONFIG
-from ..worker.build import check_against_plugins
+from ..worker.build import check_against_plugins, unchecked_sinks
 from .common import config_option, load_or_exit, plugins_or_exit, setup_logging
 from .offsets import offsets
 from .tail import tail
@@ -118,11 +118,14 @@ def _run_in_process(config: DaemonConfig) -> int:
 def check_config(config_path: str) -> None:
     """Validate the configuration (and what the enabled plugins say about it); exit 2 on problems."""
     config = load_or_exit(config_path)
-    problems = check_against_plugins(config, plugins_or_exit(config))
+    manager = plugins_or_exit(config)
+    problems = check_against_plugins(config, manager)
     if problems:
         for p in problems:
             click.echo(p, err=True)
         sys.exit(EXIT_CONFIG)
+    for note in unchecked_sinks(config, manager):
+        click.echo(f"note: {note}", err=True)
     click.echo(f"{config_path}: OK")
 
 

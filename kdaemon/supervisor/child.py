@@ -20,6 +20,7 @@ import sys
 import time
 import traceback
 
+from ..config import ConfigError
 from ..exit_codes import EXIT_BOOT_FAILURE, EXIT_FAILURE
 from .heartbeat import WorkerHeartbeat
 
@@ -128,6 +129,11 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
         # does not take it for a hang; only a refused login fails there, a boot failure anyway.
         worker = make_worker(config, index=index, workers=workers, static_members=True, on_tick=on_tick,
                              on_wait=heartbeat.waiting, predecessor=predecessor)
+    except ConfigError as exc:
+        # A factory refused its settings (a plugin sink without validate(), which check-config
+        # could not check): what is wrong, not a traceback.
+        log.error("worker %d cannot boot: %s", index, "; ".join(exc.problems))
+        return EXIT_BOOT_FAILURE
     except Exception:
         log.error("worker %d cannot boot:\n%s", index, traceback.format_exc())
         return EXIT_BOOT_FAILURE

@@ -79,6 +79,16 @@ def check_against_plugins(config: DaemonConfig, plugins) -> list[str]:
     return []
 
 
+def unchecked_sinks(config: DaemonConfig, plugins) -> list[str]:
+    """The configured sinks whose factory offers no ``validate(settings)``: check-config cannot
+    check their settings without building them (which may create files), so it says so."""
+    factories = plugins.sinks(sink_context(config))
+    used = [("sink.type", config.sink.type)] + ([("dlq.type", config.dlq.type)] if config.dlq is not None else [])
+    return [f"{config.path}: {where}: sink {name!r} offers no validate(settings); its settings are checked "
+            "only when a worker builds it"
+            for where, name in used if name in factories and getattr(factories[name], "validate", None) is None]
+
+
 def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False) -> PipelineParts:
     problems: list[str] = []
     path = config.path
@@ -93,19 +103,24 @@ def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False
                            "is the plugin providing it listed in `plugins`?)")
             return None
         if dry_run and kind == "sink":
-            # Building a sink may create files: check its settings only, if it can say.
+            # Building a sink may create files: check its settings only, if it can say
+            # (``unchecked_sinks`` names those that cannot, for check-config to say so).
             validate = getattr(factory, "validate", None)
             if validate is not None:
                 try:
                     validate(settings)
                 except (ValueError, TypeError, KeyError) as exc:
                     problem(where, f"{kind} {name!r} refused its settings: {exc}")
+                except Exception as exc:   # a plugin's bug: named, never a traceback
+                    problem(where, f"{kind} {name!r}: validate(settings) failed with {type(exc).__name__}: {exc}")
             return None
         try:
             return factory(settings)
         except (ValueError, TypeError, KeyError) as exc:
             problem(where, f"{kind} {name!r} refused its settings: {exc}")
-            return None
+        except Exception as exc:
+            problem(where, f"{kind} {name!r} could not be built: {type(exc).__name__}: {exc}")
+        return None
 
     filter_factories = plugins.header_filters()
     chain: list[Callable] = []
