@@ -33,5 +33,11 @@ EXIT_BOOT_FAILURE = 4
 repeatedly before ever getting their assignment.  The supervisor stops instead of restarting
 them in a loop."""
 
+EXIT_FENCED = 5
+"""Kafka fenced a worker (FENCED_INSTANCE_ID): another consumer joined the group with the
+worker's static member id (``group.instance.id``, ``<daemon_id>-<index>``), most often a second
+daemon with the same ``[daemon] daemon_id`` (default: the host name) and group.  Restarting it
+would fence the other one in turn, for ever, so the supervisor stops the daemon instead."""
+
 # Codes a restart does not cure (systemd's RestartPreventExitStatus= lists them).
-PERMANENT = frozenset({EXIT_CONFIG, EXIT_STOPPED_ON_ERROR, EXIT_BOOT_FAILURE})
+PERMANENT = frozenset({EXIT_CONFIG, EXIT_STOPPED_ON_ERROR, EXIT_BOOT_FAILURE, EXIT_FENCED})

@@ -3,7 +3,9 @@
 share (one-line failures among it).
 
 Exit codes: ``kdaemon.exit_codes`` (0 success; 1 runtime failure; 2 bad configuration or usage,
-every problem listed; 3 a worker stopped on an error policy; 4 a worker could not boot).
+every problem listed, or the state directory is another daemon's; 3 a worker stopped on an
+error policy; 4 a worker could not boot; 5 a worker was fenced by another consumer with its
+static member id).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from .. import __version__
 from ..config import ConfigError, DaemonConfig
 from ..exit_codes import EXIT_CONFIG
 from ..worker.build import check_against_plugins, unchecked_sinks
-from .common import config_option, load_or_exit, plugins_or_exit, setup_logging
+from .common import config_option, fail, load_or_exit, plugins_or_exit, setup_logging
 from .offsets import offsets
 from .tail import tail
 
@@ -33,6 +35,9 @@ main.add_command(offsets)
 main.add_command(tail)
 
 
+_state_lock = None   # ``run``'s lock on the state directory, held (and inherited) until the daemon ends
+
+
 @main.command()
 @config_option
 @click.option("--workers", type=int, default=None, help="Override [daemon] workers (0: one per CPU).")
@@ -45,17 +50,28 @@ def run(config_path: str, workers: int | None, in_process: bool) -> None:
       0  stopped cleanly (SIGTERM/SIGINT): every worker flushed and committed
       1  a failure a restart may cure; or a worker still running shutdown_timeout_s
          after SIGTERM had to be killed (what it had not committed comes again)
-      2  bad configuration (every problem is listed)
+      2  bad configuration (every problem is listed), or another kdaemon runs on
+         the same [daemon] state_dir
       3  a worker stopped on an error policy (on_deserialize_error or on_sink_error
          = "stop", or records to dead-letter and no [dlq]): the others were stopped
          gracefully, the offsets before the failing record are committed; fix the
          record or the policy
       4  a worker cannot boot (plugin, sink, credentials), or workers died 5 times
          in a row before getting their assignment
-    2, 3 and 4 will not fix themselves: the supervisor stops rather than restart-loop.
+      5  a worker was fenced by Kafka: another consumer joined the group with its
+         static member id (a second daemon with the same [daemon] daemon_id?)
+    2 to 5 will not fix themselves: the supervisor stops rather than restart-loop.
     """
     config = load_or_exit(config_path)
     setup_logging(config.daemon.log_level)
+    from ..supervisor.state_lock import StateDirInUse, lock_state_dir
+    global _state_lock
+    try:
+        _state_lock = lock_state_dir(config.daemon.state_dir, config_path)
+    except StateDirInUse as exc:
+        fail(str(exc), EXIT_CONFIG)
+    except OSError as exc:
+        fail(f"cannot use [daemon] state_dir {config.daemon.state_dir}: {exc.strerror or exc}", EXIT_CONFIG)
     if in_process:
         problems = check_against_plugins(config, plugins_or_exit(config))
         if problems:

@@ -28,7 +28,8 @@ def setup_logging(level: str) -> None:
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
     """Stop the command with one line naming the command, what is wrong and what to do."""
     ctx = click.get_current_context(silent=True)
-    name = ctx.command_path if ctx is not None else "kdaemon"
+    # "kdaemon tail", also when run as ``python -m kdaemon.cli`` (whose command path differs).
+    name = f"kdaemon {ctx.info_name}" if ctx is not None and ctx.parent is not None else "kdaemon"
     click.echo(f"{name}: {message}", err=True)
     sys.exit(code)
 

@@ -23,12 +23,13 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..backoff import Backoff
 from ..config import ConfigError, DaemonConfig, load
 from ..durations import duration
-from ..exit_codes import EXIT_BOOT_FAILURE, EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_STOPPED_ON_ERROR
+from ..exit_codes import (EXIT_BOOT_FAILURE, EXIT_CONFIG, EXIT_FAILURE, EXIT_FENCED, EXIT_OK,
+                          EXIT_STOPPED_ON_ERROR)
 from ..plugins.manager import PluginManager
 from . import sdnotify
 from .child import RETIRE_SIGNAL, run_child
@@ -39,6 +40,20 @@ from .resources import ResourceSampler
 
 log = logging.getLogger("kdaemon.supervisor")
 
+# A worker's exit that a restart does not cure: (what happened, why not restart).  The daemon
+# stops instead, the other workers draining and committing as on SIGTERM, and exits with it.
+_STOPS_THE_DAEMON = {
+    EXIT_STOPPED_ON_ERROR: ("stopped on an error policy", "into the same record"),
+    EXIT_BOOT_FAILURE: ("cannot boot", "in a loop"),
+    EXIT_FENCED: ("was fenced by Kafka: another consumer has its static member id",
+                  "to fence that one in turn"),
+}
+
+# [daemon] settings the supervisor takes at start only, and why.
+RESTART_ONLY = {
+    "metrics_addr": "the /metrics endpoint is bound at start",
+    "state_dir": "the daemon's lock, metrics files and sink state live there",
+}
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
 _RESTART_BACKOFF_MAX = 30.0
 _BOOT_CRASHES = 5  # a worker that dies this many times in a row before ever being ready: stop
@@ -281,9 +296,13 @@ class Arbiter:
         except Exception as exc:
             log.error("reload refused, keeping the running configuration: %s", exc)
             return
+        new = self._keep_restart_only(new)
         sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={sdnotify.monotonic_usec()}")
         log.info("reloading %s: rolling %d worker(s) one at a time", self.config_path, len(self.workers))
         old, self.config, self.plugins = self.config, new, plugins
+        level = getattr(logging, new.daemon.log_level, None)
+        if level is not None:
+            logging.getLogger().setLevel(level)
         self._config_generation += 1
         self._rolling = sorted({w.index for w in self.workers.values() if not w.stopping})
         self._roll_waiting = None
@@ -294,6 +313,19 @@ class Arbiter:
             log.info("worker count from the new configuration: %d", self.target)
             self._retire_beyond_target()
             self._rolling = [i for i in self._rolling if i < self.target]
+
+    def _keep_restart_only(self, new: DaemonConfig) -> DaemonConfig:
+        """``new`` with the running values of the settings a reload cannot apply (the
+        supervisor's own resources: ``RESTART_ONLY``), each change said in the log: a reload
+        that ignored them quietly left operators looking at the old port."""
+        kept = {}
+        for name, why in RESTART_ONLY.items():
+            was, wanted = getattr(self.config.daemon, name), getattr(new.daemon, name)
+            if was != wanted:
+                log.warning("reload: [daemon] %s = %r is not applied (%s); the daemon keeps %r until it "
+                            "restarts", name, wanted, why, was)
+                kept[name] = was
+        return replace(new, daemon=replace(new.daemon, **kept)) if kept else new
 
     def handle_ttin(self) -> None:
         self.target += 1
@@ -448,14 +480,12 @@ class Arbiter:
             slot.predecessor = None      # it left the group for good: nothing for a successor to release
         elif proc.member_id is not None:   # one that never joined leaves the one before it standing
             slot.predecessor = Predecessor(proc.member_id, proc.group_protocol, clean=code == 0)
-        if code == EXIT_STOPPED_ON_ERROR:
-            # Restarting it would fetch the same record and stop again, for ever: stop the
-            # daemon, the other workers draining and committing as on SIGTERM.
-            log.error("worker %d (pid %d) stopped on an error policy (exit %d); see its log above. "
-                      "Stopping every worker instead of restarting it into the same record",
-                      proc.index, proc.pid, code)
+        why = _STOPS_THE_DAEMON.get(code)
+        if why is not None and not proc.stopping:
+            log.error("worker %d (pid %d) %s (exit %d); see its log above. Stopping every worker instead of "
+                      "restarting it %s", proc.index, proc.pid, why[0], code, why[1])
             if self._exit_code == EXIT_OK:
-                self._exit_code = EXIT_STOPPED_ON_ERROR
+                self._exit_code = code
             slot.next_start = now
             self.handle_term()
             return
@@ -465,12 +495,6 @@ class Arbiter:
                 # A worker that failed or had to be killed while stopping: not a clean stop.
                 self._exit_code = code if code > 0 else EXIT_FAILURE
             slot.next_start = now
-            return
-        if code == EXIT_BOOT_FAILURE:
-            log.error("worker %d cannot boot (exit %d); see its log above. Stopping instead of "
-                      "restarting it in a loop", proc.index, code)
-            self._exit_code = EXIT_BOOT_FAILURE
-            self.handle_term()
             return
         if not proc.ready:
             slot.crashes_before_ready += 1

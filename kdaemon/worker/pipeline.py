@@ -20,10 +20,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from ..client.errors import WakeupError
+from ..client.errors import FencedInstanceIdError, WakeupError
 from ..client.types import ConsumerRecord, GroupMembershipOperation, TopicPartition
 from ..config import DaemonConfig
-from ..exit_codes import EXIT_OK, EXIT_STOPPED_ON_ERROR
+from ..exit_codes import EXIT_FENCED, EXIT_OK, EXIT_STOPPED_ON_ERROR
 from .build import PipelineParts
 from .delivery import Delivery
 from .memory import MemoryWatch, relieve
@@ -100,19 +100,30 @@ class Worker:
         except WorkerStop as exc:
             log.error("worker stopping: %s", exc)
             code = EXIT_STOPPED_ON_ERROR
+        except FencedInstanceIdError as exc:
+            log.error("worker stopping: fenced by Kafka (FENCED_INSTANCE_ID): %s. Another consumer joined with this "
+                      "worker's static member id: a second daemon with the same [daemon] daemon_id (default: "
+                      "the host name) and group? Give each daemon its own daemon_id (or [kafka] "
+                      "group_instance_id)", exc)
+            code = EXIT_FENCED
         finally:
-            self.shutdown()
+            self.shutdown(fenced=code == EXIT_FENCED)
         return code
 
-    def shutdown(self) -> None:
+    def shutdown(self, *, fenced: bool = False) -> None:
         """Flush and commit what is durable, close the consumer (which runs
         on_partitions_revoked and leaves the group), then close the sinks.
 
-        The sinks close last: the revocation listener flushes them, and a closed sink refuses."""
+        The sinks close last: the revocation listener flushes them, and a closed sink refuses.
+        A fenced member's commit is refused: said in one line, not a traceback."""
         try:
             self.delivery.flush_and_commit()
-        except Exception:
-            log.exception("final flush/commit failed; uncommitted records will be delivered again")
+        except Exception as exc:
+            if fenced:
+                log.warning("final commit refused after the fencing (%s); the records since the last commit "
+                            "will be delivered again", exc)
+            else:
+                log.exception("final flush/commit failed; uncommitted records will be delivered again")
         try:
             self.consumer.close(group_membership=GroupMembershipOperation.LEAVE_GROUP if self._leave_for_good
                                 else GroupMembershipOperation.DEFAULT)

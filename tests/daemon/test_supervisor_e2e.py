@@ -32,7 +32,7 @@ from collections import Counter
 
 
 from kdaemon.config import dump_toml
-from tests.daemon.harness import SESSION_TIMEOUT_MS, Daemon, daemon_config, wait_for
+from tests.daemon.harness import SESSION_TIMEOUT_MS, Daemon, daemon_config, free_port, wait_for
 from tests.support.produce import committed_offsets as read_committed_offsets, create_topic, produce
 
 PARTITIONS = 4
@@ -203,11 +203,16 @@ def test_reload_metrics_and_resize(broker, tmp_path):
             assert d.workers() == workers
             assert "reloading" not in d.log()[mark:] and "started worker" not in d.log()[mark:]
 
-        # 2. A new rule: keep "b" instead of "a".
+        # 2. A new rule: keep "b" instead of "a"; a new metrics_addr, which takes a restart: said, not
+        # applied (/metrics stays where it was, as the checks below show).
         mark = roll_mark = len(d.log())
-        d.write_config({**config, "filters": _filters("b")})
+        moved = f"127.0.0.1:{free_port()}"
+        d.write_config({**config, "filters": _filters("b"), "daemon": {**config["daemon"], "metrics_addr": moved}})
         d.signal(signal.SIGHUP)
         d.wait_log(r"reloading .*: rolling 2 worker\(s\) one at a time", 20, after=mark)
+        assert re.search(rf"reload: \[daemon\] metrics_addr = '{re.escape(moved)}' is not applied \(the /metrics "
+                         rf"endpoint is bound at start\); the daemon keeps '{re.escape(d.metrics_addr)}' until it "
+                         "restarts", d.log()[mark:]), d.log_tail()
         d.wait_all_ready(60, after=mark)
         rolled_at = time.monotonic()
         rolled = d.workers()
@@ -296,7 +301,8 @@ def test_worker_that_cannot_boot_stops_the_daemon_with_exit_4(tmp_path):
         code = d.wait_exit(30)
         log = d.log()
     assert code == 4, log
-    assert re.search(r"worker \d cannot boot \(exit 4\); see its log above\. Stopping instead of restarting", log), log
+    assert re.search(r"worker \d \(pid \d+\) cannot boot \(exit 4\); see its log above\. Stopping every worker "
+                     r"instead of restarting it in a loop", log), log
     assert "cannot use directory" in log and "Not a directory" in log, log
     assert "restarting in" not in log
     assert len(re.findall(r"started worker \d", log)) == 2, log

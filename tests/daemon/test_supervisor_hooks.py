@@ -128,7 +128,7 @@ def test_failing_post_fork_is_a_boot_failure(tmp_path):
     assert "restarting in" not in log
     # worker_exit still ran in the child, with the boot-failure code (the other worker may get
     # the supervisor's SIGTERM before it reaches its own boot failure: no mark from it then).
-    failed = int(re.search(r"worker (\d) cannot boot \(exit 4\)", log)[1])
+    failed = int(re.search(r"worker (\d) \(pid \d+\) cannot boot \(exit 4\)", log)[1])
     exits = _marks(marks, "exit")
     assert failed in {m["index"] for m in exits} and all(m["exit_code"] == 4 for m in exits), (exits, log)
 
