@@ -79,7 +79,8 @@ def run(config_path: str, workers: int | None, in_process: bool) -> None:
                 click.echo(p, err=True)
             sys.exit(EXIT_CONFIG)
         sys.exit(_run_in_process(config))
-    from ..supervisor.arbiter import Arbiter, validate_in_subprocess
+    from ..supervisor.arbiter import Arbiter
+    from ..supervisor.configs import validate_in_subprocess
     # Plugin checks run in a throw-away process: the supervisor must stay free of plugin state
     # (threads, sockets) because every worker is forked from it.
     problems = validate_in_subprocess(config_path)

@@ -23,17 +23,17 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..backoff import Backoff
-from ..config import ConfigError, DaemonConfig, load
+from ..config import ConfigError, DaemonConfig
 from ..durations import duration
 from ..exit_codes import (EXIT_BOOT_FAILURE, EXIT_CONFIG, EXIT_FAILURE, EXIT_FENCED, EXIT_OK,
                           EXIT_STOPPED_ON_ERROR)
-from ..plugins.manager import PluginManager
 from . import sdnotify
 from .child import RETIRE_SIGNAL, run_child
 from .companions import STABLE_AFTER_S, Companions, specs_for
+from .configs import load_plugins, prepare_reload
 from .heartbeat import HeartbeatReader, Predecessor
 from .metrics_http import MetricsEndpoint
 from .resources import ResourceSampler
@@ -49,11 +49,6 @@ _STOPS_THE_DAEMON = {
                   "to fence that one in turn"),
 }
 
-# [daemon] settings the supervisor takes at start only, and why.
-RESTART_ONLY = {
-    "metrics_addr": "the /metrics endpoint is bound at start",
-    "state_dir": "the daemon's lock, metrics files and sink state live there",
-}
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
 _RESTART_BACKOFF_MAX = 30.0
 _BOOT_CRASHES = 5  # a worker that dies this many times in a row before ever being ready: stop
@@ -97,29 +92,6 @@ class Slot:
     restarts: int = 0
     # The last worker's group membership, for its successor to release what it left behind.
     predecessor: Predecessor | None = None
-
-
-def validate_in_subprocess(config_path: str) -> list[str]:
-    """Run ``kdaemon check-config`` in a fresh process and return its problems.
-
-    Checking what the plugins think of a configuration means running plugin code (factories);
-    doing it in the supervisor would leave whatever it creates (threads, sockets) in the
-    process every worker is forked from.
-    """
-    import subprocess
-    proc = subprocess.run([sys.executable, "-m", "kdaemon.cli", "check-config", "-c", config_path],
-                          capture_output=True, text=True, timeout=120)
-    if proc.returncode == 0:
-        return []
-    return [line for line in proc.stderr.splitlines() if line.strip()] or \
-        [f"{config_path}: check-config exited with {proc.returncode}"]
-
-
-def load_plugins(config: DaemonConfig) -> PluginManager:
-    """The allowlisted plugins, imported but not configured: no factory and no
-    ``kdaemon_configure`` runs here (see the module docstring)."""
-    from ..worker.main import load_plugins as load
-    return load(config, configure=False)
 
 
 class Arbiter:
@@ -284,22 +256,17 @@ class Arbiter:
             log.info("ignoring SIGHUP: stopping")
             return
         try:
-            new = load(self.config_path)
-            problems = validate_in_subprocess(self.config_path)
-            if problems:
-                raise ConfigError(problems)
-            plugins = load_plugins(new)
-            companions = specs_for(new, plugins)
+            reload = prepare_reload(self.config_path, self.config)
         except ConfigError as exc:
             log.error("reload refused, keeping the running configuration:\n%s", exc)
             return
         except Exception as exc:
             log.error("reload refused, keeping the running configuration: %s", exc)
             return
-        new = self._keep_restart_only(new)
         sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={sdnotify.monotonic_usec()}")
         log.info("reloading %s: rolling %d worker(s) one at a time", self.config_path, len(self.workers))
-        old, self.config, self.plugins = self.config, new, plugins
+        old, self.config, self.plugins = self.config, reload.config, reload.plugins
+        new = reload.config
         level = getattr(logging, new.daemon.log_level, None)
         if level is not None:
             logging.getLogger().setLevel(level)
@@ -307,25 +274,12 @@ class Arbiter:
         self._rolling = sorted({w.index for w in self.workers.values() if not w.stopping})
         self._roll_waiting = None
         self._ready_sent = False
-        self._configure_companions(new, companions)
+        self._configure_companions(new, reload.companions)
         if self._workers_override is None and old.daemon.workers != new.daemon.workers:
             self.target = new.daemon.workers or os.cpu_count() or 1
             log.info("worker count from the new configuration: %d", self.target)
             self._retire_beyond_target()
             self._rolling = [i for i in self._rolling if i < self.target]
-
-    def _keep_restart_only(self, new: DaemonConfig) -> DaemonConfig:
-        """``new`` with the running values of the settings a reload cannot apply (the
-        supervisor's own resources: ``RESTART_ONLY``), each change said in the log: a reload
-        that ignored them quietly left operators looking at the old port."""
-        kept = {}
-        for name, why in RESTART_ONLY.items():
-            was, wanted = getattr(self.config.daemon, name), getattr(new.daemon, name)
-            if was != wanted:
-                log.warning("reload: [daemon] %s = %r is not applied (%s); the daemon keeps %r until it "
-                            "restarts", name, wanted, why, was)
-                kept[name] = was
-        return replace(new, daemon=replace(new.daemon, **kept)) if kept else new
 
     def handle_ttin(self) -> None:
         self.target += 1
