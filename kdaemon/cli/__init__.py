@@ -17,7 +17,7 @@ import time
 import click
 
 from .. import __version__
-from ..config import ConfigError, DaemonConfig
+from ..config import ConfigError, DaemonConfig, load_for_check
 from ..exit_codes import EXIT_CONFIG
 from ..worker.build import check_against_plugins, unchecked_sinks
 from .common import config_option, fail, load_or_exit, plugins_or_exit, setup_logging
@@ -133,15 +133,34 @@ def _run_in_process(config: DaemonConfig) -> int:
 @main.command("check-config")
 @config_option
 def check_config(config_path: str) -> None:
-    """Validate the configuration (and what the enabled plugins say about it); exit 2 on problems."""
-    config = load_or_exit(config_path)
-    manager = plugins_or_exit(config)
-    problems = check_against_plugins(config, manager)
+    """Validate the configuration (and what the enabled plugins say about it); exit 2 on problems.
+
+    Every problem in one run: those of the file, then what the plugins' factories (filters,
+    deserializers, interceptors, sinks' validate) say about their settings."""
+    from ..plugins.manager import PluginError
+    from ..worker.main import load_plugins
+    problems: list[str] = []
+    config = load_for_check(config_path, problems)
+    notes: list[str] = []
+    if config is not None:
+        file_ok = not problems
+        try:
+            manager = load_plugins(config)
+            problems += check_against_plugins(config, manager)
+            notes = unchecked_sinks(config, manager)
+        except PluginError as exc:
+            problems.append(f"{config.path}: plugins: {exc}")
+        except Exception as exc:
+            if file_ok:
+                raise
+            # What the file got wrong can keep the plugins from being asked at all.
+            problems.append(f"{config.path}: the plugins' checks did not run ({type(exc).__name__}: {exc}); "
+                            "fix the problems above first")
+    for p in problems:
+        click.echo(p, err=True)
     if problems:
-        for p in problems:
-            click.echo(p, err=True)
         sys.exit(EXIT_CONFIG)
-    for note in unchecked_sinks(config, manager):
+    for note in notes:
         click.echo(f"note: {note}", err=True)
     click.echo(f"{config_path}: OK")
 

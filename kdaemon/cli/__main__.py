@@ -3,4 +3,5 @@ process."""
 
 from . import main
 
-main()
+if __name__ == "__main__":
+    main()

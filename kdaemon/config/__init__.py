@@ -22,7 +22,7 @@ worker's business: ``kdaemon.worker.build.check_against_plugins``.
 """
 
 from .kafka import DAEMON_OWNED, KAFKA_KINDS, SECRETS
-from .loader import default_dlq, load, parse
+from .loader import default_dlq, load, load_for_check, parse
 from .model import (DEFAULT_DLQ_DIR, DEFAULT_PLUGINS, ERROR_POLICIES_DESERIALIZE, ERROR_POLICIES_SINK,
                     GROUP_PROTOCOLS, ConfigError, DaemonConfig, DaemonSection, DeserializerConfig,
                     FilterConfig, InterceptorConfig, SinkConfig)
@@ -31,4 +31,4 @@ from .toml_out import dump_toml
 __all__ = ["DAEMON_OWNED", "DEFAULT_DLQ_DIR", "DEFAULT_PLUGINS", "ERROR_POLICIES_DESERIALIZE",
            "ERROR_POLICIES_SINK", "GROUP_PROTOCOLS", "KAFKA_KINDS", "SECRETS", "ConfigError",
            "DaemonConfig", "DaemonSection", "DeserializerConfig", "FilterConfig", "InterceptorConfig",
-           "SinkConfig", "default_dlq", "dump_toml", "load", "parse"]
+           "SinkConfig", "default_dlq", "dump_toml", "load", "load_for_check", "parse"]

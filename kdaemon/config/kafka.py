@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..client.config import ConsumerConfig
+from ..suggest import did_you_mean
 from .model import GROUP_PROTOCOLS
 from .schema import STRING, Kind, key_path, kinds_of, string_or_list
 
@@ -55,7 +56,7 @@ def kafka_section(section: dict, env: Any, problems: list[str]) -> dict:
             continue
         kind = KAFKA_KINDS.get(key)
         if kind is None:
-            problem(key_path("kafka", key), "unknown consumer option")
+            problem(key_path("kafka", key), f"unknown consumer option{did_you_mean(key, KAFKA_KINDS)}")
             continue
         wrong = kind.problems(f"kafka.{key}", value)
         if wrong:

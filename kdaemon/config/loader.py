@@ -14,6 +14,7 @@ import re
 import tomllib
 
 from ..protocol.header_match import DEFAULTS as FILTER_DEFAULTS, rule_problems
+from ..suggest import did_you_mean
 from .kafka import kafka_section
 from .model import (DEFAULT_DLQ_DIR, DEFAULT_PLUGINS, ERROR_POLICIES_DESERIALIZE, ERROR_POLICIES_SINK,
                     ConfigError, DaemonConfig, DaemonSection, DeserializerConfig, FilterConfig,
@@ -52,7 +53,23 @@ _POSITIVE = ("poll_timeout_ms", "flush_interval_ms", "flush_max_records", "max_b
 
 def load(path: str | os.PathLike, *, environ: dict | None = None) -> DaemonConfig:
     """Read and validate; raise ConfigError listing every problem."""
-    path = str(path)
+    return parse(_read(str(path)), str(path), environ=environ)
+
+
+def load_for_check(path: str | os.PathLike, problems: list[str], *,
+                   environ: dict | None = None) -> DaemonConfig | None:
+    """For ``check-config``, which lists every problem in one run: the file's problems go to
+    ``problems`` and the configuration is returned all the same (what was wrong left at its
+    default) so the plugins can check the rest; None if the file cannot be read as TOML."""
+    try:
+        raw = _read(str(path))
+    except ConfigError as exc:
+        problems += exc.problems
+        return None
+    return parse(raw, str(path), environ=environ, problems=problems)
+
+
+def _read(path: str) -> dict:
     try:
         with open(path, "rb") as fh:
             raw = tomllib.load(fh)
@@ -65,21 +82,24 @@ def load(path: str | os.PathLike, *, environ: dict | None = None) -> DaemonConfi
             from None
     except OSError as exc:               # a directory, no permission, ...
         raise ConfigError([f"{path}: cannot read it: {exc.strerror or exc}"]) from None
-    return parse(raw, path, environ=environ)
+    return raw
 
 
-def parse(raw: dict, path: str = "<config>", *, environ: dict | None = None) -> DaemonConfig:
+def parse(raw: dict, path: str = "<config>", *, environ: dict | None = None,
+          problems: list[str] | None = None) -> DaemonConfig:
     """Validate a parsed TOML mapping; raise ConfigError listing every problem as
-    ``path: section.key: text``."""
+    ``path: section.key: text`` — or, given a ``problems`` list, add them to it and return the
+    configuration with what was wrong left at its defaults (``load_for_check``)."""
     env = os.environ if environ is None else environ
-    problems: list[str] = []
+    collect, problems = problems, []
 
     def problem(where: str, text: str) -> None:
         problems.append(f"{where}: {text}")
 
     for key in raw:
         if key not in TOP_KINDS:
-            problem(key_path("", key), f"unknown section or key (known: {', '.join(sorted(TOP_KINDS))})")
+            problem(key_path("", key), f"unknown section or key{did_you_mean(key, TOP_KINDS)} "
+                                       f"(known: {', '.join(sorted(TOP_KINDS))})")
     top = check_table("", raw, TOP_KINDS, problems)
     mistyped = set(raw) - set(top)   # given, with the wrong type (already reported)
 
@@ -106,8 +126,10 @@ def parse(raw: dict, path: str = "<config>", *, environ: dict | None = None) -> 
         problem("daemon.assignment", "static assignment needs explicit topics, not a pattern")
     if "kafka" not in mistyped and "group_id" not in kafka_raw and daemon.assignment == "group":
         problem("kafka.group_id", "required: offsets are committed to the group")
-    if problems:
+    if problems and collect is None:
         raise ConfigError([f"{path}: {p}" for p in problems])
+    if collect is not None:
+        collect += [f"{path}: {p}" for p in problems]
     return DaemonConfig(path, tuple(plugins), kafka, daemon, filters, deser, interceptors, sink, dlq, raw)
 
 
@@ -128,7 +150,7 @@ def _daemon_section(section: dict, problems: list[str]) -> tuple[DaemonSection, 
     for key, value in section.items():
         kind = DAEMON_KINDS.get(key)
         if kind is None:
-            problem(key_path("daemon", key), "unknown option")
+            problem(key_path("daemon", key), f"unknown option{did_you_mean(key, DAEMON_KINDS)}")
             continue
         wrong = kind.problems(f"daemon.{key}", value)
         if wrong:
@@ -179,7 +201,8 @@ def _filters(entries: list, problems: list[str]) -> tuple[FilterConfig, ...]:
     for where, e in _entries(entries, "filters", problems):
         if "plugin" in e:
             for k in sorted(set(e) - set(PLUGIN_FILTER_KINDS)):
-                problems.append(f"{key_path(where, k)}: unknown key beside plugin (plugin, settings)")
+                problems.append(f"{key_path(where, k)}: unknown key beside plugin{did_you_mean(k, PLUGIN_FILTER_KINDS)} "
+                                "(plugin, settings)")
             before = len(problems)
             typed = check_table(where, e, PLUGIN_FILTER_KINDS, problems)
             if len(problems) == before:
@@ -202,7 +225,8 @@ def _filters(entries: list, problems: list[str]) -> tuple[FilterConfig, ...]:
 
 def _deserializer(section: dict, problems: list[str]) -> DeserializerConfig:
     for k in sorted(set(section) - set(DESERIALIZER_KINDS)):
-        problems.append(f"{key_path('deserializer', k)}: unknown key (key, value, settings)")
+        problems.append(f"{key_path('deserializer', k)}: unknown key{did_you_mean(k, DESERIALIZER_KINDS)} "
+                        "(key, value, settings)")
     typed = check_table("deserializer", section, DESERIALIZER_KINDS, problems)
     return DeserializerConfig(typed.get("key", "bytes"), typed.get("value", "bytes"), typed.get("settings", {}))
 
@@ -211,7 +235,7 @@ def _interceptors(entries: list, problems: list[str]) -> tuple[InterceptorConfig
     out = []
     for where, e in _entries(entries, "interceptors", problems):
         for k in sorted(set(e) - set(INTERCEPTOR_KINDS)):
-            problems.append(f"{key_path(where, k)}: unknown key (name, settings)")
+            problems.append(f"{key_path(where, k)}: unknown key{did_you_mean(k, INTERCEPTOR_KINDS)} (name, settings)")
         before = len(problems)
         typed = check_table(where, e, INTERCEPTOR_KINDS, problems)
         if "name" not in e:

@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from ..suggest import did_you_mean
+
 Op = Literal["equals", "in", "prefix", "regex", "exists", "missing"]
 OPS: tuple[str, ...] = ("equals", "in", "prefix", "regex", "exists", "missing")
 ONE_VALUE_OPS = ("equals", "prefix", "regex")
@@ -133,7 +135,8 @@ def _op_problems(op: object, values: tuple | list, *, check_pattern: bool = True
 def rule_problems(table: dict) -> list[tuple[str, str]]:
     """Every problem of one rule table (``header``, ``op``, ``value``/``values``, ``action``),
     as (field, text) pairs naming the key at fault; empty when the table is a valid rule."""
-    out = [(k, f"unknown key (known: {', '.join(RULE_KEYS)})") for k in sorted(set(table) - set(RULE_KEYS))]
+    out = [(k, f"unknown key{did_you_mean(k, RULE_KEYS)} (known: {', '.join(RULE_KEYS)})")
+           for k in sorted(set(table) - set(RULE_KEYS))]
     header = table.get("header")
     if not isinstance(header, str) or not header:
         out.append(("header", "required: the header key to test"))

@@ -9,13 +9,14 @@ from typing import TextIO
 
 from ..plugins.types import Record, SinkWriteError
 from .encoding import encode_batch
+from ..suggest import unknown_keys
 
 
 def check_settings(kind: str, settings: dict, known: set[str]) -> None:
     """Refuse keys a sink does not know (``type`` is always allowed: it is the [sink] table)."""
     unknown = sorted(set(settings) - known - {"type"})
     if unknown:
-        raise ValueError(f"unknown {kind} sink setting(s): {', '.join(unknown)} "
+        raise ValueError(f"unknown {kind} sink setting(s): {unknown_keys(unknown, known)} "
                          f"(known: {', '.join(sorted(known | {'type'}))})")
 
 

@@ -257,7 +257,8 @@ class Delivery:
     def _write_dlq(self, dead: list[Record]) -> None:
         dlq = self.parts.dlq
         if dlq is None:
-            raise WorkerStop(f"{len(dead)} record(s) failed and no [dlq] is configured")
+            raise WorkerStop(f"{len(dead)} record(s) failed and no [dlq] is configured: add a [dlq] section, "
+                             "or change daemon.on_deserialize_error to \"skip\"")
         try:
             dlq.write(dead)
         except Exception as exc:
@@ -299,7 +300,8 @@ class Delivery:
             # The sink took the others; retrying these records cannot help (they are bad, not
             # the sink): dead-letter them if there is a DLQ, else stop.
             if self.parts.dlq is None:
-                raise WorkerStop(f"the sink rejected {len(set(refused))} record(s) and no [dlq] is configured: {exc}")
+                raise WorkerStop(f"the sink rejected {len(set(refused))} record(s) and no [dlq] is configured ({exc}): "
+                                 "add a [dlq] section, or set daemon.on_sink_error to \"dlq\" (its default DLQ)")
             self._dead_letter_refused(records, dead, positions, exc, set(refused))
             return
         # retry: first make durable (and commit) what earlier writes accepted.  A failed write

@@ -47,6 +47,7 @@ LEAVES: frozenset[str] = frozenset({
     "backoff",    # the one Backoff type
     "exit_codes", # the exit codes workers and the supervisor share
     "durations",  # how long, as log lines and STATUS= word it
+    "suggest",    # "did you mean": unknown keys named with their closest known one
 })
 
 RANK: dict[str, int] = {name: i for i, names in enumerate(LAYERS) for name in names}

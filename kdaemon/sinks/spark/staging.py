@@ -29,6 +29,7 @@ from ...plugins.types import Record, SinkUnavailable
 from . import staged
 from .layout import BatchId
 from .staged import as_bytes
+from ...suggest import unknown_keys
 from .wire import UploadReply, UploadRequest, socket_path, staging_root
 
 SETTINGS = {"type", "master", "conf", "path", "table", "max_records", "max_bytes", "max_age_s",
@@ -46,7 +47,7 @@ def validate_settings(settings: dict) -> None:
     problems = []
     unknown = set(settings) - SETTINGS
     if unknown:
-        problems.append(f"unknown spark sink settings: {', '.join(sorted(unknown))} "
+        problems.append(f"unknown spark sink settings: {unknown_keys(unknown, SETTINGS - {'type'})} "
                         f"(known: {', '.join(sorted(SETTINGS - {'type'}))})")
     if not settings.get("path") and not settings.get("table"):
         problems.append("the spark sink needs `path` (Parquet output) or `table` (catalog table)")
