@@ -166,15 +166,43 @@ def check_config(config_path: str) -> None:
 
 
 @main.command()
-@config_option
-def plugins(config_path: str) -> None:
-    """List discovered plugins, whether each is enabled, and the hooks it implements."""
-    config = load_or_exit(config_path)
-    manager = plugins_or_exit(config)
+@click.option("-c", "--config", "config_path", default=None, type=click.Path(dir_okay=False),
+              help="Show the plugins this configuration enables (default: the built-in ones).")
+@click.option("--all", "import_all", is_flag=True,
+              help="Import every installed plugin to list what it offers (by default only the enabled "
+                   "ones are imported: the configuration's allowlist).")
+def plugins(config_path: str | None, import_all: bool) -> None:
+    """List installed plugins: enabled or not, version, source, hooks, and the names each offers
+    per kind (filters, deserializers, interceptors, sinks).  Works without -c, and with a
+    configuration that has problems (its plugin list is used all the same)."""
+    from ..config import DEFAULT_PLUGINS
+    from ..plugins.companion import SinkContext
+    from ..plugins.manager import PluginError, PluginManager
+    from ..sinks import builtin as builtin_sinks
+    enabled = list(DEFAULT_PLUGINS)
+    if config_path is not None:
+        problems: list[str] = []
+        config = load_for_check(config_path, problems)
+        if config is not None:
+            enabled = list(config.plugins)
+        if problems:
+            click.echo(f"note: {config_path} has {len(problems)} problem(s) (kdaemon check-config lists them); "
+                       + ("its plugins list is used" if config is not None else "showing the default plugins"),
+                       err=True)
+    try:
+        if import_all:
+            enabled += [d.name for d in PluginManager([]).discovered]
+        manager = PluginManager(enabled)
+        manager.register(builtin_sinks, "builtin-sinks")
+        offered = manager.offered(SinkContext(state_dir="/nonexistent", daemon_id="", heartbeat_timeout_s=30.0))
+    except PluginError as exc:
+        fail(str(exc), EXIT_CONFIG)
     for p in manager.describe():
         state = "enabled " if p["enabled"] else "disabled"
         hooks = ", ".join(p["hooks"]) if p["enabled"] else "(not imported)"
-        click.echo(f"{state}  {p['name']:<16} {p['source']:<32} {hooks}")
+        offers = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in offered.get(p["name"], {}).items())
+        click.echo(f"{state}  {p['name']:<16} {p['version'] or '-':<10} {p['source']:<32} {hooks}"
+                   + (f"  [{offers}]" if offers else ""))
 
 
 @main.command()

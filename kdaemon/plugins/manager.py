@@ -222,18 +222,46 @@ class PluginManager:
     def worker_exit(self, index: int, exit_code: int) -> None:
         self._pm.hook.kdaemon_worker_exit(index=index, exit_code=exit_code)
 
+    def offered(self, context: SinkContext) -> dict[str, dict[str, list[str]]]:
+        """For ``kdaemon plugins``: plugin name → kind → the names it offers.  Calls the
+        enabled plugins' offering hooks (which only return factories; nothing is built)."""
+        out: dict[str, dict[str, list[str]]] = {}
+        for kind, hook_name in OFFER_HOOKS.items():
+            for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
+                kwargs = {"context": context} if "context" in impl.argnames else {}
+                names = sorted(impl.function(**kwargs) or {})
+                if names:
+                    out.setdefault(impl.plugin_name, {})[kind] = names
+        return out
+
     def describe(self) -> list[dict]:
-        """For ``kdaemon plugins``: every plugin, whether enabled, and the hooks it implements."""
+        """For ``kdaemon plugins``: every plugin, whether enabled, its version, and the hooks it
+        implements."""
         registered = {name: plugin for name, plugin in self._pm.list_name_plugin()}
         out = []
-        names = ["builtin"] + [d.name for d in self.discovered] + [n for n in registered if ":" in n]
+        names = ["builtin"] + [n for n in ("builtin-sinks",) if n in registered] + \
+            [d.name for d in self.discovered] + [n for n in registered if ":" in n]
         for name in names:
             d = next((x for x in self.discovered if x.name == name), None)
             plugin = registered.get(name)
             hooks = sorted(h.name for h in self._pm.get_hookcallers(plugin) or []) if plugin is not None else []
             by_path = d is None and ":" in name
-            out.append({"name": name, "enabled": plugin is not None,
-                        "source": d.value if d else name if by_path else "kdaemon.plugins.builtin",
-                        "distribution": d.distribution if d else None if by_path else "kdaemon",
-                        "hooks": hooks})
+            distribution = d.distribution if d else None if by_path else "kdaemon"
+            source = d.value if d else name if by_path else getattr(plugin, "__name__", "kdaemon.plugins.builtin")
+            out.append({"name": name, "enabled": plugin is not None, "source": source,
+                        "distribution": distribution, "version": _version(distribution), "hooks": hooks})
         return out
+
+
+# The hooks through which plugins offer named things, by kind (``offered``).
+OFFER_HOOKS = {"filters": "kdaemon_header_filters", "deserializers": "kdaemon_deserializers",
+               "interceptors": "kdaemon_interceptors", "sinks": "kdaemon_sinks"}
+
+
+def _version(distribution: str | None) -> str | None:
+    if distribution is None:
+        return None
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
