@@ -206,6 +206,33 @@ def plugins(config_path: str | None, import_all: bool) -> None:
 
 
 @main.command()
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Listen here (default: a free port).")
+@click.option("--log-dir", default="var/broker", show_default=True, type=click.Path(file_okay=False),
+              help="Where the broker's log goes.")
+def broker(port: int | None, log_dir: str) -> None:
+    """Start the embedded broker (Tansu, in memory) for trying plugins locally; print its address
+    and serve until SIGINT/SIGTERM.  What it holds is gone when it stops."""
+    from ..embedded import EmbeddedBrokerError, start_broker
+    try:
+        b = start_broker(log_dir, port=port)
+    except (EmbeddedBrokerError, OSError) as exc:
+        fail(f"the embedded broker did not start: {exc}")
+    stop = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.append(True))
+    click.echo(f'bootstrap_servers = "{b.bootstrap}"')
+    click.echo(f"# the embedded broker (Tansu, in memory) listens at {b.bootstrap}; its log is {b.log_path}. "
+               "Ctrl-C stops it.", err=True)
+    try:
+        while not stop:
+            if b.process.poll() is not None:
+                fail(f"the embedded broker exited with {b.process.returncode}; its log:\n{b.log_tail()}")
+            time.sleep(0.2)
+    finally:
+        b.stop()
+
+
+@main.command()
 @click.option("--records", default=50_000, show_default=True, help="Sample records to write.")
 @click.option("--partitions", default=4, show_default=True)
 @click.option("--state-dir", default="var/demo", show_default=True, type=click.Path(file_okay=False))
