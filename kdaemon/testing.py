@@ -286,6 +286,12 @@ class _RecordSource:
     def group_state(self):
         return None
 
+    def reachability(self) -> tuple[bool, str | None]:
+        return True, None
+
+    def missing_topics(self) -> set[str]:
+        return set()
+
     def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
         self._run.committed.update(offsets)
 

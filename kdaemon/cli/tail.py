@@ -19,8 +19,11 @@ _AT_TIME = re.compile(r"s@(\d+)$")
 def start_offsets(consumer, tps, start: str, timeout_ms: int | None = None) -> dict:
     """Where each partition is read from for ``-o start``; a usage error names what is wrong.
 
-    An absolute offset outside a partition's [earliest, end] is refused (Kafka would reset it
-    to the earliest or the end, printing something else than asked, or nothing)."""
+    An absolute offset is taken as given: the consumer runs with ``auto_offset_reset = "none"``,
+    so one outside a partition's log fails its first fetch (``outside``) instead of being reset
+    to the earliest or the end, printing something else than asked, or nothing.  (Checking it
+    against ListOffsets first would refuse good offsets on brokers whose end offset lags, as
+    Tansu's does.)"""
     if start in ("beginning", "end"):
         return (consumer.beginning_offsets if start == "beginning" else consumer.end_offsets)(tps, timeout_ms)
     if m := _AT_TIME.match(start):
@@ -33,15 +36,18 @@ def start_offsets(consumer, tps, start: str, timeout_ms: int | None = None) -> d
         return {tp: max(firsts[tp], ends[tp] - n) for tp in tps}
     if not start.isdigit():
         usage_error(f"-o {start!r} is not an offset; use {OFFSET_FORMS}")
-    offset = int(start)
-    firsts, ends = consumer.beginning_offsets(tps, timeout_ms), consumer.end_offsets(tps, timeout_ms)
-    outside = [f"{tp.topic}-{tp.partition} holds {firsts[tp]}..{ends[tp] - 1}" if ends[tp] > firsts[tp]
-               else f"{tp.topic}-{tp.partition} is empty (next offset {ends[tp]})"
-               for tp in tps if not firsts[tp] <= offset <= ends[tp]]
-    if outside:
-        usage_error(f"offset {offset} is outside {'; '.join(outside)}; pick partitions with -p, or use "
-                    f"{OFFSET_FORMS}")
-    return {tp: offset for tp in tps}
+    return {tp: int(start) for tp in tps}
+
+
+def outside(consumer, exc) -> str:
+    """The one line for an absolute offset a partition does not hold (``OffsetOutOfRangeError``)."""
+    tps = sorted(exc.offsets)
+    firsts, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+    held = [f"{tp.topic}-{tp.partition} holds {firsts[tp]}..{ends[tp] - 1}" if ends[tp] > firsts[tp]
+            else f"{tp.topic}-{tp.partition} is empty (next offset {ends[tp]})" for tp in tps]
+    offsets = sorted(set(exc.offsets.values()))
+    return (f"offset {', '.join(map(str, offsets))} is outside {'; '.join(held)}; pick partitions with -p, or use "
+            f"{OFFSET_FORMS}")
 
 
 def _ranges(ids) -> str:
@@ -73,7 +79,7 @@ def tail(topic: str, config_path: str, partition: tuple[int, ...], start: str, c
     The records go through the daemon's own stages (config, ``build_pipeline_parts``, the
     consumer options and ``Pipeline``): tail only prints, so what it shows is what the daemon
     would hand to its sink."""
-    from ..client import Consumer, TopicPartition
+    from ..client import Consumer, OffsetOutOfRangeError, TopicPartition
     from ..sinks.encoding import record_to_json
     from ..worker.build import build_pipeline_parts
     from ..worker.main import consumer_options
@@ -85,6 +91,7 @@ def tail(topic: str, config_path: str, partition: tuple[int, ...], start: str, c
     opts = consumer_options(config, parts)
     opts.pop("group_id", None)
     opts.pop("group_instance_id", None)
+    opts["auto_offset_reset"] = "none"   # every position is set by -o; see start_offsets
 
     class Report(StageObserver):
         def deserialize_failed(self, record, exc):
@@ -115,7 +122,10 @@ def tail(topic: str, config_path: str, partition: tuple[int, ...], start: str, c
                 consumer.seek(tp, offset)
             last = time.monotonic()
             while count is None or printed < count:
-                polled = consumer.poll(200)
+                try:
+                    polled = consumer.poll(200)
+                except OffsetOutOfRangeError as exc:
+                    usage_error(outside(consumer, exc))
                 raw = [r for rs in polled.values() for r in rs]
                 if raw:
                     last = time.monotonic()

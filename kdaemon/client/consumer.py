@@ -462,6 +462,15 @@ class Consumer:
 
     # -- observability --------------------------------------------------------------------------
 
+    def reachability(self) -> tuple[bool, str | None]:
+        """(a broker connection is up, the latest failure to connect to one): for a caller that
+        tells its operator why nothing is consumed."""
+        return self._network.any_ready(), self._network.last_connection_error()
+
+    def missing_topics(self) -> set[str]:
+        """Subscribed or assigned topics the brokers said do not exist (UNKNOWN_TOPIC_OR_PARTITION)."""
+        return set(self._metadata.missing_topics)
+
     def metrics(self) -> ConsumerMetrics:
         """A snapshot of the fetch counters and of every assigned partition's figures."""
         s = self._fetcher.stats

@@ -200,6 +200,11 @@ class NetworkClient:
                         return node_id
             return best
 
+    def any_ready(self) -> bool:
+        """True while a connection to some broker is up (coordinator connections included)."""
+        with self._lock:
+            return any(c.ready for c in self._conns.values())
+
     def last_connection_error(self) -> str | None:
         """The latest failure to connect to any broker: what an error that would otherwise only
         say "nothing answered" should name."""

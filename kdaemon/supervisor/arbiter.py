@@ -23,6 +23,7 @@ import shutil
 import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ..backoff import Backoff
@@ -66,6 +67,7 @@ class WorkerProc:
     lag: int = 0
     delivered: int = 0
     sink_down_s: float = 0.0          # from its heartbeats: how long its sink has been down
+    problems: tuple[str, ...] = ()    # from its heartbeats: why it consumes nothing (health.CONDITIONS)
     stopping: bool = False
     retiring: bool = False     # stopping for good (the pool shrank): it leaves the group for good
     stop_sent_at: float | None = None
@@ -221,6 +223,7 @@ class Arbiter:
             proc.last_heartbeat = now
             proc.assigned, proc.lag, proc.delivered = beat.assigned, beat.lag, beat.delivered
             proc.sink_down_s = beat.sink_down_s
+            proc.problems = beat.problems
             if beat.member_id is not None:
                 proc.member_id, proc.group_protocol = beat.member_id, beat.group_protocol
             if beat.partitions is not None:
@@ -557,8 +560,10 @@ class Arbiter:
             down = [w.sink_down_s for w in running if w.sink_down_s]
             stalled = (f", sink down {duration(max(down))} on {len(down)} worker(s), partitions paused"
                        if down else "")
+            problems = Counter(p for w in running for p in w.problems)
+            said = "".join(f", {name.replace('_', ' ')} on {n} worker(s)" for name, n in sorted(problems.items()))
             sdnotify.notify(f"STATUS={sum(w.ready for w in running)}/{self.target} workers ready, "
-                            f"{sum(w.assigned for w in running)} partitions, lag {lag}{stalled}")
+                            f"{sum(w.assigned for w in running)} partitions, lag {lag}{stalled}{said}")
         if self._watchdog is not None and now >= self._next_watchdog:
             live = all(now - w.last_heartbeat <= self.config.daemon.heartbeat_timeout_s
                        for w in self.workers.values() if not w.stopping)

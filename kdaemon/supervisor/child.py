@@ -65,16 +65,16 @@ class Heartbeat:
         self._send(WorkerHeartbeat(ready, len(m.partitions), lag, sum(worker.stats.delivered.values()),
                                    generation, partitions, member_id,
                                    consumer.config.group_protocol if member_id is not None else None,
-                                   worker.sink_down_s))
+                                   worker.sink_down_s, worker.problems))
 
-    def waiting(self) -> None:
+    def waiting(self, problems: tuple[str, ...] = ()) -> None:
         """Alive but not built yet (waiting for a broker before the worker exists)."""
         now = time.monotonic()
         if now < self._next:
             return
         self._next = now + self.interval
         self._last_ready = False
-        self._send(WorkerHeartbeat(False, 0, 0, 0))
+        self._send(WorkerHeartbeat(False, 0, 0, 0, problems=problems))
 
     def _send(self, beat: WorkerHeartbeat) -> None:
         try:
@@ -118,6 +118,7 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
         return EXIT_BOOT_FAILURE
     try:
         from ..worker.main import make_worker
+        from ..worker.health import FIRST_WARNING_S
         from ..worker.metrics import WorkerMetrics
         metrics = WorkerMetrics(config.daemon.metrics_interval_ms / 1000)
 
@@ -127,8 +128,16 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
 
         # Waiting for a broker (to choose the group protocol) beats meanwhile, so the supervisor
         # does not take it for a hang; only a refused login fails there, a boot failure anyway.
+        # Past the first warning, the beats and the metrics say the broker is unreachable.
+        waiting_since = time.monotonic()
+
+        def on_wait() -> None:
+            problems = ("broker_unreachable",) if time.monotonic() - waiting_since >= FIRST_WARNING_S else ()
+            heartbeat.waiting(problems)
+            metrics.problems(problems)
+
         worker = make_worker(config, index=index, workers=workers, static_members=True, on_tick=on_tick,
-                             on_wait=heartbeat.waiting, predecessor=predecessor)
+                             on_wait=on_wait, predecessor=predecessor)
     except ConfigError as exc:
         # A factory refused its settings (a plugin sink without validate(), which check-config
         # could not check): what is wrong, not a traceback.

@@ -35,6 +35,8 @@ class WorkerHeartbeat:
     group_protocol: str | None = None
     # Seconds the worker's sink has been unable to take records (0: fine), for STATUS=.
     sink_down_s: float = 0.0
+    # Why it consumes nothing, if it cannot (worker.health.CONDITIONS names), for STATUS=.
+    problems: tuple[str, ...] = ()
 
     def encode(self) -> bytes:
         msg = asdict(self)
@@ -48,6 +50,10 @@ class WorkerHeartbeat:
             del msg["sink_down_s"]
         else:
             msg["sink_down_s"] = round(self.sink_down_s, 1)
+        if self.problems:
+            msg["problems"] = list(self.problems)
+        else:
+            del msg["problems"]
         return json.dumps(msg).encode() + b"\n"
 
     @classmethod
@@ -63,7 +69,8 @@ class WorkerHeartbeat:
                        None if partitions is None else tuple(str(p) for p in partitions),
                        None if msg.get("member_id") is None else str(msg["member_id"]),
                        None if msg.get("group_protocol") is None else str(msg["group_protocol"]),
-                       float(msg.get("sink_down_s") or 0.0))
+                       float(msg.get("sink_down_s") or 0.0),
+                       tuple(str(p) for p in msg.get("problems") or ()))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"a heartbeat without a valid {exc}") from None
 

@@ -29,6 +29,7 @@ from ..config import DaemonConfig
 from ..plugins.manager import PluginManager
 from ..protocol.errors import BrokerError
 from .build import build_pipeline_parts
+from .health import FIRST_WARNING_S
 from .memory import MemoryShares, MemoryWatch
 from .pipeline import Worker
 
@@ -70,8 +71,10 @@ def resolve_group_protocol(config: DaemonConfig, *, index: int = 0, wait_ms: int
         return wanted
     client = ConsumerConfig.from_options(**config.consumer_options())
     deadline = None if wait_ms is None else time.monotonic() + wait_ms / 1000
+    # The first warning after a few seconds (an operator starting the daemon wants to know now
+    # that nothing answers), then one a default_api_timeout_ms.
+    round_ms = min(client.default_api_timeout_ms, int(FIRST_WARNING_S * 1000))
     while True:
-        round_ms = client.default_api_timeout_ms
         if deadline is not None:
             round_ms = min(round_ms, max(1, int((deadline - time.monotonic()) * 1000)))
         try:
@@ -80,7 +83,9 @@ def resolve_group_protocol(config: DaemonConfig, *, index: int = 0, wait_ms: int
         except NoBrokersAvailableError as exc:
             if deadline is not None and time.monotonic() >= deadline:
                 raise
-            log.warning("worker %d: cannot choose the group protocol yet: %s; still trying", index, exc)
+            log.warning("worker %d: %s; check [kafka] bootstrap_servers (and the TLS/SASL settings) and that the "
+                        "brokers run; still trying (the group protocol is chosen from the first answer)", index, exc)
+            round_ms = client.default_api_timeout_ms
     choice = choose_group_protocol(features)
     log.info("worker %d: group protocol %s (group_protocol = \"auto\": %s, asked %s)", index,
              choice.protocol, choice.reason, features.broker)

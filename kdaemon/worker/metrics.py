@@ -14,6 +14,8 @@ import time
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from .health import CONDITIONS
+
 RECORDS_FETCHED = Counter("kdaemon_records_fetched_total", "Records returned by the consumer (after the header filter)",
                           ["topic", "partition"])
 RECORDS_FILTERED = Counter("kdaemon_records_filtered_total", "Records dropped by header filters",
@@ -41,6 +43,9 @@ COMMITS = Counter("kdaemon_commits_total", "Successful offset commits")
 ASSIGNED = Gauge("kdaemon_assigned_partitions", "Partitions assigned to live workers", multiprocess_mode="livesum")
 SINK_DOWN = Gauge("kdaemon_sink_down_seconds", "How long the sink has been unable to take records (0: it is up); "
                   "the longest over live workers", multiprocess_mode="livemax")
+PROBLEMS = Gauge("kdaemon_worker_problems", "Live workers for which a condition holds that keeps them from "
+                 "consuming (broker_unreachable, topic_missing, join_incomplete, no_assignment)", ["condition"],
+                 multiprocess_mode="livesum")
 SINK_DOWN_WORKERS = Gauge("kdaemon_sink_down_workers", "Live workers whose sink cannot take records (partitions paused)",
                           multiprocess_mode="livesum")
 
@@ -56,6 +61,11 @@ class WorkerMetrics:
         old = self._seen.get(key, 0)
         self._seen[key] = value
         return value - old if value >= old else value
+
+    def problems(self, problems: tuple[str, ...]) -> None:
+        """1 for each condition that holds for this worker, 0 for the others (health.CONDITIONS)."""
+        for name in CONDITIONS:
+            PROBLEMS.labels(name).set(1 if name in problems else 0)
 
     def update(self, worker, force: bool = False) -> None:
         now = time.monotonic()
@@ -87,6 +97,7 @@ class WorkerMetrics:
             LAG.labels(*labels).set(0)
         self._lag_labels = lag_labels
         ASSIGNED.set(len(consumer_metrics.partitions))
+        self.problems(worker.problems)
         down = worker.sink_down_s
         SINK_DOWN.set(down)
         SINK_DOWN_WORKERS.set(1 if down else 0)

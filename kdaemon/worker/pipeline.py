@@ -26,6 +26,7 @@ from ..config import DaemonConfig
 from ..exit_codes import EXIT_FENCED, EXIT_OK, EXIT_STOPPED_ON_ERROR
 from .build import PipelineParts
 from .delivery import Delivery
+from .health import HealthWatch, observe
 from .memory import MemoryWatch, relieve
 from .modes import Mode
 from .stages import Pipeline, StageObserver, WorkerStats, WorkerStop
@@ -57,6 +58,7 @@ class Worker:
         self.delivery = Delivery(config, parts, consumer, self.stats, self.pipeline.on_commit, clock=clock)
         self._subscribe_or_assign = subscribe_or_assign
         self.memory = memory
+        self.health = HealthWatch("worker", clock=clock)
         self._held = False   # the last step found delivery holding (the sink down)
         self._on_tick = on_tick
         self._stopping = False
@@ -141,6 +143,8 @@ class Worker:
     def step(self) -> None:
         if self.memory is not None:
             self.memory.tick()
+        if self.health.due():
+            self.health.update(observe(self.consumer, self.config.daemon.topics))
         held = self.delivery.hold()
         if held and not self._held and self.memory is not None:
             relieve()   # what the last batches used is not needed while the sink is down
@@ -189,6 +193,11 @@ class Worker:
     @property
     def mode(self) -> Mode:
         return self.delivery.mode
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """Why this worker consumes nothing, if it cannot (``health.CONDITIONS`` names)."""
+        return self.health.problems
 
     @property
     def sink_down_s(self) -> float:

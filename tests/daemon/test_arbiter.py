@@ -7,6 +7,7 @@ import pytest
 
 from kdaemon.config import dump_toml, load
 from kdaemon.supervisor import arbiter as arbiter_module
+from kdaemon.supervisor import configs as configs_module
 from kdaemon.supervisor.arbiter import Arbiter
 from tests.daemon.harness import daemon_config
 
@@ -25,7 +26,7 @@ def arbiter(tmp_path, monkeypatch):
 def test_sighup_after_sigterm_is_ignored(arbiter, monkeypatch):
     def must_not_validate(path):
         raise AssertionError("a reload was attempted while stopping")
-    monkeypatch.setattr(arbiter_module, "validate_in_subprocess", must_not_validate)
+    monkeypatch.setattr(configs_module, "validate_in_subprocess", must_not_validate)
     arbiter.handle_term()
     config = arbiter.config
     arbiter.handle_hup()

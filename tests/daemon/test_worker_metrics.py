@@ -40,7 +40,7 @@ class _Consumer:
 
 def test_fetch_latency_observes_the_mean_of_each_interval_not_the_running_average():
     consumer = _Consumer()
-    worker = SimpleNamespace(stats=WorkerStats(), consumer=consumer, sink_down_s=0.0)
+    worker = SimpleNamespace(stats=WorkerStats(), consumer=consumer, sink_down_s=0.0, problems=())
     metrics = WorkerMetrics()
     count0 = _sample("kdaemon_fetch_latency_seconds_count")
     sum0 = _sample("kdaemon_fetch_latency_seconds_sum")
@@ -70,7 +70,7 @@ class _PartitionedConsumer(_Consumer):
 
 
 def test_every_commit_flush_and_sink_write_is_observed_not_one_per_update():
-    worker = SimpleNamespace(stats=WorkerStats(), consumer=_Consumer(), sink_down_s=0.0)
+    worker = SimpleNamespace(stats=WorkerStats(), consumer=_Consumer(), sink_down_s=0.0, problems=())
     metrics = WorkerMetrics()
     before = {h: _sample(f"{h}_count") for h in ("kdaemon_commit_latency_seconds", "kdaemon_sink_flush_seconds",
                                                   "kdaemon_sink_batch_records")}
@@ -101,7 +101,7 @@ def test_pending_samples_stay_bounded_when_nothing_publishes():
 def test_bytes_and_dead_letters_are_counted_per_topic_and_partition():
     from kdaemon.client.types import TopicPartition
     consumer = _PartitionedConsumer()
-    worker = SimpleNamespace(stats=WorkerStats(), consumer=consumer, sink_down_s=0.0)
+    worker = SimpleNamespace(stats=WorkerStats(), consumer=consumer, sink_down_s=0.0, problems=())
     metrics = WorkerMetrics()
     a, b = TopicPartition("metrics-t", 0), TopicPartition("metrics-t", 1)
 
@@ -124,7 +124,7 @@ def test_bytes_and_dead_letters_are_counted_per_topic_and_partition():
 
 
 def test_a_down_sink_shows_how_long_and_on_how_many_workers():
-    worker = SimpleNamespace(stats=WorkerStats(), consumer=_Consumer(), sink_down_s=125.0)
+    worker = SimpleNamespace(stats=WorkerStats(), consumer=_Consumer(), sink_down_s=125.0, problems=())
     metrics = WorkerMetrics()
     metrics.update(worker, force=True)
     assert _sample("kdaemon_sink_down_seconds") == 125.0 and _sample("kdaemon_sink_down_workers") == 1

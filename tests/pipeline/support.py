@@ -36,6 +36,12 @@ class ScriptedConsumer:
     def group_state(self):
         return None   # assigned by hand, not a group member
 
+    def reachability(self):
+        return True, None
+
+    def missing_topics(self):
+        return set()
+
     def assignment(self):
         return {TP}
 

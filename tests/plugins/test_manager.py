@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 
+import kdaemon
+
 from kdaemon.plugins import hookimpl
 from kdaemon.plugins.manager import PluginError, PluginManager
 
@@ -155,12 +157,13 @@ def test_describe(install):
     install("probe", sink="probe-sink")
     pm = PluginManager(enabled=["ttl", "probe"])
     rows = {row["name"]: row for row in pm.describe()}
+    version = kdaemon.__version__
     assert rows["builtin"] == {"name": "builtin", "enabled": True, "source": "kdaemon.plugins.builtin",
-                               "distribution": "kdaemon", "hooks": ["kdaemon_deserializers"]}
+                               "distribution": "kdaemon", "version": version, "hooks": ["kdaemon_deserializers"]}
     assert rows["ttl"] == {"name": "ttl", "enabled": True, "source": "kdaemon_ttl",
-                           "distribution": "kdaemon", "hooks": ["kdaemon_interceptors"]}
+                           "distribution": "kdaemon", "version": version, "hooks": ["kdaemon_interceptors"]}
     assert rows["json"] == {"name": "json", "enabled": False, "source": "kdaemon_json",
-                            "distribution": "kdaemon", "hooks": []}
+                            "distribution": "kdaemon", "version": version, "hooks": []}
     assert rows["probe"]["enabled"] is True and rows["probe"]["hooks"] == ["kdaemon_sinks"]
     assert rows["probe"]["distribution"].startswith("kdaemon-probe-dist-")
     assert list(rows)[0] == "builtin"

@@ -35,10 +35,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 # Sibling imports that are allowed (importer, imported).  Sinks are written against the plugin
 # API (``hookimpl``, ``Record``, ``SinkWriteError``); the plugin API never knows a sink.  The CLI
-# starts the demo, and the demo starts the embedded broker.
+# starts the demo and (``kdaemon broker``) the embedded broker; the demo starts it too.
 SIDEWAYS: frozenset[tuple[str, str]] = frozenset({
     ("sinks", "plugins"),
     ("cli", "demo"),
+    ("cli", "embedded"),
     ("demo", "embedded"),
 })
 # Leaves every layer may import; they import nothing from kdaemon themselves.

@@ -59,7 +59,6 @@ from ..future import Future
 from ..metadata import ClusterMetadata
 from ..network import NetworkClient
 from ..subscription import SubscriptionState
-from ..types import TopicPartition
 from .consumer_heartbeat import (JOIN_EPOCH, ConsumerHeartbeatTimer, HeartbeatRequestState, MemberFields,
                                  leave_request)
 from .discovery import COORDINATOR_ERRORS, CoordinatorLookup
