@@ -9,6 +9,7 @@ import time
 import click
 
 from .common import config_option, kafka_errors, load_or_exit, plugins_or_exit, setup_logging, usage_error
+from .formats import as_json, as_template, check_template
 
 OFFSET_FORMS = ("beginning, end, an offset (from the earliest to the end), -N (the last N records "
                 "of each partition) or s@<timestamp ms> (the first record at or after it)")
@@ -71,21 +72,32 @@ def _ranges(ids) -> str:
 @click.option("--count", "-n", type=click.IntRange(min=1), default=None, help="Stop after this many records.")
 @click.option("--idle-ms", type=click.IntRange(min=0), default=2000, show_default=True,
               help="Stop after this long without records (0: never).")
+@click.option("--raw", is_flag=True, help="The records as the broker has them: no filters, no deserializers, "
+                                         "no interceptors.")
+@click.option("--format", "-f", "template", default="json", show_default=True,
+              help="json (the sink's line format, header values as text when UTF-8), or a kcat-like template: "
+                   "%t topic, %p partition, %o offset, %k key, %s value, %T timestamp, %h headers, %K/%S key/value "
+                   "length, \\n, \\t.")
 def tail(topic: str, config_path: str, partition: tuple[int, ...], start: str, count: int | None,
-         idle_ms: int) -> None:
+         idle_ms: int, raw: bool, template: str) -> None:
     """Print records of TOPIC as JSON lines, through the configured filters and deserializers
     (like ``kcat -C``).  Never joins the group or commits.
 
     The records go through the daemon's own stages (config, ``build_pipeline_parts``, the
     consumer options and ``Pipeline``): tail only prints, so what it shows is what the daemon
-    would hand to its sink."""
+    would hand to its sink.  ``--raw`` skips them."""
     from ..client import Consumer, OffsetOutOfRangeError, TopicPartition
-    from ..sinks.encoding import record_to_json
+    from ..plugins.types import Record
     from ..worker.build import build_pipeline_parts
     from ..worker.main import consumer_options
     from ..worker.pipeline import Pipeline, StageObserver
+    if template != "json" and (wrong := check_template(template)):
+        usage_error(wrong)
     config = load_or_exit(config_path)
     setup_logging("WARNING")
+    if raw:
+        config = dataclasses.replace(config, filters=(), interceptors=(),
+                                     deserializer=dataclasses.replace(config.deserializer, key="bytes", value="bytes"))
     manager = plugins_or_exit(config)
     parts = build_pipeline_parts(config, manager, dry_run=True)
     opts = consumer_options(config, parts)
@@ -126,12 +138,16 @@ def tail(topic: str, config_path: str, partition: tuple[int, ...], start: str, c
                     polled = consumer.poll(200)
                 except OffsetOutOfRangeError as exc:
                     usage_error(outside(consumer, exc))
-                raw = [r for rs in polled.values() for r in rs]
-                if raw:
+                fetched = [r for rs in polled.values() for r in rs]
+                if fetched:
                     last = time.monotonic()
-                records, _ = pipeline.deserialize(raw)
+                records, _ = pipeline.deserialize(fetched)
                 for r in pipeline.intercept(records):
-                    click.echo(record_to_json(r))  # already one JSON line
+                    if raw:
+                        r = Record(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, r.raw_key,
+                                   r.raw_value, r.headers, r.raw_key, r.raw_value)
+                    click.echo(as_json(r) if template == "json" else as_template(r, template),
+                               nl=template == "json")
                     printed += 1
                     if count is not None and printed >= count:
                         break

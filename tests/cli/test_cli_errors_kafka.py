@@ -183,3 +183,32 @@ def test_offsets_of_a_group_without_commits_counts_from_where_it_would_start(kaf
                                         cwd=tmp_path))
     assert all(r[4] == "-" for r in rows.values())
     assert f"unknown for {PARTITIONS} partition(s) without a commit" in total, total
+
+
+def test_tail_formats_raw_and_headers_as_text(kafka, tmp_path):
+    name = f"cli-h-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, name, 1)
+    produce(kafka.bootstrap, name, [(b"k0", b'{"a":1}', [("trace", b"abc"), ("bin", b"\xff\x00")], BASE_MS)],
+            partition=0)
+    config = tmp_path / "kdaemon.toml"
+    config.write_text(write_config(tmp_path, kafka.bootstrap, name, "g").read_text()
+                      + '\n[deserializer]\nkey = "str"\nvalue = "json"\n')
+    proc = kdaemon("tail", name, "-c", str(config), "-o", "beginning", "-n", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    obj = json.loads(proc.stdout)
+    assert obj["key"] == "k0" and obj["value"] == {"a": 1}
+    # Header values as text when they are UTF-8, base64 when not.
+    assert obj["headers"] == [["trace", "abc"], ["bin", {"base64": "/wA="}]]
+
+    proc = kdaemon("tail", name, "-c", str(config), "-o", "beginning", "-n", "1", "--raw", cwd=tmp_path)
+    obj = json.loads(proc.stdout)
+    # --raw: the broker's bytes, not the deserializers' output.
+    assert obj["key"] == {"base64": "azA="} and obj["value"] == {"base64": "eyJhIjoxfQ=="}, obj
+
+    proc = kdaemon("tail", name, "-c", str(config), "-o", "beginning", "-n", "1", "--raw",
+                   "-f", r"%t [%p] at %o: %k=%s (%K/%S) %h\n", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f'{name} [0] at 0: k0={{"a":1}} (2/7) trace=abc,bin=\\xff\x00\n', repr(proc.stdout)
+
+    proc = kdaemon("tail", name, "-c", str(config), "-f", "%q", cwd=tmp_path)
+    one_line_error(proc, EXIT_CONFIG, "--format: unknown token(s) %q")
