@@ -10,12 +10,19 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import platform
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client import multiprocess
 from prometheus_client.core import GaugeMetricFamily
 
+from .. import __version__
+from ..protocol.records import ACCELERATED
+
 WORKER_RESTARTS = Counter("kdaemon_worker_restarts_total", "Workers restarted after a crash or a missed heartbeat")
+BUILD_INFO = Gauge("kdaemon_build_info", "1, labelled with the kdaemon and Python versions and whether the C record "
+                   "decoder is in use", ["version", "python", "accelerated"], multiprocess_mode="livemax")
+BUILD_INFO.labels(__version__, platform.python_version(), str(ACCELERATED).lower()).set(1)
 
 
 class WorkerResources:

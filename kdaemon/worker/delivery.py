@@ -563,6 +563,8 @@ class Delivery:
             return
         self.stats.commits += 1
         WorkerStats.note(self.stats.commit_seconds, time.monotonic() - started)
+        now = time.time()
         for tp, om in offsets.items():
             self._committed[tp] = om.offset
+            self.stats.committed[tp] = (om.offset, now)
         self._on_commit(offsets)

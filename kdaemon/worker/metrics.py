@@ -26,7 +26,13 @@ RECORDS_DLQ = Counter("kdaemon_records_dlq_total", "Records written to the dead-
                       ["topic", "partition", "stage"])
 RECORDS_SKIPPED = Counter("kdaemon_records_skipped_total", "Records skipped by an error policy", ["stage"])
 RECORDS_INTERCEPTED = Counter("kdaemon_records_dropped_by_interceptors_total",
-                              "Records removed by on_consume interceptors")
+                              "Records removed by on_consume interceptors", ["plugin"])
+COMMITTED = Gauge("kdaemon_committed_offset", "The offset this daemon last committed for the partition",
+                  ["topic", "partition"], multiprocess_mode="livemax")
+COMMIT_AGE = Gauge("kdaemon_seconds_since_commit", "Seconds since this daemon last committed the partition "
+                   "(while a live worker holds it)", ["topic", "partition"], multiprocess_mode="livemax")
+LOG_END = Gauge("kdaemon_log_end_offset", "The partition's high watermark (last stable offset under "
+                "read_committed) as last fetched", ["topic", "partition"], multiprocess_mode="livemax")
 BYTES_FETCHED = Counter("kdaemon_fetch_bytes_total", "Record-set bytes received (as stored: compressed)",
                         ["topic", "partition"])
 LAG = Gauge("kdaemon_records_lag", "Records between the position and the high watermark (Java records-lag)",
@@ -56,6 +62,7 @@ class WorkerMetrics:
         self._next = 0.0
         self._seen: dict = {}
         self._lag_labels: set = set()
+        self._partition_labels: set = set()
 
     def _delta(self, key, value) -> float:
         old = self._seen.get(key, 0)
@@ -66,6 +73,26 @@ class WorkerMetrics:
         """1 for each condition that holds for this worker, 0 for the others (health.CONDITIONS)."""
         for name in CONDITIONS:
             PROBLEMS.labels(name).set(1 if name in problems else 0)
+
+    def _partition_gauges(self, worker, consumer_metrics) -> None:
+        """Committed offset, its age and the log-end offset of each partition the worker holds.
+        A partition that moved away is set to 0 here (as the lag is): the gauges take the
+        largest value over live workers, so its new holder's figures show."""
+        held = set()
+        now = time.time()
+        for tp, p in consumer_metrics.partitions.items():
+            labels = (tp.topic, str(tp.partition))
+            held.add(labels)
+            if p.records_lag is not None and p.position is not None:
+                LOG_END.labels(*labels).set(p.position + p.records_lag)   # what the lag is measured to
+            committed = worker.stats.committed.get(tp)
+            if committed is not None:
+                COMMITTED.labels(*labels).set(committed[0])
+                COMMIT_AGE.labels(*labels).set(now - committed[1])
+        for labels in self._partition_labels - held:
+            for gauge in (LOG_END, COMMITTED, COMMIT_AGE):
+                gauge.labels(*labels).set(0)
+        self._partition_labels = held
 
     def update(self, worker, force: bool = False) -> None:
         now = time.monotonic()
@@ -113,8 +140,12 @@ class WorkerMetrics:
             d = self._delta(("plugin", plugin), n)
             if d:
                 PLUGIN_ERRORS.labels(plugin).inc(d)
-        for key, counter, value in (("intercepted", RECORDS_INTERCEPTED, stats.dropped_by_interceptors),
-                                    ("sink_errors", SINK_ERRORS, stats.sink_errors),
+        for plugin, n in stats.dropped_by_interceptors.items():
+            d = self._delta(("intercepted", plugin), n)
+            if d:
+                RECORDS_INTERCEPTED.labels(plugin).inc(d)
+        self._partition_gauges(worker, consumer_metrics)
+        for key, counter, value in (("sink_errors", SINK_ERRORS, stats.sink_errors),
                                     ("commits", COMMITS, stats.commits)):
             d = self._delta(key, value)
             if d:

@@ -42,7 +42,9 @@ class WorkerStop(Exception):
 class WorkerStats:
     fetched: Counter = field(default_factory=Counter)        # per TopicPartition, after filtering
     delivered: Counter = field(default_factory=Counter)      # accepted by the sink
-    dropped_by_interceptors: int = 0
+    dropped_by_interceptors: Counter = field(default_factory=Counter)   # per interceptor plugin name
+    # per TopicPartition: (the offset last committed, when: time.time()), for the metrics
+    committed: dict = field(default_factory=dict)
     dlq: Counter = field(default_factory=Counter)            # per (TopicPartition, stage)
     skipped: Counter = field(default_factory=Counter)        # per stage
     plugin_errors: Counter = field(default_factory=Counter)  # per plugin name
@@ -161,10 +163,9 @@ class Pipeline:
                 observer.interceptor_ran(name, None, exc)
                 continue
             observer.interceptor_ran(name, result, None)
+            if len(result) < len(out):
+                self.stats.dropped_by_interceptors[name] += len(out) - len(result)
             out = result
-        dropped = len(records) - len(out)
-        if dropped > 0:
-            self.stats.dropped_by_interceptors += dropped
         observer.intercepted(out)
         return out
 

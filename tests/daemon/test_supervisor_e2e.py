@@ -254,6 +254,16 @@ def test_reload_metrics_and_resize(broker, tmp_path):
         peak = {dict(labels)["worker"]: v for (name, labels), v in metrics.items()
                 if name == "kdaemon_worker_peak_rss_bytes"}
         assert rss and set(peak) == set(rss) and all(peak[w] >= rss[w] > 0 for w in rss), (rss, peak)
+        import kdaemon
+        build = [dict(labels) for (name, labels), v in metrics.items() if name == "kdaemon_build_info" and v == 1]
+        assert len(build) == 1 and build[0]["version"] == kdaemon.__version__, build
+        # Per partition: what was committed (the sink's count here: nothing filtered) and the log end.
+        committed_ = {int(dict(labels)["partition"]): v for (name, labels), v in metrics.items()
+                      if name == "kdaemon_committed_offset"}
+        ends = {int(dict(labels)["partition"]): v for (name, labels), v in metrics.items()
+                if name == "kdaemon_log_end_offset"}
+        assert set(ends) == set(range(PARTITIONS)) and all(committed_.get(p, 0) <= ends[p] for p in ends), \
+            (committed_, ends)
 
         # Nobody rejoined, including when the last replaced incarnation would have expired.
         time.sleep(max(0.0, rolled_at + 3 - time.monotonic()))

@@ -131,3 +131,57 @@ def test_a_down_sink_shows_how_long_and_on_how_many_workers():
     worker.sink_down_s = 0.0
     metrics.update(worker, force=True)
     assert _sample("kdaemon_sink_down_seconds") == 0.0 and _sample("kdaemon_sink_down_workers") == 0
+
+
+class _PositionedConsumer(_Consumer):
+    """Partitions with a position and a lag, as Consumer.metrics() reports them."""
+
+    def __init__(self, figures: dict) -> None:
+        super().__init__()
+        self.figures = figures   # tp -> (position, lag)
+
+    def metrics(self) -> ConsumerMetrics:
+        return super().metrics({tp: PartitionMetrics(
+            position=pos, high_watermark=pos + lag, last_stable_offset=None, log_start_offset=0,
+            records_lag=lag, records_consumed=0, records_filtered=0, bytes_consumed=0, paused=False,
+            preferred_read_replica=None) for tp, (pos, lag) in self.figures.items()})
+
+
+def test_committed_offset_its_age_and_the_log_end_per_partition(monkeypatch):
+    import time as time_module
+    from kdaemon.client.types import TopicPartition
+    a, b = TopicPartition("commit-t", 0), TopicPartition("commit-t", 1)
+    consumer = _PositionedConsumer({a: (100, 20), b: (5, 0)})
+    worker = SimpleNamespace(stats=WorkerStats(), consumer=consumer, sink_down_s=0.0, problems=())
+    worker.stats.committed[a] = (90, 1_000.0)
+    monkeypatch.setattr(time_module, "time", lambda: 1_012.5)
+    metrics = WorkerMetrics()
+    metrics.update(worker, force=True)
+
+    def value(name, tp):
+        return REGISTRY.get_sample_value(name, {"topic": tp.topic, "partition": str(tp.partition)})
+
+    assert value("kdaemon_committed_offset", a) == 90 and value("kdaemon_seconds_since_commit", a) == 12.5
+    assert value("kdaemon_log_end_offset", a) == 120 and value("kdaemon_log_end_offset", b) == 5
+    assert value("kdaemon_committed_offset", b) is None   # never committed here
+    # a moved away: its figures go to 0, for its new holder's to show.
+    consumer.figures = {b: (6, 1)}
+    metrics.update(worker, force=True)
+    assert value("kdaemon_committed_offset", a) == 0 and value("kdaemon_log_end_offset", a) == 0
+    assert value("kdaemon_log_end_offset", b) == 7
+
+
+def test_interceptor_drops_are_counted_per_plugin():
+    worker = SimpleNamespace(stats=WorkerStats(), consumer=_Consumer(), sink_down_s=0.0, problems=())
+    metrics = WorkerMetrics()
+
+    def dropped(plugin):
+        return REGISTRY.get_sample_value("kdaemon_records_dropped_by_interceptors_total", {"plugin": plugin}) or 0.0
+
+    before = dropped("ttl"), dropped("sampler")
+    worker.stats.dropped_by_interceptors["ttl"] += 3
+    worker.stats.dropped_by_interceptors["sampler"] += 1
+    metrics.update(worker, force=True)
+    worker.stats.dropped_by_interceptors["ttl"] += 2
+    metrics.update(worker, force=True)
+    assert (dropped("ttl") - before[0], dropped("sampler") - before[1]) == (5, 1)
