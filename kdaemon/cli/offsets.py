@@ -1,5 +1,6 @@
 """``kdaemon offsets``: where the daemon's group stands on its topics (kafka-consumer-groups
---describe for one group, from the daemon's own configuration)."""
+--describe for one group, from the daemon's own configuration): its state and members, and per
+partition the committed offset, the end, the lag and who holds it."""
 
 from __future__ import annotations
 
@@ -58,7 +59,10 @@ def offsets(config_path: str, timeout_ms: int) -> None:
 
     A partition the group never committed is counted from where the group would start on it
     (``auto_offset_reset``), marked with "*"."""
-    from ..client import Consumer, TopicPartition
+    from ..client import Consumer, ConsumerConfig, TopicPartition
+    from ..client.errors import KafkaClientError
+    from ..client.group.describe import describe_group
+    from ..protocol.errors import BrokerError
     config = load_or_exit(config_path)
     opts = config.consumer_options()
     opts["enable_auto_commit"] = False
@@ -80,12 +84,31 @@ def offsets(config_path: str, timeout_ms: int) -> None:
                              timeout_ms=timeout_ms)
         finally:
             consumer.close()
+        group, undescribed = None, None
+        if opts.get("group_id"):
+            try:
+                group = describe_group(ConsumerConfig.from_options(**opts), timeout_ms=timeout_ms)
+            except (KafkaClientError, BrokerError) as exc:   # the offsets still stand on their own
+                undescribed = f"group {opts['group_id']}: not described ({type(exc).__name__}: {exc})"
     for topic in missing:
         click.echo(f"{topic}: does not exist", err=True)
-    click.echo(f"{'topic':<30} {'partition':>9} {'committed':>12} {'end':>12} {'lag':>10}")
+    if undescribed is not None:
+        click.echo(undescribed)
+    elif group is not None and group.state == "Dead":
+        click.echo(f"group {group.group_id}: no classic group of that name now (members of a consumer-protocol "
+                   "group, KIP-848, are not shown yet)")
+    elif group is not None:
+        kind = f"{group.protocol_type} group" if group.protocol_type else "group"
+        click.echo(f"{kind} {group.group_id}: {group.state}, {len(group.members)} member(s)"
+                   + (f", assignor {group.assignor}" if group.assignor else ""))
+    click.echo(f"{'topic':<30} {'partition':>9} {'committed':>12} {'end':>12} {'lag':>10}  {'consumer':<36} "
+               f"{'host':<15} client")
     for r in rows:
         lag = _cell(r.lag) + ("*" if r.committed is None and r.lag is not None else "")
-        click.echo(f"{r.topic:<30} {r.partition:>9} {_cell(r.committed):>12} {_cell(r.end):>12} {lag:>10}")
+        owner = group.owner_of(TopicPartition(r.topic, r.partition)) if group is not None else None
+        who = (f"{owner.instance_id or owner.member_id:<36} {owner.host:<15} {owner.client_id}" if owner
+               else f"{'-':<36} {'-':<15} -")
+        click.echo(f"{r.topic:<30} {r.partition:>9} {_cell(r.committed):>12} {_cell(r.end):>12} {lag:>10}  {who}")
     uncommitted = [r for r in rows if r.committed is None]
     total = sum(r.lag or 0 for r in rows)
     unknown = [r for r in rows if r.lag is None]

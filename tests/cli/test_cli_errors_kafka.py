@@ -141,8 +141,8 @@ def _offsets_rows(proc) -> tuple[dict[int, list[str]], str]:
     rows = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
-        if len(parts) == 5 and parts[1].isdigit():
-            rows[int(parts[1])] = parts
+        if len(parts) == 8 and parts[1].isdigit():
+            rows[int(parts[1])] = parts[:5]
     return rows, proc.stdout.splitlines()[-1]
 
 
@@ -212,3 +212,36 @@ def test_tail_formats_raw_and_headers_as_text(kafka, tmp_path):
 
     proc = kdaemon("tail", name, "-c", str(config), "-f", "%q", cwd=tmp_path)
     one_line_error(proc, EXIT_CONFIG, "--format: unknown token(s) %q")
+
+
+def test_offsets_shows_the_group_its_members_and_who_holds_each_partition(kafka, topic, tmp_path):
+    """As kafka-consumer-groups --describe: the group's state and, per partition, the member
+    holding it (its static instance id, else its member id), its host and client id; here a
+    kafka-python member holds them."""
+    from kafka import KafkaConsumer
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    config = write_config(tmp_path, kafka.bootstrap, topic, group)
+    member = KafkaConsumer(topic, bootstrap_servers=kafka.bootstrap, group_id=group, client_id="cli-test-member",
+                           enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + 60
+        while not member.assignment() and time.monotonic() < deadline:
+            member.poll(200)
+        held = {tp.partition for tp in member.assignment()}
+        assert held == set(range(PARTITIONS)), held
+        proc = kdaemon("offsets", "-c", str(config), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert lines[0] == f"consumer group {group}: Stable, 1 member(s), assignor range", lines[0]
+        rows = [line.split() for line in lines if line.split()[:1] == [topic]]
+        assert len(rows) == PARTITIONS
+        for parts in rows:
+            assert parts[5].startswith("cli-test-member-") and parts[7] == "cli-test-member", parts
+            assert parts[6] in ("127.0.0.1", "localhost"), parts
+    finally:
+        member.close(autocommit=False)
+    proc = kdaemon("offsets", "-c", str(config), cwd=tmp_path)
+    # Left without committing: the coordinator forgets the group.
+    assert proc.stdout.splitlines()[0] in (f"consumer group {group}: Empty, 0 member(s)",
+                                           f"group {group}: no classic group of that name now (members of a "
+                                           "consumer-protocol group, KIP-848, are not shown yet)"), proc.stdout

@@ -31,7 +31,7 @@ import pytest
 from kdaemon.client.consumer import Consumer
 from kdaemon.client.types import TopicPartition
 from kdaemon.protocol import messages
-from kdaemon.protocol.apis import (ALL_APIS, API_VERSIONS, CONSUMER_GROUP_HEARTBEAT, FETCH,
+from kdaemon.protocol.apis import (ALL_APIS, API_VERSIONS, CONSUMER_GROUP_HEARTBEAT, DESCRIBE_GROUPS, FETCH,
                                    FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP,
                                    LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH,
                                    OFFSET_FOR_LEADER_EPOCH, SASL_AUTHENTICATE, SASL_HANDSHAKE,
@@ -319,6 +319,10 @@ def exercise(env: Env, api, version: int) -> list[dict]:
                 {"partition": p, "current_leader_epoch": 0, "leader_epoch": 0} for p in range(PARTITIONS)]}]})
             rt(api, version, w, {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
                 {"partition": 0, "current_leader_epoch": 5, "leader_epoch": 0}]}]})   # UNKNOWN_LEADER_EPOCH
+    elif api is DESCRIBE_GROUPS:
+        with env.coordinator(group) as w:
+            stable_member(env, w, group)
+            rt(api, version, w, {"groups": [group, f"{group}-none"], "include_authorized_operations": version >= 3})
     else:
         raise AssertionError(f"no request written for {api.name}: add one to exercise()")
     return answers
@@ -383,6 +387,14 @@ def check_answers(env: Env, api, version: int, answers: list[dict]) -> None:
         joined = [a for a in answers if a["error_code"] not in COORDINATOR_LOADING]
         assert joined[0]["error_code"] == 0 and joined[0]["member_epoch"] >= 1, joined[0]
         assert answers[-1]["member_epoch"] == -1
+    elif api is DESCRIBE_GROUPS:
+        # Kafka answers in its own order: the asked group, and one nobody created ("-none").
+        unknown, described = sorted(first["groups"], key=lambda g: not g["group_id"].endswith("-none"))
+        assert (described["error_code"], described["group_state"], described["protocol_type"]) == \
+            (0, "Stable", "consumer"), described
+        assert len(described["members"]) == 1 and described["members"][0]["client_host"], described
+        assert described["members"][0]["member_assignment"], described   # the ConsumerProtocol assignment
+        assert unknown["group_state"] == "Dead" and unknown["members"] == [], unknown
     elif api is OFFSET_FOR_LEADER_EPOCH:
         parts = first["topics"][0]["partitions"]
         assert [(p["error_code"], p["leader_epoch"], p["end_offset"]) for p in parts] == [(0, 0, 5)] * PARTITIONS

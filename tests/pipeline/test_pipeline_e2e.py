@@ -722,8 +722,10 @@ def test_offsets_prints_committed_and_lag(dataset, delivery):
     rows = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
-        if len(parts) == 5 and parts[0] == dataset["topic"]:
-            rows[int(parts[1])] = parts
+        if len(parts) == 8 and parts[0] == dataset["topic"]:
+            rows[int(parts[1])] = parts[:5]
+            assert parts[5:] == ["-", "-", "-"], line   # the daemon stopped: nobody holds it
+    assert proc.stdout.startswith(f"consumer group {delivery['group']}: Empty, 0 member(s)"), proc.stdout
     assert sorted(rows) == list(range(PARTITIONS)), proc.stdout
     for p, (_, _, committed_, end, lag) in rows.items():
         assert int(committed_) == delivery["ends_second"][p]

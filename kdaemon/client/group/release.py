@@ -25,6 +25,7 @@ but itself.  Each call opens its own short-lived network client.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from ...protocol.apis import CONSUMER_GROUP_HEARTBEAT, FIND_COORDINATOR, LEAVE_GROUP
 from ...protocol.errors import BrokerError, Errors, error_code
@@ -55,7 +56,8 @@ def release_static_member(config: ConsumerConfig, member_id: str, *, timeout_ms:
     else's now; GROUP_ID_NOT_FOUND: not a consumer-protocol group)."""
     body = {"group_id": config.group_id, "member_id": member_id, "member_epoch": LEAVE_STATIC_EPOCH,
             "instance_id": config.group_instance_id}
-    code = _ask_coordinator(config, CONSUMER_GROUP_HEARTBEAT, body, timeout_ms)["error_code"]
+    _need_static(config)
+    code = ask_coordinator(config, CONSUMER_GROUP_HEARTBEAT, body, timeout_ms)["error_code"]
     return "released" if code == 0 else error_code(code).name
 
 
@@ -66,18 +68,26 @@ def leave_classic_member(config: ConsumerConfig, member_id: str, *, timeout_ms: 
     instance id is someone else's now)."""
     body = leave_group_request(config.group_id, member_id, config.group_instance_id,
                                "kdaemon: a successor of this worker takes its place")
-    resp = _ask_coordinator(config, LEAVE_GROUP, body, timeout_ms, min_version=KIP345_LEAVE)
+    _need_static(config)
+    resp = ask_coordinator(config, LEAVE_GROUP, body, timeout_ms, min_version=KIP345_LEAVE)
     code = resp["error_code"] or next((m["error_code"] for m in resp["members"] if m["error_code"]), 0)
     return "left" if code == 0 else error_code(code).name
 
 
-def _ask_coordinator(config: ConsumerConfig, api: Api, body: dict, timeout_ms: int | None,
-                     min_version: int | None = None) -> dict:
-    """Find ``config.group_id``'s coordinator and send it ``body``; the response body.  Retries
-    a coordinator that moved or is loading and dropped connections; ``KafkaTimeoutError`` past
-    ``timeout_ms`` (default ``default_api_timeout_ms``)."""
+def _need_static(config: ConsumerConfig) -> None:
     if not config.group_id or not config.group_instance_id:
         raise ValueError("releasing a static member needs group_id and group_instance_id")
+
+
+def ask_coordinator(config: ConsumerConfig, api: Api, body: dict, timeout_ms: int | None,
+                    min_version: int | None = None,
+                    error_of: Callable[[dict], int] = lambda resp: resp["error_code"]) -> dict:
+    """Find ``config.group_id``'s coordinator and send it ``body``; the response body.  Retries
+    a coordinator that moved or is loading (``error_of`` reads the answer's error code) and
+    dropped connections; ``KafkaTimeoutError`` past ``timeout_ms`` (default
+    ``default_api_timeout_ms``).  One short-lived network client per call."""
+    if not config.group_id:
+        raise ValueError("asking a group coordinator needs group_id")
     timeout = (config.default_api_timeout_ms if timeout_ms is None else timeout_ms) / 1000
     deadline = time.monotonic() + timeout
     net = NetworkClient(config)
@@ -121,7 +131,7 @@ def _ask_coordinator(config: ConsumerConfig, api: Api, body: dict, timeout_ms: i
             connection = coordinator_connection_id(entry["node_id"])
             net.pin_node(connection, entry["host"], entry["port"])
             answer = wait(net.send(connection, api, body, min_version=min_version), api.name)
-            if not answer.failed and answer.value()[1]["error_code"] not in _RETRY:
+            if not answer.failed and error_of(answer.value()[1]) not in _RETRY:
                 return answer.value()[1]
             net.unpin_node(connection)
             pause()
