@@ -40,10 +40,10 @@ def start_offsets(consumer, tps, start: str, timeout_ms: int | None = None) -> d
     return {tp: int(start) for tp in tps}
 
 
-def outside(consumer, exc) -> str:
+def outside(consumer, exc, timeout_ms: int | None = None) -> str:
     """The one line for an absolute offset a partition does not hold (``OffsetOutOfRangeError``)."""
     tps = sorted(exc.offsets)
-    firsts, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+    firsts, ends = consumer.beginning_offsets(tps, timeout_ms), consumer.end_offsets(tps, timeout_ms)
     held = [f"{tp.topic}-{tp.partition} holds {firsts[tp]}..{ends[tp] - 1}" if ends[tp] > firsts[tp]
             else f"{tp.topic}-{tp.partition} is empty (next offset {ends[tp]})" for tp in tps]
     offsets = sorted(set(exc.offsets.values()))
@@ -70,6 +70,8 @@ def _ranges(ids) -> str:
 @click.option("--partition", "-p", type=int, multiple=True, help="Only these partitions (default: all).")
 @click.option("--offset", "-o", "start", default="end", show_default=True, help=OFFSET_FORMS.capitalize() + ".")
 @click.option("--count", "-n", type=click.IntRange(min=1), default=None, help="Stop after this many records.")
+@click.option("--timeout-ms", type=click.IntRange(min=1), default=15000, show_default=True,
+              help="How long to wait for the brokers' answers (metadata, offsets) before giving up.")
 @click.option("--idle-ms", type=click.IntRange(min=0), default=2000, show_default=True,
               help="Stop after this long without records (0: never).")
 @click.option("--raw", is_flag=True, help="The records as the broker has them: no filters, no deserializers, "
@@ -79,7 +81,7 @@ def _ranges(ids) -> str:
                    "%t topic, %p partition, %o offset, %k key, %s value, %T timestamp, %h headers, %K/%S key/value "
                    "length, \\n, \\t.")
 def tail(topic: str, config_path: str, partition: tuple[int, ...], start: str, count: int | None,
-         idle_ms: int, raw: bool, template: str) -> None:
+         timeout_ms: int, idle_ms: int, raw: bool, template: str) -> None:
     """Print records of TOPIC as JSON lines, through the configured filters and deserializers
     (like ``kcat -C``).  Never joins the group or commits.
 
@@ -122,7 +124,7 @@ def tail(topic: str, config_path: str, partition: tuple[int, ...], start: str, c
     with kafka_errors(config):
         consumer = Consumer(**opts)
         try:
-            found = consumer.partitions_for(topic)
+            found = consumer.partitions_for(topic, timeout_ms=timeout_ms)
             if found is None:
                 usage_error(f"topic {topic} does not exist at {opts.get('bootstrap_servers')}")
             unknown = sorted(set(partition) - found)
@@ -130,14 +132,14 @@ def tail(topic: str, config_path: str, partition: tuple[int, ...], start: str, c
                 usage_error(f"topic {topic} has no partition {_ranges(unknown)} (it has {_ranges(found)})")
             tps = [TopicPartition(topic, p) for p in sorted(found) if not partition or p in partition]
             consumer.assign(tps)
-            for tp, offset in start_offsets(consumer, tps, start).items():
+            for tp, offset in start_offsets(consumer, tps, start, timeout_ms).items():
                 consumer.seek(tp, offset)
             last = time.monotonic()
             while count is None or printed < count:
                 try:
                     polled = consumer.poll(200)
                 except OffsetOutOfRangeError as exc:
-                    usage_error(outside(consumer, exc))
+                    usage_error(outside(consumer, exc, timeout_ms))
                 fetched = [r for rs in polled.values() for r in rs]
                 if fetched:
                     last = time.monotonic()

@@ -132,7 +132,7 @@ def test_offsets_and_tail_with_an_unreachable_broker_are_one_line(topic, tmp_pat
     config = write_config(tmp_path, "127.0.0.1:1", topic, "g")
     proc = kdaemon("offsets", "-c", str(config), "--timeout-ms", "2000", cwd=tmp_path)
     one_line_error(proc, EXIT_FAILURE, "no answer from Kafka at 127.0.0.1:1", "bootstrap_servers")
-    proc = kdaemon("tail", topic, "-c", str(config), cwd=tmp_path)
+    proc = kdaemon("tail", topic, "-c", str(config), "--timeout-ms", "2000", cwd=tmp_path)
     one_line_error(proc, EXIT_FAILURE, "no answer from Kafka at 127.0.0.1:1")
 
 
