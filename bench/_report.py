@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -169,6 +170,50 @@ def banner(script: str, *, accelerated: bool | None = None) -> dict:
 
 def command_line(script: str, argv: list[str] | None) -> str:
     return f"python {script} " + " ".join(argv if argv is not None else sys.argv[1:])
+
+
+@dataclass
+class VerdictResult:
+    """What a run that ends in a verdict returns (bench/chaos.py, bench/stall.py)."""
+
+    ok: bool
+    verdict: dict
+    figures: dict
+    errors: list[str] = field(default_factory=list)
+    workdir: str = ""
+
+
+def commit_id() -> str:
+    """The git HEAD of this checkout, and how many paths under kdaemon/ differ from it."""
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
+        except OSError:
+            return ""
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "kdaemon")
+    return head + (f" (+{len(dirty.splitlines())} uncommitted path(s) under kdaemon/)" if dirty else "")
+
+
+def verdict_report(script: str, argv: list[str] | None, opts, result: VerdictResult, **extra) -> dict:
+    """The JSON of a run that ends in a verdict (bench/chaos.py, bench/stall.py): its command,
+    date and commit (``extra`` may set them, and adds fields), then what ``result`` says."""
+    out = {"command": " ".join([script, *(argv if argv is not None else sys.argv[1:])]),
+           "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "commit": commit_id()}
+    out.update(extra)
+    out.update({"ok": result.ok, "verdict": result.verdict, "figures": result.figures, "errors": result.errors,
+                "options": {k: str(v) for k, v in asdict(opts).items()}})
+    return out
+
+
+def print_examples_and_errors(examples: dict, errors: list[str]) -> None:
+    """The end of a verdict's printout: what went wrong, by example, and the run's errors."""
+    if any(examples.values()):
+        print(f"  examples: {json.dumps(examples)}")
+    for e in errors:
+        print(f"  ERROR: {e}")
 
 
 def write_json(path: str | None, report: dict) -> None:

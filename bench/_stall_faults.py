@@ -44,28 +44,6 @@ DROP_CAPS = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowne
 KILL_POLL_S = 0.1
 
 
-class PrefixedDaemon(Daemon):
-    """``tests.daemon.harness.Daemon`` whose command runs under ``prefix`` (setpriv).  The
-    harness's ``start`` builds its command inline, so this one repeats it with the prefix
-    (same environment, same session, same log)."""
-
-    def __init__(self, root: Path, config: dict, *, env=None, prefix: list[str] | None = None) -> None:
-        super().__init__(root, config, env=env)
-        self.prefix = list(prefix or [])
-
-    def start(self) -> "PrefixedDaemon":
-        from tests.daemon.harness import kdaemon_command
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PROMETHEUS_MULTIPROC_DIR")}
-        env.update(self.extra_env)
-        env["PYTHONUNBUFFERED"] = "1"
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.prefix + kdaemon_command() + ["run", "-c", str(self.config_path)],
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         env=env, cwd=self.root, start_new_session=True)
-        return self
-
-
 class SinkFault:
     """What a scenario changes: the ``[sink]`` table, how the daemon runs, how the sink is broken
     and how it is fixed.  ``details`` ends up in the figures."""
@@ -131,7 +109,7 @@ class JsonlUnwritable(SinkFault):
                             preflight_refusal=refusal, directory_mode="0555")
 
     def make_daemon(self, root: Path, config: dict, env: dict) -> Daemon:
-        return PrefixedDaemon(root, config, env=env, prefix=self.prefix)
+        return Daemon(root, config, env=env, prefix=self.prefix)
 
     def heal(self, daemon: Daemon) -> None:
         os.chmod(self.out, 0o755)

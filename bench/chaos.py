@@ -34,12 +34,11 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +53,7 @@ from bench._chaos_produce import (  # noqa: E402
 from bench._chaos_sink import REFUSALS_SUFFIX, SINK_TYPES  # noqa: E402
 from bench._chaos_spark import SparkOutputReader  # noqa: E402
 from bench._chaos_verify import OutputReader, compare, verdict_ok  # noqa: E402
+from bench._report import VerdictResult, print_examples_and_errors, verdict_report  # noqa: E402
 from tests.daemon.harness import Daemon, daemon_config  # noqa: E402
 
 PARTITIONS = 6          # per topic: 12 over 3 workers
@@ -81,15 +81,6 @@ class ChaosOptions:
     at_least_once: bool = False          # accept duplicates (counted all the same)
 
 
-@dataclass
-class ChaosResult:
-    ok: bool
-    verdict: dict
-    figures: dict
-    errors: list[str] = field(default_factory=list)
-    workdir: str = ""
-
-
 def _daemon(cluster, root: Path, group: str, fail_file: Path, group_protocol: str, sink: str) -> Daemon:
     config = daemon_config(root, cluster.proxied_bootstrap, TOPICS[0], group, workers=WORKERS,
                            filters=[HEADER_RULE], topics=list(TOPICS), metrics_interval_ms=250,
@@ -114,7 +105,7 @@ def _daemon(cluster, root: Path, group: str, fail_file: Path, group_protocol: st
     return Daemon(root, config, env={"PYTHONPATH": path})
 
 
-def run_chaos(opts: ChaosOptions) -> ChaosResult:
+def run_chaos(opts: ChaosOptions) -> VerdictResult:
     if opts.sink not in SINK_TYPES:
         raise ValueError(f"--sink {opts.sink!r}: expected one of {', '.join(SINK_TYPES)}")
     work = Path(opts.workdir or tempfile.mkdtemp(prefix="kdaemon-chaos-"))
@@ -229,21 +220,13 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
             "samples": sampler.samples, "commits": int(last.get("commits", 0)),
             "metrics_error": last.get("error"),
         }
-        return ChaosResult(verdict_ok(verdict, at_least_once=opts.at_least_once) and not errors, verdict, figures, errors, str(work))
+        return VerdictResult(verdict_ok(verdict, at_least_once=opts.at_least_once) and not errors, verdict, figures, errors, str(work))
     finally:
         for s in schedules:
             s.halt.set()
         if daemon is not None:
             daemon.kill_all()
         cluster.stop()
-
-
-def commit_id() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=10).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def _lines(path: Path) -> int:
@@ -253,7 +236,7 @@ def _lines(path: Path) -> int:
         return 0
 
 
-def print_result(r: ChaosResult) -> None:
+def print_result(r: VerdictResult) -> None:
     v, f = r.verdict, r.figures
     print(f"chaos run: {'PASS' if r.ok else 'FAIL'} ({r.workdir})")
     print(f"  records produced {v['produced']:,}: kept {v['kept']:,}, filtered {v['filtered']:,}, "
@@ -273,10 +256,7 @@ def print_result(r: ChaosResult) -> None:
         print(f"  the idempotent producer was replaced {f['producer_restarts']} time(s) "
               f"({f['producer_incidents'][0].splitlines()[0]}); "
               f"{f['records_reconciled_from_log']:,} record(s) taken from the log instead of reports")
-    if any(v["examples"].values()):
-        print(f"  examples: {json.dumps(v['examples'])}")
-    for e in r.errors:
-        print(f"  ERROR: {e}")
+    print_examples_and_errors(v["examples"], r.errors)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -304,11 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print_result(result)
     if args.json:
-        out = {"command": " ".join(["bench/chaos.py", *(argv if argv is not None else sys.argv[1:])]),
-               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit_id(),
-               "ok": result.ok, "verdict": result.verdict, "figures": result.figures,
-               "errors": result.errors, "options": {k: str(v) for k, v in asdict(opts).items()}}
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+        args.json.write_text(json.dumps(verdict_report("bench/chaos.py", argv, opts, result), indent=2) + "\n")
     return 0 if result.ok else 1
 
 

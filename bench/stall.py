@@ -36,19 +36,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench._report import VerdictResult, commit_id, print_examples_and_errors, verdict_report  # noqa: E402
 from bench._stall_faults import FAULTS, make_fault  # noqa: E402
 from bench._stall_input import Produced, Producer, Progress, verdict  # noqa: E402
 from bench._stall_procs import EVENTS, MB, ProcessSampler, first_unavailable, log_events  # noqa: E402
@@ -75,15 +75,6 @@ class StallOptions:
     first_stall_timeout_s: float = 300.0
     drain_timeout_s: float = 1800.0
     commit_timeout_s: float = 300.0
-
-
-@dataclass
-class StallResult:
-    ok: bool
-    verdict: dict
-    figures: dict
-    errors: list[str] = field(default_factory=list)
-    workdir: str = ""
 
 
 def stall_config(root: Path, bootstrap: str, topic: str, group: str, sink: dict) -> dict:
@@ -118,7 +109,7 @@ def _say(msg: str) -> None:
     print(f"stall {time.strftime('%H:%M:%S')}: {msg}", file=sys.stderr, flush=True)
 
 
-def run_stall(opts: StallOptions) -> StallResult:
+def run_stall(opts: StallOptions) -> VerdictResult:
     work = Path(opts.workdir or tempfile.mkdtemp(prefix="kdaemon-stall-"))
     work.mkdir(parents=True, exist_ok=True)
     fault = make_fault(opts.fault, work, master_return=opts.master_return)
@@ -248,7 +239,7 @@ def run_stall(opts: StallOptions) -> StallResult:
         errors += [f"sampler: {e}" for e in sampler.errors]
     ok = bool(v) and not errors and (v["lost"], v["duplicates"], v["unknown_delivered"]) == (0, 0, 0) \
         and v["delivered_distinct"] == v["produced"] == opts.records
-    return StallResult(ok, v, figures, errors, str(work))
+    return VerdictResult(ok, v, figures, errors, str(work))
 
 
 def _mb(x: int | None) -> float | None:
@@ -324,18 +315,7 @@ def _figures(opts, fault, daemon, sampler, producer, t, fetched, progress_at_hea
     return f
 
 
-def commit_id() -> str:
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        except OSError:
-            return ""
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--", "kdaemon")
-    return head + (f" (+{len(dirty.splitlines())} uncommitted path(s) under kdaemon/)" if dirty else "")
-
-
-def print_result(r: StallResult) -> None:
+def print_result(r: VerdictResult) -> None:
     v, f = r.verdict, r.figures
     print(f"stall run ({f['sink_fault']}): {'PASS' if r.ok else 'FAIL'} ({r.workdir})")
     for k, val in f.get("fault", {}).items():
@@ -371,10 +351,7 @@ def print_result(r: StallResult) -> None:
         print(f"  verdict: produced {v['produced']:,}, delivered {v['delivered_lines']:,} "
               f"({v['delivered_distinct']:,} distinct): lost {v['lost']}, duplicates {v['duplicates']}, "
               f"unknown {v['unknown_delivered']}")
-        if any(v["examples"].values()):
-            print(f"  examples: {json.dumps(v['examples'])}")
-    for e in r.errors:
-        print(f"  ERROR: {e}")
+    print_examples_and_errors(v["examples"] if v else {}, r.errors)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -400,11 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     result = run_stall(opts)
     print_result(result)
     if args.json:
-        out = {"command": " ".join(["bench/stall.py", *(argv if argv is not None else sys.argv[1:])]),
-               "date": started, "commit": commit, "commit_at_end": commit_id(), "cpus": os.cpu_count(),
-               "loadavg_at_start": [round(x, 2) for x in load],
-               "ok": result.ok, "verdict": result.verdict, "figures": result.figures,
-               "errors": result.errors, "options": {k: str(v) for k, v in asdict(opts).items()}}
+        out = verdict_report("bench/stall.py", argv, opts, result, date=started, commit=commit,
+                             commit_at_end=commit_id(), cpus=os.cpu_count(),
+                             loadavg_at_start=[round(x, 2) for x in load])
         args.json.write_text(json.dumps(out, indent=2, default=str) + "\n")
     return 0 if result.ok else 1
 

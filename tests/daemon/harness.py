@@ -109,8 +109,12 @@ class Daemon:
 
     kill_wait_s = 5.0   # after the teardown's SIGKILL
 
-    def __init__(self, root: Path, config: dict, *, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, root: Path, config: dict, *, env: Mapping[str, str] | None = None,
+                 prefix: list[str] | None = None) -> None:
+        """``prefix``: a command the daemon runs under (bench/stall.py drops capabilities with
+        setpriv)."""
         self.root = root
+        self.prefix = list(prefix or [])
         root.mkdir(parents=True, exist_ok=True)
         self.config = config
         self.config_path = root / "kdaemon.toml"
@@ -137,7 +141,7 @@ class Daemon:
         env.update(self.extra_env)
         env["PYTHONUNBUFFERED"] = "1"
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(kdaemon_command() + ["run", "-c", str(self.config_path)],
+            self.proc = subprocess.Popen(self.prefix + kdaemon_command() + ["run", "-c", str(self.config_path)],
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          env=env, cwd=self.root, start_new_session=True)
         return self
