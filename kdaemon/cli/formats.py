@@ -4,6 +4,7 @@ as text when they are UTF-8, as an operator reads them), or a kcat-like ``--form
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 from ..sinks.encoding import record_to_json
@@ -22,12 +23,7 @@ def _text(v) -> str:
         return ""
     if isinstance(v, (bytes, bytearray, memoryview)):
         return bytes(v).decode("utf-8", "backslashreplace")
-    return v if isinstance(v, str) else record_value_json(v)
-
-
-def record_value_json(v) -> str:
-    import json
-    return json.dumps(v, separators=(",", ":"), default=str)
+    return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), default=str)
 
 
 def _utf8_headers(headers):

@@ -29,7 +29,7 @@ from ..config import DaemonConfig
 from ..plugins.manager import PluginManager
 from ..protocol.errors import BrokerError
 from .build import build_pipeline_parts
-from .health import FIRST_WARNING_S
+from .health import CONDITIONS, FIRST_WARNING_S
 from .memory import MemoryShares, MemoryWatch
 from .pipeline import Worker
 
@@ -83,8 +83,8 @@ def resolve_group_protocol(config: DaemonConfig, *, index: int = 0, wait_ms: int
         except NoBrokersAvailableError as exc:
             if deadline is not None and time.monotonic() >= deadline:
                 raise
-            log.warning("worker %d: %s; check [kafka] bootstrap_servers (and the TLS/SASL settings) and that the "
-                        "brokers run; still trying (the group protocol is chosen from the first answer)", index, exc)
+            log.warning("worker %d: %s; %s; still trying (the group protocol is chosen from the first answer)",
+                        index, exc, CONDITIONS["broker_unreachable"][1])
             round_ms = client.default_api_timeout_ms
     choice = choose_group_protocol(features)
     log.info("worker %d: group protocol %s (group_protocol = \"auto\": %s, asked %s)", index,
