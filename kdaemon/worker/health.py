@@ -1,6 +1,6 @@
 """Why a worker consumes nothing, said within seconds: the conditions an operator otherwise met
 as silence (an unreachable broker, a missing topic, a join that does not complete, a worker
-left without partitions).
+left without partitions, a partition no consumer holds).
 
 ``CONDITIONS`` is the one table: each condition, how long it must hold before it is said (a
 join takes a moment; a broker that does not answer for five seconds is news), and what to look
@@ -33,16 +33,22 @@ CONDITIONS: dict[str, tuple[float, str]] = {
                              "session_timeout_ms"),
     "no_assignment": (FIRST_WARNING_S, "the group has more members than the topics have partitions: lower "
                                        "[daemon] workers, or add partitions"),
+    "partition_unowned": (FIRST_WARNING_S, "partitions added since the assignment was made reach a classic group "
+                                           "at its leader's next metadata refresh ([kafka] metadata_max_age_ms), "
+                                           "and a static assignment ([daemon] assignment = \"static\") only at a "
+                                           "restart or reload (SIGHUP); otherwise look for members of the group "
+                                           "subscribed to other topics"),
 }
 # Said instead of the conditions after it: a worker that reaches no broker cannot join, and a
 # missing topic leaves it without partitions.
-MASKS = {"broker_unreachable": ("join_incomplete", "no_assignment", "topic_missing"),
+MASKS = {"broker_unreachable": ("join_incomplete", "no_assignment", "topic_missing", "partition_unowned"),
          "topic_missing": ("no_assignment",)}
 
 
-def observe(consumer, topics) -> dict[str, str]:
+def observe(consumer, topics, unowned=None) -> dict[str, str]:
     """The conditions that hold now, each with its detail, from the consumer's public view
-    (the group ones only for a group member)."""
+    (the group ones only for a group member); ``unowned``: worker 0's ``OwnershipCheck``
+    answer, (partitions, who holds none of them), if it has one."""
     out: dict[str, str] = {}
     connected, error = consumer.reachability()
     if not connected and error:
@@ -56,6 +62,11 @@ def observe(consumer, topics) -> dict[str, str]:
             out["join_incomplete"] = f"group {state.group_id}: the join has not completed"
         elif not consumer.assignment():
             out["no_assignment"] = f"group {state.group_id}: this worker has no partitions"
+    if unowned is not None and unowned[0]:
+        parts, holder = unowned
+        names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(parts)[:10])
+        more = f" and {len(parts) - 10} more" if len(parts) > 10 else ""
+        out["partition_unowned"] = f"{len(parts)} partition(s) consumed by {holder}: {names}{more}"
     for masking, masked in MASKS.items():
         if masking in out:
             for m in masked:

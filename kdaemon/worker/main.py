@@ -31,6 +31,7 @@ from ..protocol.errors import BrokerError
 from .build import build_pipeline_parts
 from .health import CONDITIONS, FIRST_WARNING_S
 from .memory import MemoryShares, MemoryWatch
+from .ownership import OwnershipCheck
 from .pipeline import Worker
 
 log = logging.getLogger(__name__)
@@ -158,17 +159,22 @@ def consumer_options(config: DaemonConfig, parts, *, index: int = 0, static_memb
     return opts
 
 
-def static_subset(consumer: Consumer, topics: Sequence[str], index: int, workers: int,
-                  timeout_ms: int = 60_000) -> list[TopicPartition]:
-    """Worker ``index`` of ``workers`` takes every ``workers``-th partition of the sorted list:
-    deterministic, so every worker computes its share alone and the shares are disjoint."""
+def all_partitions(consumer: Consumer, topics: Sequence[str], timeout_ms: int = 60_000) -> list[TopicPartition]:
+    """Every partition of ``topics``, sorted: the list static assignment divides."""
     everything = []
     for topic in sorted(topics):
         found = consumer.partitions_for(topic, timeout_ms=timeout_ms)
         if found is None:
             raise ValueError(f"topic {topic} does not exist")
         everything += [TopicPartition(topic, p) for p in sorted(found)]
-    return everything[index::workers]
+    return everything
+
+
+def static_subset(consumer: Consumer, topics: Sequence[str], index: int, workers: int,
+                  timeout_ms: int = 60_000) -> list[TopicPartition]:
+    """Worker ``index`` of ``workers`` takes every ``workers``-th partition of the sorted list:
+    deterministic, so every worker computes its share alone and the shares are disjoint."""
+    return all_partitions(consumer, topics, timeout_ms)[index::workers]
 
 
 def make_worker(config: DaemonConfig, *, index: int = 0, workers: int = 1,
@@ -191,14 +197,23 @@ def make_worker(config: DaemonConfig, *, index: int = 0, workers: int = 1,
                                            group_protocol=group_protocol))
 
     def subscribe_or_assign(c: Consumer, worker: Worker) -> None:
+        # Worker 0 also looks out for partitions nobody consumes (worker/ownership.py): of the
+        # configured topics, so not for a pattern or a fixed assignment given by the caller.
+        watch = index == 0 and partitions is None and not config.daemon.topic_pattern
         if partitions is not None:
             c.assign(partitions)
         elif config.daemon.assignment == "static":
-            c.assign(static_subset(c, config.daemon.topics, index, workers))
+            everything = all_partitions(c, config.daemon.topics)
+            c.assign(everything[index::workers])
+            if watch:
+                worker.watch_ownership(OwnershipCheck(c.config, config.daemon.topics, static=set(everything)))
+            return
         elif config.daemon.topic_pattern:
             c.subscribe(pattern=config.daemon.topic_pattern, listener=worker)
         else:
             c.subscribe(list(config.daemon.topics), listener=worker)
+        if watch and c.group_state() is not None:
+            worker.watch_ownership(OwnershipCheck(c.config, config.daemon.topics))
 
     return Worker(config, parts, consumer, subscribe_or_assign, on_tick=on_tick,
                   memory=MemoryWatch(config.daemon.memory_budget_mb))

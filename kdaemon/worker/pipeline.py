@@ -64,6 +64,7 @@ class Worker:
         self._stopping = False
         self._leave_for_good = False   # set by request_stop(leave_group=True)
         self._assigned_once = False
+        self._ownership = None   # worker 0's OwnershipCheck (worker/ownership.py), once watching
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -86,6 +87,11 @@ class Worker:
             self.consumer.wakeup()
         except Exception:
             pass
+
+    def watch_ownership(self, check) -> None:
+        """Look out for partitions nobody consumes with ``check`` (an ``OwnershipCheck``), from
+        now until shutdown."""
+        self._ownership = check.start()
 
     def run(self) -> int:
         self._subscribe_or_assign(self.consumer, self)
@@ -118,6 +124,8 @@ class Worker:
 
         The sinks close last: the revocation listener flushes them, and a closed sink refuses.
         A fenced member's commit is refused: said in one line, not a traceback."""
+        if self._ownership is not None:
+            self._ownership.close()
         try:
             self.delivery.flush_and_commit()
         except Exception as exc:
@@ -144,7 +152,8 @@ class Worker:
         if self.memory is not None:
             self.memory.tick()
         if self.health.due():
-            self.health.update(observe(self.consumer, self.config.daemon.topics))
+            self.health.update(observe(self.consumer, self.config.daemon.topics,
+                                       self._ownership.unowned() if self._ownership is not None else None))
         held = self.delivery.hold()
         if held and not self._held and self.memory is not None:
             relieve()   # what the last batches used is not needed while the sink is down

@@ -128,3 +128,41 @@ def test_a_join_held_by_a_member_that_stopped_polling(kafka, tmp_path):
                 t.join(5)
     finally:
         other.close(autocommit=False)
+
+
+def _add_partitions(bootstrap: str, topic: str, total: int) -> float:
+    """Grow ``topic`` to ``total`` partitions; when it was done (time.time)."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_partitions([NewPartitions(topic, total)])[topic].result(30)
+    return time.time()
+
+
+def _warned_after(d: Daemon, pattern: str, since: float, timeout: float = 30) -> float:
+    m = d.wait_log(rf"(?m)^(\S+ \S+) WARNING worker-\d \S+: {pattern}", timeout)
+    return _stamp(m[1]) - since
+
+
+@pytest.mark.parametrize("assignment", ["static", "group"])
+def test_partitions_added_that_nobody_consumes(kafka, tmp_path, assignment):
+    """A topic grows: a static assignment never takes the new partitions on, a classic group only
+    at its leader's next metadata refresh (5 min by default).  Worker 0 says so within 10 s."""
+    topic = f"grow-{uuid.uuid4().hex[:8]}"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, topic, 2)
+    config = daemon_config(tmp_path / assignment, kafka.bootstrap, topic, group, workers=2, assignment=assignment)
+    config["kafka"]["group_protocol"] = "classic"
+    sock, d = _run(tmp_path, config, assignment)
+    with sock, d:
+        d.wait_all_ready(60)
+        time.sleep(4)   # several looks at the settled group: none may find a partition unowned
+        assert "partition(s) consumed by" not in d.log(), d.log_tail()
+        grown = _add_partitions(kafka.bootstrap, topic, 4)
+        holder = r"no worker of this daemon \(static assignment\)" if assignment == "static" else \
+            rf"no member of group {group}"
+        took = _warned_after(d, rf"worker: 2 partition\(s\) consumed by {holder}: {topic}-2, {topic}-3 for [\d.]+s; "
+                                r"partitions added since the assignment was made", grown)
+        assert took <= WITHIN_S, (took, d.log_tail())
+        sock.wait_for(lambda n: "partition unowned on 1 worker(s)" in n.message, 15, "STATUS= saying so")
+        wait_for(lambda: _gauge(d, "partition_unowned") == 1, 10, "kdaemon_worker_problems{partition_unowned}",
+                 d.log_tail)

@@ -1,0 +1,77 @@
+"""Partitions nobody consumes: the configured topics' partitions that no consumer holds.
+
+The commonest cause is a topic that grew.  A classic group takes new partitions on only when
+its leader's metadata shows them (``metadata_max_age_ms``: 5 min by default, in Java too), and
+a static assignment (``[daemon] assignment = "static"``) fixes each worker's partitions when it
+starts; meanwhile records pile up in the new partitions with no consumer and no error.  Other
+causes: members of the group subscribed to other topics, or a foreign member's assignor that
+leaves partitions out.
+
+Worker 0 of a daemon looks, in a thread every ``EVERY_S``, apart from its consumer: the
+partitions the topics have now (``client.lookup``), against what the group's members hold
+(``describe_group``, either protocol) or, for a static assignment, against the partitions the
+workers divided among themselves at start.  A group in a rebalance is not judged: partitions
+are in flight then.  ``health`` turns the answer into the ``partition_unowned`` condition.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from ..client.config import ConsumerConfig
+from ..client.group.describe import describe_group
+from ..client.lookup import topic_partitions
+from ..client.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+EVERY_S = 3.0
+SETTLED_STATES = ("Stable",)   # a group in another state is between assignments
+
+
+class OwnershipCheck:
+    """``unowned()`` is the last look's answer: the partitions nobody holds, with who was
+    asked, or None when there is no judgement (a rebalance, a failed look)."""
+
+    def __init__(self, config: ConsumerConfig, topics, *, static: set[TopicPartition] | None = None,
+                 every_s: float = EVERY_S) -> None:
+        self._config = config
+        self._topics = sorted(topics)
+        self._static = static
+        self._every = every_s
+        self._answer: tuple[frozenset[TopicPartition], str] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kdaemon-ownership", daemon=True)
+
+    def start(self) -> "OwnershipCheck":
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def unowned(self) -> tuple[frozenset[TopicPartition], str] | None:
+        return self._answer
+
+    def look(self) -> tuple[frozenset[TopicPartition], str] | None:
+        timeout_ms = int(self._every * 1000)
+        present = set()
+        for topic, parts in topic_partitions(self._config, self._topics, timeout_ms=timeout_ms).items():
+            present |= {TopicPartition(topic, p) for p in parts or ()}
+        if self._static is not None:
+            return frozenset(present - self._static), "no worker of this daemon (static assignment)"
+        group = describe_group(self._config, timeout_ms=timeout_ms)
+        if group.state not in SETTLED_STATES:
+            return None
+        held = {tp for m in group.members for tp in m.partitions}
+        return frozenset(present - held), f"no member of group {group.group_id}"
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._answer = self.look()
+            except Exception as exc:   # the broker checks (health's broker_unreachable) say why
+                log.debug("ownership check failed: %s", exc)
+                self._answer = None
+            self._stop.wait(self._every)
