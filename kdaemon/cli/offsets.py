@@ -95,11 +95,11 @@ def offsets(config_path: str, timeout_ms: int) -> None:
     if undescribed is not None:
         click.echo(undescribed)
     elif group is not None and group.state == "Dead":
-        click.echo(f"group {group.group_id}: no classic group of that name now (members of a consumer-protocol "
-                   "group, KIP-848, are not shown yet)")
+        click.echo(f"group {group.group_id}: no group of that name now")
     elif group is not None:
         kind = f"{group.protocol_type} group" if group.protocol_type else "group"
-        click.echo(f"{kind} {group.group_id}: {group.state}, {len(group.members)} member(s)"
+        protocol = "consumer protocol, KIP-848" if group.protocol == "consumer" else "classic protocol"
+        click.echo(f"{kind} ({protocol}) {group.group_id}: {group.state}, {len(group.members)} member(s)"
                    + (f", assignor {group.assignor}" if group.assignor else ""))
     click.echo(f"{'topic':<30} {'partition':>9} {'committed':>12} {'end':>12} {'lag':>10}  {'consumer':<36} "
                f"{'host':<15} client")

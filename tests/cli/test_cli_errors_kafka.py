@@ -232,7 +232,8 @@ def test_offsets_shows_the_group_its_members_and_who_holds_each_partition(kafka,
         proc = kdaemon("offsets", "-c", str(config), cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         lines = proc.stdout.splitlines()
-        assert lines[0] == f"consumer group {group}: Stable, 1 member(s), assignor range", lines[0]
+        assert lines[0] == f"consumer group (classic protocol) {group}: Stable, 1 member(s), assignor range", \
+            lines[0]
         rows = [line.split() for line in lines if line.split()[:1] == [topic]]
         assert len(rows) == PARTITIONS
         for parts in rows:
@@ -242,6 +243,5 @@ def test_offsets_shows_the_group_its_members_and_who_holds_each_partition(kafka,
         member.close(autocommit=False)
     proc = kdaemon("offsets", "-c", str(config), cwd=tmp_path)
     # Left without committing: the coordinator forgets the group.
-    assert proc.stdout.splitlines()[0] in (f"consumer group {group}: Empty, 0 member(s)",
-                                           f"group {group}: no classic group of that name now (members of a "
-                                           "consumer-protocol group, KIP-848, are not shown yet)"), proc.stdout
+    assert proc.stdout.splitlines()[0] in (f"consumer group (classic protocol) {group}: Empty, 0 member(s)",
+                                           f"group {group}: no group of that name now"), proc.stdout

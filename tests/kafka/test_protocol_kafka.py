@@ -31,7 +31,8 @@ import pytest
 from kdaemon.client.consumer import Consumer
 from kdaemon.client.types import TopicPartition
 from kdaemon.protocol import messages
-from kdaemon.protocol.apis import (ALL_APIS, API_VERSIONS, CONSUMER_GROUP_HEARTBEAT, DESCRIBE_GROUPS, FETCH,
+from kdaemon.protocol.apis import (ALL_APIS, API_VERSIONS, CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT,
+                                   DESCRIBE_GROUPS, FETCH,
                                    FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP,
                                    LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH,
                                    OFFSET_FOR_LEADER_EPOCH, SASL_AUTHENTICATE, SASL_HANDSHAKE,
@@ -323,6 +324,29 @@ def exercise(env: Env, api, version: int) -> list[dict]:
         with env.coordinator(group) as w:
             stable_member(env, w, group)
             rt(api, version, w, {"groups": [group, f"{group}-none"], "include_authorized_operations": version >= 3})
+    elif api is CONSUMER_GROUP_DESCRIBE:
+        # A real KIP-848 group (our consumer, group_protocol="consumer"), a classic group and one
+        # nobody created, in one request.
+        member = Consumer(env.kafka.bootstrap, client_id=CLIENT_ID, group_id=group, group_protocol="consumer",
+                          auto_offset_reset="earliest")
+        try:
+            member.subscribe([topic])
+            with env.coordinator(group) as w:
+                stable_member(env, w, f"{group}-classic")
+                ask = {"group_ids": [group, f"{group}-classic", f"{group}-none"], "include_authorized_operations": True}
+                deadline = time.monotonic() + 60
+                while True:   # until the coordinator has our member, by its own id, Stable with everything
+                    member.poll(100)
+                    g = next(g for g in w.exchange(api, version, ask)[1]["groups"] if g["group_id"] == group)
+                    mine = [m for m in g["members"] if m["member_id"] == member.group_member_id()]
+                    if g["group_state"] == "Stable" and mine and \
+                            {p for t in mine[0]["assignment"]["topic_partitions"] for p in t["partitions"]} == \
+                            {tp.partition for tp in member.assignment()} == set(range(PARTITIONS)):
+                        break
+                    assert time.monotonic() < deadline, (g, member.assignment())
+                rt(api, version, w, ask)
+        finally:
+            member.close()
     else:
         raise AssertionError(f"no request written for {api.name}: add one to exercise()")
     return answers
@@ -395,6 +419,27 @@ def check_answers(env: Env, api, version: int, answers: list[dict]) -> None:
         assert len(described["members"]) == 1 and described["members"][0]["client_host"], described
         assert described["members"][0]["member_assignment"], described   # the ConsumerProtocol assignment
         assert unknown["group_state"] == "Dead" and unknown["members"] == [], unknown
+    elif api is CONSUMER_GROUP_DESCRIBE:
+        # Kafka answers in its own order: the KIP-848 group, the classic one, one nobody created.
+        by_kind = {g["group_id"].rsplit("-", 1)[-1] if g["group_id"].endswith(("-classic", "-none")) else "kip848": g
+                   for g in first["groups"]}
+        described = by_kind["kip848"]
+        assert (described["error_code"], described["error_message"], described["group_state"],
+                described["assignor_name"]) == (0, None, "Stable", "uniform"), described
+        assert described["group_epoch"] >= 1 and described["assignment_epoch"] == described["group_epoch"]
+        assert described["authorized_operations"] not in (0, -2147483648), described   # asked for; no ACLs here
+        (m,) = described["members"]
+        assert (m["client_id"], m["client_host"], m["instance_id"], m["rack_id"]) == \
+            (CLIENT_ID, "/127.0.0.1", None, None), m
+        assert len(m["member_id"]) == 22 and m["member_epoch"] == described["group_epoch"], m
+        assert m["subscribed_topic_names"] == [env.topic], m
+        everything = [{"topic_id": env.topic_id, "topic_name": env.topic, "partitions": list(range(PARTITIONS))}]
+        assert m["assignment"]["topic_partitions"] == m["target_assignment"]["topic_partitions"] == everything, m
+        assert m["member_type"] == (1 if version >= 1 else -1), m   # v1: a consumer-protocol member
+        # GROUP_ID_NOT_FOUND (69) for a classic group ("... is not a consumer group.") as for none at all.
+        for gone in (by_kind["classic"], by_kind["none"]):
+            assert (gone["error_code"], gone["group_state"], gone["members"]) == (69, "", []), gone
+        assert "not a consumer group" in by_kind["classic"]["error_message"], by_kind["classic"]
     elif api is OFFSET_FOR_LEADER_EPOCH:
         parts = first["topics"][0]["partitions"]
         assert [(p["error_code"], p["leader_epoch"], p["end_offset"]) for p in parts] == [(0, 0, 5)] * PARTITIONS

@@ -2,6 +2,7 @@
 
 from ..schema import Api
 from .api_versions import API_VERSIONS
+from .consumer_group_describe import CONSUMER_GROUP_DESCRIBE
 from .consumer_group_heartbeat import CONSUMER_GROUP_HEARTBEAT
 from .describe_groups import DESCRIBE_GROUPS
 from .fetch import FETCH
@@ -20,7 +21,7 @@ from .sync_group import SYNC_GROUP
 ALL_APIS: tuple[Api, ...] = (
     FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP,
     HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE,
-    CONSUMER_GROUP_HEARTBEAT, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_GROUPS,
+    CONSUMER_GROUP_HEARTBEAT, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_GROUPS, CONSUMER_GROUP_DESCRIBE,
 )
 
 API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}
