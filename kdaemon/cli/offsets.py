@@ -51,15 +51,102 @@ def _cell(v) -> str:
     return "-" if v is None else str(v)
 
 
+def _consumer_and_partitions(config, opts: dict, timeout_ms: int):
+    """A consumer for ``opts`` (the caller closes it), the configured topics' partitions and the
+    topics that do not exist; one line and exit 1 when none exists."""
+    from ..client import Consumer, TopicPartition
+    consumer = Consumer(**opts)
+    try:
+        parts, missing = [], []
+        for topic in config.daemon.topics:
+            found = consumer.partitions_for(topic, timeout_ms=timeout_ms)
+            if found is None:
+                missing.append(topic)
+                continue
+            parts += [TopicPartition(topic, p) for p in sorted(found)]
+        if not parts:
+            fail(f"none of the configured topics exists ({', '.join(missing)}); check [daemon] topics "
+                 f"in {config.path}")
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer, parts, missing
+
+
+def _watch_options_given() -> bool:
+    """--interval, --window or --count on the command line (they go with --watch only)."""
+    ctx = click.get_current_context()
+    return any(ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+               for name in ("interval", "window", "count"))
+
+
+def _watch(config, opts: dict, reset: str, timeout_ms: int, *, watch: bool, interval: float, window: int,
+           count: int | None) -> None:
+    """``offsets --watch``: a poll every ``interval`` judged by ``watch.GroupWatch``, until ``count``
+    rounds (exit 0 if the group is OK then, else 1) or Ctrl-C (exit 0)."""
+    import sys
+    import time
+    from datetime import datetime
+
+    from ..exit_codes import EXIT_FAILURE, EXIT_OK
+    from .common import usage_error
+    from .watch import GroupWatch, Status
+    if not watch:
+        usage_error("--interval, --window and --count go with --watch")
+    group = opts.get("group_id")
+    if not group:
+        usage_error(f"[kafka] group_id is not set in {config.path}: there is no group to watch")
+    judge, status, rounds = GroupWatch(window), Status.UNKNOWN, 0
+    try:
+        with kafka_errors(config):
+            consumer, parts, missing = _consumer_and_partitions(config, opts, timeout_ms)
+            try:
+                for topic in missing:
+                    click.echo(f"{topic}: does not exist", err=True)
+                due = time.monotonic()
+                while count is None or rounds < count:
+                    time.sleep(max(0.0, due - time.monotonic()))
+                    # A slow round delays the next one instead of bunching rounds to catch up.
+                    due = max(due + interval, time.monotonic())
+                    rows = group_lag(consumer, parts, reset=reset, has_group=True, timeout_ms=timeout_ms)
+                    seen = judge.observe(time.monotonic(), rows)
+                    stamp = datetime.now().isoformat(sep=" ", timespec="seconds")
+                    for row, p in zip(rows, seen.partitions):
+                        if p.changed:
+                            click.echo(f"{stamp} {row.topic}[{row.partition}]: {p.verdict.status.value} (committed "
+                                       f"{_cell(row.committed)}, end {_cell(row.end)}, lag {_cell(row.lag)}): "
+                                       f"{p.verdict.reason}")
+                    click.echo(f"{stamp} group {group}: {seen.status.value} ({seen.summary()})")
+                    status, rounds = seen.status, rounds + 1
+            finally:
+                consumer.close()
+    except KeyboardInterrupt:   # Ctrl-C is how a watch without --count ends: not a failure
+        sys.exit(EXIT_OK)
+    sys.exit(EXIT_OK if status is Status.OK else EXIT_FAILURE)
+
+
 @click.command()
 @config_option
 @click.option("--timeout-ms", default=15000, show_default=True)
-def offsets(config_path: str, timeout_ms: int) -> None:
+@click.option("--watch", is_flag=True,
+              help="Poll every --interval and judge each partition's lag over time as Burrow does (OK, LAGGING, "
+                   "STALLED, STOPPED, REWIND; see kdaemon/cli/watch.py): print each partition whose status "
+                   "changed, then the group's status (its worst partition's), every round.")
+@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+              metavar="SECONDS", help="--watch: time between polls.")
+@click.option("--window", type=click.IntRange(min=2), default=10, show_default=True, metavar="N",
+              help="--watch: the polls, and the commits, each partition is judged over (Burrow's 10).")
+@click.option("--count", type=click.IntRange(min=1), default=None, metavar="K",
+              help="--watch: stop after K rounds; exit 0 if the group is OK then, 1 if it is not (LAGGING, "
+                   "STALLED, STOPPED, REWIND, UNKNOWN: its last line says which) or Kafka failed (one line "
+                   "on stderr).  Without it: until Ctrl-C, exit 0.")
+def offsets(config_path: str, timeout_ms: int, watch: bool, interval: float, window: int,
+            count: int | None) -> None:
     """Committed offset, end offset and lag per partition of the configured group and topics.
 
     A partition the group never committed is counted from where the group would start on it
     (``auto_offset_reset``), marked with "*"."""
-    from ..client import Consumer, ConsumerConfig, TopicPartition
+    from ..client import ConsumerConfig, TopicPartition
     from ..client.errors import KafkaClientError
     from ..client.group.describe import describe_group
     from ..protocol.errors import BrokerError
@@ -67,19 +154,12 @@ def offsets(config_path: str, timeout_ms: int) -> None:
     opts = config.consumer_options()
     opts["enable_auto_commit"] = False
     reset = opts.get("auto_offset_reset", "latest")
+    if watch or _watch_options_given():
+        _watch(config, opts, reset, timeout_ms, watch=watch, interval=interval, window=window, count=count)
+        return
     with kafka_errors(config):
-        consumer = Consumer(**opts)
+        consumer, parts, missing = _consumer_and_partitions(config, opts, timeout_ms)
         try:
-            parts, missing = [], []
-            for topic in config.daemon.topics:
-                found = consumer.partitions_for(topic, timeout_ms=timeout_ms)
-                if found is None:
-                    missing.append(topic)
-                    continue
-                parts += [TopicPartition(topic, p) for p in sorted(found)]
-            if not parts:
-                fail(f"none of the configured topics exists ({', '.join(missing)}); check [daemon] topics "
-                     f"in {config.path}")
             rows = group_lag(consumer, parts, reset=reset, has_group=bool(opts.get("group_id")),
                              timeout_ms=timeout_ms)
         finally:
