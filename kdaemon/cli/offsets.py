@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import click
 
-from .common import config_option, fail, kafka_errors, load_or_exit
+from .common import config_option, fail, kafka_errors, load_or_exit, usage_error
+from .reset import given_option, reset_options, run_reset
 
 
 @dataclass(frozen=True)
@@ -140,12 +141,22 @@ def _watch(config, opts: dict, reset: str, timeout_ms: int, *, watch: bool, inte
               help="--watch: stop after K rounds; exit 0 if the group is OK then, 1 if it is not (LAGGING, "
                    "STALLED, STOPPED, REWIND, UNKNOWN: its last line says which) or Kafka failed (one line "
                    "on stderr).  Without it: until Ctrl-C, exit 0.")
+@reset_options
 def offsets(config_path: str, timeout_ms: int, watch: bool, interval: float, window: int,
-            count: int | None) -> None:
+            count: int | None, **reset_args) -> None:
     """Committed offset, end offset and lag per partition of the configured group and topics.
 
     A partition the group never committed is counted from where the group would start on it
-    (``auto_offset_reset``), marked with "*"."""
+    (``auto_offset_reset``), marked with "*".
+
+    With --reset-offsets and one target, moves the group's offsets as kafka-consumer-groups
+    --reset-offsets does: a dry run unless --execute is given, refused while the group has
+    members."""
+    if any(map(given_option, reset_args.values())):
+        if watch:
+            usage_error("--watch and --reset-offsets exclude each other")
+        run_reset(config_path, timeout_ms, **reset_args)
+        return
     from ..client import ConsumerConfig, TopicPartition
     from ..client.errors import KafkaClientError
     from ..client.group.describe import describe_group

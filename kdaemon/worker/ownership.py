@@ -11,7 +11,8 @@ Worker 0 of a daemon looks, in a thread every ``EVERY_S``, apart from its consum
 partitions the topics have now (``client.lookup``), against what the group's members hold
 (``describe_group``, either protocol) or, for a static assignment, against the partitions the
 workers divided among themselves at start.  A group in a rebalance is not judged: partitions
-are in flight then.  ``health`` turns the answer into the ``partition_unowned`` condition.
+are in flight then, nor one whose members' assignments the answer does not show (Tansu
+sends none).  ``health`` turns the answer into the ``partition_unowned`` condition.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ class OwnershipCheck:
         if self._static is not None:
             return frozenset(present - self._static), "no worker of this daemon (static assignment)"
         group = describe_group(self._config, timeout_ms=timeout_ms)
-        if group.state not in SETTLED_STATES:
+        if (group.state not in SETTLED_STATES or not group.members
+                or not all(m.assignment_known for m in group.members)):
             return None
         held = {tp for m in group.members for tp in m.partitions}
         return frozenset(present - held), f"no member of group {group.group_id}"

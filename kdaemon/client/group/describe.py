@@ -38,6 +38,9 @@ class MemberDescription:
     client_id: str
     host: str
     partitions: tuple[TopicPartition, ...]
+    # False when the answer does not say what the member holds: a classic member's assignment
+    # that is empty bytes (Tansu answers so for a Stable group) or not ConsumerProtocol's.
+    assignment_known: bool = True
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,9 @@ def describe_group(config: ConsumerConfig, *, timeout_ms: int | None = None) -> 
                                                       "client_software_version": "describe"}, remaining_ms())
     if CONSUMER_GROUP_DESCRIBE.key in broker_ranges(versions):
         described = _describe_consumer_group(config, remaining_ms())
-        if described is not None:
+        # A live group without members contradicts itself: Tansu answers so for a classic
+        # group, whose members DescribeGroups then shows.
+        if described is not None and (described.members or described.state in ("Empty", "Dead")):
             return described
     return _describe_classic_group(config, remaining_ms())
 
@@ -118,14 +123,15 @@ def _describe_classic_group(config: ConsumerConfig, timeout_ms: int) -> GroupDes
     members = []
     for m in g["members"]:
         partitions: tuple[TopicPartition, ...] = ()
-        if m["member_assignment"]:
+        known = bool(m["member_assignment"])
+        if known:
             try:
                 _, assignment = decode_assignment(m["member_assignment"])
                 partitions = tuple(TopicPartition(t["topic"], p) for t in assignment["assigned_partitions"]
                                    for p in t["partitions"])
             except ValueError:
-                partitions = ()   # not a ConsumerProtocol assignment (a connector, say)
+                known = False   # not a ConsumerProtocol assignment (a connector, say)
         members.append(MemberDescription(m["member_id"], m["group_instance_id"], m["client_id"],
-                                         m["client_host"].lstrip("/"), partitions))
+                                         m["client_host"].lstrip("/"), partitions, known))
     return GroupDescription(g["group_id"], g["group_state"], g["protocol_type"], g["protocol_data"],
                             tuple(sorted(members, key=lambda m: m.member_id)))
