@@ -146,7 +146,7 @@ def _offsets_rows(proc) -> tuple[dict[int, list[str]], str]:
     return rows, proc.stdout.splitlines()[-1]
 
 
-def _commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
     c = CKConsumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
         c.commit(offsets=[CKTopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
@@ -164,7 +164,7 @@ def test_offsets_of_a_group_without_commits_counts_from_where_it_would_start(kaf
     assert total.startswith(f"total lag: {PARTITIONS * PER_PARTITION} (* {PARTITIONS} partition(s) without a commit"), total
 
     # One partition committed half-way: counted from its commit, the others still from earliest.
-    _commit(kafka.bootstrap, group, topic, {0: 10})
+    commit_offsets(kafka.bootstrap, group, topic, {0: 10})
     rows, total = _offsets_rows(kdaemon("offsets", "-c", str(earliest), cwd=tmp_path))
     assert rows[0][2:] == ["10", str(PER_PARTITION), "10"]
     assert total.startswith(f"total lag: {10 + 2 * PER_PARTITION} (* 2 partition(s)"), total

@@ -17,6 +17,7 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 
 from kdaemon.exit_codes import EXIT_CONFIG, EXIT_FAILURE
 from tests.cli.test_cli_errors_kafka import BASE_MS, kdaemon, one_line_error, write_config
+from tests.cli.test_cli_errors_kafka import commit_offsets as commit
 from tests.support.apache_kafka import java_binary, kafka_classpath
 from tests.support.produce import create_topic, produce
 
@@ -37,14 +38,6 @@ def topic(kafka) -> str:
     return name
 
 
-def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    c = CKConsumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        c.commit(offsets=[CKTopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
-    finally:
-        c.close()
-
-
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int | None]:
     c = CKConsumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
@@ -60,29 +53,26 @@ def kafka_consumer_groups(bootstrap: str, *args: str) -> subprocess.CompletedPro
                            "--bootstrap-server", bootstrap, *args], capture_output=True, text=True, timeout=120)
 
 
-def java_plan(proc: subprocess.CompletedProcess, group: str) -> dict[tuple[str, int], int]:
-    """kafka-consumer-groups' GROUP TOPIC PARTITION NEW-OFFSET table."""
-    assert proc.returncode == 0, (proc.stdout, proc.stderr)
-    rows = {}
-    for line in proc.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 4 and parts[0] == group and parts[2].isdigit():
-            rows[(parts[1], int(parts[2]))] = int(parts[3])
-    assert rows, proc.stdout
-    return rows
-
-
-def our_plan(proc: subprocess.CompletedProcess, group: str) -> dict[tuple[str, int], int]:
-    """Our group topic partition committed new table."""
+def plan_of(proc: subprocess.CompletedProcess, group: str, columns: int) -> dict[tuple[str, int], int]:
+    """The new offsets of a plan table: kafka-consumer-groups' GROUP TOPIC PARTITION NEW-OFFSET
+    (``columns`` 4), ours group topic partition committed new (5)."""
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
     rows = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
-        if len(parts) == 5 and parts[0] == group and parts[2].isdigit():
-            rows[(parts[1], int(parts[2]))] = int(parts[4])
+        if len(parts) == columns and parts[0] == group and parts[2].isdigit():
+            rows[(parts[1], int(parts[2]))] = int(parts[-1])
     assert rows, proc.stdout
     return rows
+
+
+def java_plan(proc: subprocess.CompletedProcess, group: str) -> dict[tuple[str, int], int]:
+    return plan_of(proc, group, 4)
+
+
+def our_plan(proc: subprocess.CompletedProcess, group: str) -> dict[tuple[str, int], int]:
+    return plan_of(proc, group, 5)
 
 
 def iso(ms: int, zone: bool = True) -> str:
