@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -725,7 +726,9 @@ def test_offsets_prints_committed_and_lag(dataset, delivery):
         if len(parts) == 8 and parts[0] == dataset["topic"]:
             rows[int(parts[1])] = parts[:5]
             assert parts[5:] == ["-", "-", "-"], line   # the daemon stopped: nobody holds it
-    assert proc.stdout.startswith(f"consumer group {delivery['group']}: Empty, 0 member(s)"), proc.stdout
+    # The daemon joined with the default protocol ("auto": the consumer protocol on Kafka 4).
+    assert re.match(rf"consumer group \((consumer|classic) protocol[^)]*\) {delivery['group']}: Empty, 0 member\(s\)",
+                    proc.stdout), proc.stdout
     assert sorted(rows) == list(range(PARTITIONS)), proc.stdout
     for p, (_, _, committed_, end, lag) in rows.items():
         assert int(committed_) == delivery["ends_second"][p]

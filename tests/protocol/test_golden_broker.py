@@ -120,7 +120,9 @@ PHASES = (  # name, records, producer settings
     ("varied", varied_records, {"linger.ms": 100}),
     ("small", lambda rng: small_records(3000), {"linger.ms": 5, "batch.num.messages": 100}),
     ("big", lambda rng: [Record(b"big", rng.randbytes(1024) * 1024, (("kind", b"keep"),))], {}),
-    ("wide", lambda rng: wide_records(9000), {"linger.ms": 500, "batch.num.messages": 10_000}),
+    # The final flush sends the batch: a linger longer than producing 9000 records takes even on
+    # a loaded machine (500 ms once closed it at 6701).
+    ("wide", lambda rng: wide_records(9000), {"linger.ms": 10_000, "batch.num.messages": 10_000}),
     ("tail", lambda rng: TAIL, {"linger.ms": 100}),
 )
 
