@@ -17,7 +17,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.kdaemon-installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test demo kafka system-deps fuzz fuzz-corpus
+.PHONY: venv test demo kafka spark-jars system-deps fuzz fuzz-corpus
 
 venv: $(STAMP)
 
@@ -43,7 +43,12 @@ kafka: venv system-deps
 	$(VPY) -c 'from tests.support.apache_kafka import kafka_jars, cache_dir; \
 		jars = kafka_jars(); print(f"apache kafka: {len(jars)} jars in {cache_dir()}")'
 
-test: venv kafka
+# The jars the spark sink's Delta format needs (kdaemon/sinks/spark/maven/), staged once so a
+# running uploader never downloads.
+spark-jars: venv system-deps
+	$(VPY) -m kdaemon.sinks.spark.jars delta
+
+test: venv kafka spark-jars
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 # Coverage-guided fuzzing (fuzz/, atheris): every target for FUZZ_RUNS inputs each, then the C

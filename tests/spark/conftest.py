@@ -14,8 +14,12 @@ def spark():
     """A reader session, separate from the daemons' uploaders (they own their own JVMs)."""
     import os
     from pyspark.sql import SparkSession
+    from kdaemon.sinks.spark import delta
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # only loopback, whatever the host name says
-    session = (SparkSession.builder.master("local[1]").appName("kdaemon-tests-reader")
+    builder = SparkSession.builder
+    for k, v in delta.session_conf().items():   # reads Delta tables too (make test stages the jars)
+        builder = builder.config(k, v)
+    session = (builder.master("local[1]").appName("kdaemon-tests-reader")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "1")

@@ -276,9 +276,10 @@ class SizeSampler(threading.Thread):
 
 # -- reading the output back ---------------------------------------------------------------------
 
-def read_output(spark, path: Path) -> list[dict]:
-    """Every row of the Spark output as dicts (through Arrow: quick for 100k rows)."""
-    return spark.read.parquet(str(path)).toArrow().to_pylist()
+def read_output(spark, path: Path, fmt: str = "parquet") -> list[dict]:
+    """Every row of the Spark output (``fmt``: the sink's format) as dicts (through Arrow:
+    quick for 100k rows)."""
+    return spark.read.format(fmt).load(str(path)).toArrow().to_pylist()
 
 
 def row_key(row: dict) -> tuple[str, int, int]:

@@ -39,12 +39,21 @@ class FakeWriter:
     """Writes what Spark's ``partitionBy(topic, date, _batch)`` would, with pyarrow: one file
     per (topic, _batch) under ``tmp/data/topic=<t>/date=1970-01-01/_batch=<b>/``."""
 
-    table = None
+    format = "parquet"
 
     def __init__(self) -> None:
         self.jobs = 0
 
-    def write(self, batches, tmp_dir):
+    def prepare(self, batches, tmp_dir):
+        from kdaemon.sinks.spark.writer import Job
+        return Job(df=batches, tmp_dir=tmp_dir)
+
+    @staticmethod
+    def finish(job) -> None:
+        pass
+
+    def write_parquet(self, job):
+        batches, tmp_dir = job.df, job.tmp_dir
         self.jobs += 1
         tables = []
         for path, name, drop in batches:
@@ -62,7 +71,7 @@ class FakeWriter:
             os.makedirs(d)
             for n, chunk in enumerate((part.slice(0, part.num_rows // 2), part.slice(part.num_rows // 2))):
                 pq.write_table(chunk, os.path.join(d, f"part-{n:05d}-x.parquet"))
-        return data, None
+        return data
 
 
 @pytest.fixture
@@ -161,14 +170,14 @@ def test_a_worker_directory_removed_during_the_job_fails_nothing(up, tmp_path):
     dead.mkdir()
     live.mkdir()
     a, b = _stage(dead, 0, range(0, 10)), _stage(live, 1, range(0, 10))
-    real_write = up.writer.write
+    real_prepare = up.writer.prepare
 
     def worker_dir_removed_first(batches, tmp_dir):
         import shutil
         shutil.rmtree(dead)
-        return real_write(batches, tmp_dir)
+        return real_prepare(batches, tmp_dir)
 
-    up.writer.write = worker_dir_removed_first
+    up.writer.prepare = worker_dir_removed_first
     up.upload([a, b])
     assert a.error is None and b.error is None
     assert _output_offsets(Path(up.root)) == [(p, o) for p in (0, 1) for o in range(10)]
@@ -237,7 +246,8 @@ def test_commit_metadata_always_says_spark(tmp_path):
 
 @pytest.mark.parametrize("settings, problem", [
     ({}, "needs `path`"),
-    ({"path": "x", "table": "t"}, "not both"),
+    ({"path": "x", "table": "t"}, "`table` is no longer supported"),
+    ({"path": "x", "format": "csv"}, "format must be one of parquet, delta"),
     ({"path": "x", "value_format": "json"}, "needs value_schema"),
     ({"path": "x", "value_format": "xml"}, "value_format must be one of"),
     ({"path": "x", "value_schema": "a INT", "value_format": "string"}, "only used with"),

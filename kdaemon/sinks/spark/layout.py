@@ -120,9 +120,10 @@ def uploaded_ranges(root: str, topic: str, partition: int) -> list[tuple[int, in
     return sorted(r for r in map(_parse_range, names) if r is not None)
 
 
-def pending_uploads(root: str, topic: str, partition: int) -> list[tuple[BatchId, list[str]]]:
-    """Uploads of a partition that were started and not finished: (batch, files relative to
-    ``root``).  A pending record that cannot be read is reported with no files."""
+def pending_uploads(root: str, topic: str, partition: int) -> list[tuple[BatchId, dict]]:
+    """Uploads of a partition that were started and not finished: (batch, its pending record:
+    ``files`` relative to ``root``, and for a Delta table the ``delta`` commit it announced).
+    A pending record that cannot be read is reported with no files."""
     d = pending_dir(root, topic, partition)
     try:
         names = os.listdir(d)
@@ -135,10 +136,11 @@ def pending_uploads(root: str, topic: str, partition: int) -> list[tuple[BatchId
             continue
         try:
             with open(os.path.join(d, name), "rb") as fh:
-                files = list(json.load(fh)["files"])
+                record = json.load(fh)
+            record["files"] = list(record["files"])
         except (OSError, ValueError, KeyError, TypeError):
-            files = []  # written durably, so only a foreign file gets here; nothing to delete
-        out.append((BatchId(partition, *r), files))
+            record = {"files": []}  # written durably, so only a foreign file gets here; nothing to delete
+        out.append((BatchId(partition, *r), record))
     return out
 
 

@@ -27,14 +27,16 @@ from dataclasses import dataclass, field
 
 from ...plugins.types import Record, SinkUnavailable
 from . import staged
+from .jars import JarsMissing, staged_jars
 from .layout import BatchId
 from .staged import as_bytes
 from ...suggest import unknown_keys
 from .wire import UploadReply, UploadRequest, socket_path, staging_root
 
-SETTINGS = {"type", "master", "conf", "path", "table", "max_records", "max_bytes", "max_age_s",
+SETTINGS = {"type", "master", "conf", "path", "format", "table", "max_records", "max_bytes", "max_age_s",
             "value_format", "value_schema", "partition_by", "socket", "upload_timeout_s", "state_dir"}
 VALUE_FORMATS = ("binary", "string", "json")
+FORMATS = ("parquet", "delta")   # path mode's own Parquet layout, or a Delta Lake table (delta.py)
 PARTITION_COLUMNS = ("topic", "partition", "date", "timestamp_type")
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
@@ -49,10 +51,22 @@ def validate_settings(settings: dict) -> None:
     if unknown:
         problems.append(f"unknown spark sink settings: {unknown_keys(unknown, SETTINGS - {'type'})} "
                         f"(known: {', '.join(sorted(SETTINGS - {'type'}))})")
-    if not settings.get("path") and not settings.get("table"):
-        problems.append("the spark sink needs `path` (Parquet output) or `table` (catalog table)")
-    if settings.get("path") and settings.get("table"):
-        problems.append("give the spark sink either `path` or `table`, not both")
+    if "table" in settings:
+        # Spark's default catalog is in memory: the table it names was gone at every uploader
+        # restart, and its appends were at-least-once.
+        problems.append("`table` is no longer supported (a table in Spark's in-memory catalog was lost at every "
+                        "uploader restart): write a Delta table with format = \"delta\" and path = its location, "
+                        "and register that location in your catalog (CREATE TABLE ... USING DELTA LOCATION ...)")
+    elif not settings.get("path"):
+        problems.append("the spark sink needs `path`: the Parquet output directory, or the Delta table's location "
+                        "with format = \"delta\"")
+    if settings.get("format", "parquet") not in FORMATS:
+        problems.append(f"format must be one of {', '.join(FORMATS)}, not {settings['format']!r}")
+    elif settings.get("format") == "delta":
+        try:
+            staged_jars("delta")
+        except JarsMissing as exc:
+            problems.append(str(exc))
     for name in ("max_records", "max_bytes", "max_age_s", "upload_timeout_s"):
         if name in settings:
             try:

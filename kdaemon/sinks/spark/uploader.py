@@ -12,10 +12,10 @@ upload waits for the session instead of failing; if the session cannot start (a 
 URL, say), the uploader logs why and exits, its listeners see the connection close, and the
 supervisor starts it again with backoff (and at once after a reload that changed the settings).
 
-Exactly-once holds in ``path`` mode when the uploader and Spark's executors see the same
-filesystem at ``path`` (local mode, or a shared mount): the uploader moves Spark's output into
-place itself.  ``table`` mode appends through the catalog, which cannot replace a batch's files:
-it is at-least-once (a crash between Spark's append and the manifest duplicates that batch).
+Exactly-once holds when the uploader and Spark's executors see the same filesystem at ``path``
+(local mode, or a shared mount): in Parquet mode the uploader moves Spark's output into place
+itself; a Delta table (``format = "delta"``, ``delta.py``) gets one idempotent commit per
+partition, whose recorded version the uploader reads back from the table's log.
 
 Workers stage batches in ``staged.py``'s format (no pyarrow in a worker); the uploader reads
 each into Arrow and writes the Parquet file its job reads into its own hold directory
@@ -46,13 +46,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import layout
+from . import delta, layout
 from .layout import BatchId
 from ...backoff import Backoff
 from ...durations import duration
 from . import staged
 from .writer import SparkStartError, SparkWriter, check_master_reachable, first_line
-from .wire import UploadReply, UploadRequest, parse_line, sink_state_dir, socket_path, staging_root
+from .wire import UploadReply, UploadRequest, parse_line, socket_path, staging_root
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
@@ -82,7 +82,7 @@ class Uploader:
     def __init__(self, settings: dict, state_dir: str) -> None:
         self.settings = settings
         self.writer = SparkWriter(settings)
-        self.root = settings.get("path") or os.path.join(sink_state_dir(settings, state_dir), "spark-table-state")
+        self.root = settings["path"]
         self.socket_path = socket_path(settings, state_dir)
         # This uploader's Spark output goes to _kdaemon/tmp/<owner>-<job>: one uploader per
         # state dir, so at start it may remove whatever an earlier one of its own left there
@@ -129,7 +129,8 @@ class Uploader:
                 return EXIT_CANNOT_START
             self._remove_own_tmp()
             self._sel.register(server, selectors.EVENT_READ, None)
-            log.info("uploader listening on %s, writing to %s", self.socket_path, self.settings.get("path") or self.settings.get("table"))
+            log.info("uploader listening on %s, writing to %s%s", self.socket_path, self.root,
+                     " (a Delta table)" if self.writer.format == "delta" else "")
             while not self._stop:
                 self._pump(server, 0.5)
                 if self._queue:
@@ -341,7 +342,7 @@ class Uploader:
                 manifest.update(min_timestamp_ms=f.min_ts, max_timestamp_ms=f.max_ts)
             layout.write_durably(layout.manifest_path(root, req.topic, req.batch), json.dumps(manifest).encode())
         for f in fresh:
-            if f.new_rows and self.writer.table is None:
+            if f.new_rows:
                 layout.remove_durably(layout.pending_path(root, f.req.topic, f.req.batch))
         return rows, oldest
 
@@ -358,46 +359,59 @@ class Uploader:
         req.held = held
 
     def _write_rows(self, fresh: list["Fresh"]) -> None:
-        """One Spark job for the rows of every fresh batch; in path mode its files are then
-        moved into place under their batch names, announced first by pending records."""
+        """One Spark job for the rows of every fresh batch.  Path mode moves its files into
+        place under their batch names; Delta mode appends them to the table, one idempotent
+        commit per partition (``delta.py``).  Either way pending records announce first what
+        is about to appear, and the values that do not parse are moved into ``_kdaemon/dlq``."""
         root = self.root
         tmp = os.path.join(layout.kdaemon_dir(root), "tmp", f"{self.tmp_owner}-{uuid.uuid4().hex}")
+        job = self.writer.prepare([(f.req.held, f.req.batch.name, f.drop) for f in fresh], tmp)
         try:
-            data_dir, dlq_dir = self.writer.write([(f.req.held, f.req.batch.name, f.drop) for f in fresh], tmp)
-            if self.writer.table is not None:
-                return
             moves: dict[str, list[tuple[str, str]]] = defaultdict(list)
-            _plan_moves(data_dir, root, moves)
-            if dlq_dir is not None:
-                _plan_moves(dlq_dir, layout.dlq_root(root), moves)
+            if self.writer.format == "parquet":
+                _plan_moves(self.writer.write_parquet(job), root, moves)
+                for f in fresh:
+                    if not moves.get(f.req.batch.name):
+                        raise RuntimeError(
+                            f"Spark wrote no file for batch {f.req.batch.name} under {tmp}: in path mode the "
+                            "output path must be on a filesystem the uploader sees (local mode or a shared mount)")
+            if job.dlq_dir is not None:
+                _plan_moves(job.dlq_dir, layout.dlq_root(root), moves)
+            versions: dict[tuple[str, int], int] = {}
             for f in fresh:
-                if not moves.get(f.req.batch.name):
-                    raise RuntimeError(
-                        f"Spark wrote no file for batch {f.req.batch.name} under {tmp}: in path mode the "
-                        "output path must be on a filesystem the uploader sees (local mode or a shared mount)")
+                key = (f.req.topic, f.req.batch.partition)
+                versions[key] = max(versions.get(key, -1), f.req.batch.last)
             for f in fresh:
-                files = [os.path.relpath(target, root) for _, target in moves[f.req.batch.name]]
-                layout.write_durably(layout.pending_path(root, f.req.topic, f.req.batch),
-                                     json.dumps({"files": files}).encode())
-            dirs = set()
-            for pairs in moves.values():
-                for src, target in pairs:
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
-                    with open(src, "rb") as fh:
-                        os.fsync(fh.fileno())
-                    os.replace(src, target)
-                    dirs.add(os.path.dirname(target))
-            for d in dirs:
-                layout.fsync_dir(d)
+                record: dict = {"files": [os.path.relpath(target, root) for _, target in moves[f.req.batch.name]]}
+                if self.writer.format == "delta":
+                    record["delta"] = delta.pending_entry(f.req.topic, f.req.batch.partition,
+                                                          versions[(f.req.topic, f.req.batch.partition)])
+                layout.write_durably(layout.pending_path(root, f.req.topic, f.req.batch), json.dumps(record).encode())
+            _move_durably(moves)
+            if self.writer.format == "delta":
+                self.writer.append_delta(job, versions)
         finally:
+            self.writer.finish(job)
             shutil.rmtree(tmp, ignore_errors=True)
 
     def _finish_interrupted(self, topic: str, partition: int) -> None:
-        """Remove the files of this partition's uploads that started and never got a manifest."""
-        for batch, files in layout.pending_uploads(self.root, topic, partition):
-            if not os.path.exists(layout.manifest_path(self.root, topic, batch)):
+        """Settle this partition's uploads that started and never got a manifest: a Delta
+        commit that happened gets its manifest now; anything else is undone (its files removed)."""
+        for batch, record in layout.pending_uploads(self.root, topic, partition):
+            manifest = layout.manifest_path(self.root, topic, batch)
+            if os.path.exists(manifest):
+                pass
+            elif "delta" in record and delta.committed(self.root, record["delta"]):
+                layout.write_durably(manifest, json.dumps(
+                    {"topic": topic, "partition": partition, "first": batch.first, "last": batch.last,
+                     "uploaded_at": time.time(), "uploader": self.identity, "recovered": True,
+                     "delta": record["delta"]}).encode())
+                log.warning("batch %s of %s: its Delta commit (%s, version %s) happened before the uploader "
+                            "stopped; its manifest is written now", batch.name, topic, record["delta"]["app_id"],
+                            record["delta"]["version"])
+            else:
                 removed = 0
-                for rel in files:
+                for rel in record["files"]:
                     try:
                         os.unlink(os.path.join(self.root, rel))
                         removed += 1
@@ -439,6 +453,19 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def _move_durably(moves: dict[str, list[tuple[str, str]]]) -> None:
+    dirs = set()
+    for pairs in moves.values():
+        for src, target in pairs:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(src, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(src, target)
+            dirs.add(os.path.dirname(target))
+    for d in dirs:
+        layout.fsync_dir(d)
 
 
 def _plan_moves(src: str, dest_root: str, moves: dict[str, list[tuple[str, str]]]) -> None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import delta
 from .staging import validate_settings
 
 log = logging.getLogger("kdaemon.spark.uploader")
@@ -22,6 +24,16 @@ log = logging.getLogger("kdaemon.spark.uploader")
 _CORRUPT = "_kdaemon_corrupt"   # from_json puts a value that does not parse here
 _BATCH_IN_FILE = r"(p\d+-\d{19}-\d{19})\.parquet$"
 _MASTER_CONNECT_TIMEOUT_S = 3.0
+_LISTS = ("spark.jars", "spark.sql.extensions")   # comma-separated settings the sink contributes to
+
+
+@dataclass
+class Job:
+    """One upload job's rows on their way to the output (``SparkWriter.prepare``)."""
+    df: object
+    tmp_dir: str
+    dlq_dir: str | None = None   # the values that do not parse, written under tmp_dir
+    cached: object = None        # a persisted DataFrame to release at the end
 
 
 class SparkStartError(Exception):
@@ -72,7 +84,7 @@ class SparkWriter:
         validate_settings(settings)
         self.settings = settings
         self.path = settings.get("path")
-        self.table = settings.get("table")
+        self.format = settings.get("format", "parquet")
         self.value_schema = settings.get("value_schema")
         self.value_format = settings.get("value_format", "json" if self.value_schema else "binary")
         self.partition_by = list(settings.get("partition_by", ["topic", "date"]))
@@ -99,7 +111,12 @@ class SparkWriter:
             # (Spark would otherwise pick the address the host name resolves to).
             conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        conf.update({str(k): str(v) for k, v in (self.settings.get("conf") or {}).items()})
+        if self.format == "delta":
+            conf.update(delta.session_conf())
+        for k, v in (self.settings.get("conf") or {}).items():
+            k, v = str(k), str(v)
+            # Jars and extensions of the user's own add to Delta's instead of replacing them.
+            conf[k] = f"{conf[k]},{v}" if k in _LISTS and k in conf else v
         for k, v in conf.items():
             builder = builder.config(k, v)
         try:
@@ -111,9 +128,6 @@ class SparkWriter:
         if self.value_schema:
             self._value_struct = self._parse_value_schema(self.value_schema)
         log.info("Spark session ready (master %s, Spark %s)", self.master, self.spark.version)
-        if self.table:
-            log.warning("table mode (%s) is at-least-once: a crash between Spark's append and the "
-                        "manifest uploads that batch twice; use path mode for exactly-once", self.table)
 
     def _parse_value_schema(self, ddl: str):
         from pyspark.sql.types import DataType, StringType, StructField, StructType
@@ -169,18 +183,18 @@ class SparkWriter:
                                                          StructField("value", BinaryType())]))),
         ])
 
-    def write(self, batches: list[tuple[str, str, list[tuple[int, int]]]], tmp_dir: str) -> tuple[str, str | None]:
-        """Write one job: ``batches`` are (staged file, batch name, offset ranges to drop).
-        Spark's output goes under ``tmp_dir``, partitioned by ``_batch`` as well; return the data
-        dir and the dead-letter dir (values that do not parse), or None."""
+    def prepare(self, batches: list[tuple[str, str, list[tuple[int, int]]]], tmp_dir: str) -> "Job":
+        """The DataFrame of one job: ``batches`` are (held file, batch name, offset ranges to
+        drop).  Values that do not parse as ``value_schema`` are written at once, as Parquet
+        partitioned by topic and ``_batch`` under ``tmp_dir/dlq`` (``Job.dlq_dir``); the rows
+        stay to be written by ``write_parquet`` or ``append_delta``, then ``finish``."""
         from pyspark.sql import functions as F
         df = self._read_direct(batches) if self.direct else self._read_via_driver(batches)
         # timestamp_millis is exact; a division into a double is not (…123 ms → …122.999).
         df = df.withColumn("timestamp", F.when(F.col("timestamp") >= 0, F.timestamp_millis("timestamp")))
         df = df.withColumn("date", F.coalesce(F.to_date("timestamp"), F.lit("1970-01-01").cast("date")).cast("string"))
         df = df.withColumn("headers", F.map_from_entries("headers"))
-        dlq_dir = None
-        cached = None
+        job = Job(df=None, tmp_dir=tmp_dir)
         if self.value_format == "string":
             df = df.withColumn("value", F.col("value").cast("string"))
         elif self.value_format == "json":
@@ -188,26 +202,41 @@ class SparkWriter:
             # parse; the corrupt-record column is what tells a bad value from an empty one.
             parsed = F.from_json(F.col("value").cast("string"), self._value_struct,
                                  {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
-            cached = df = df.withColumn("_parsed", parsed).persist()
+            job.cached = df = df.withColumn("_parsed", parsed).persist()
             is_bad = F.col("value").isNotNull() & (F.col("_parsed").isNull() | F.col(f"_parsed.{_CORRUPT}").isNotNull())
             bad = df.where(is_bad).drop("_parsed")
-            dlq_dir = os.path.join(tmp_dir, "dlq")
+            job.dlq_dir = os.path.join(tmp_dir, "dlq")
             (bad.withColumn("error", F.lit(f"value does not parse as {self.value_schema}"))
-             .write.mode("overwrite").partitionBy("topic", "_batch").parquet(dlq_dir))
+             .write.mode("overwrite").partitionBy("topic", "_batch").parquet(job.dlq_dir))
             df = df.where(~is_bad).withColumn("value", F.col("_parsed").dropFields(_CORRUPT)).drop("_parsed")
-        try:
-            columns = ["topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
-                       "date", "_batch"]
-            df = df.select(*columns)
-            data_dir = os.path.join(tmp_dir, "data")
-            if self.table:
-                df.drop("_batch").write.mode("append").partitionBy(*self.partition_by).saveAsTable(self.table)
-                return data_dir, dlq_dir
-            df.write.mode("overwrite").partitionBy(*self.partition_by, "_batch").parquet(data_dir)
-            return data_dir, dlq_dir
-        finally:
-            if cached is not None:
-                cached.unpersist()
+        job.df = df.select("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
+                           "date", "_batch")
+        return job
+
+    def write_parquet(self, job: "Job") -> str:
+        """Path mode: Spark's files under ``tmp_dir/data``, partitioned by ``_batch`` as well
+        (the uploader moves them into place under their batch names); that directory."""
+        data_dir = os.path.join(job.tmp_dir, "data")
+        job.df.write.mode("overwrite").partitionBy(*self.partition_by, "_batch").parquet(data_dir)
+        return data_dir
+
+    def append_delta(self, job: "Job", versions: dict[tuple[str, int], int]) -> None:
+        """Delta mode: one idempotent append per topic partition (``delta.py``: application id
+        per partition, its newest offset as the version), in partition order."""
+        from pyspark.sql import functions as F
+        df = job.df.drop("_batch")
+        if len(versions) > 1 and job.cached is None:
+            job.cached = df = df.persist()   # read the held files once for all the appends
+        for (topic, partition), version in sorted(versions.items()):
+            (df.where((F.col("topic") == topic) & (F.col("partition") == partition))
+             .write.format("delta").mode("append")
+             .option("txnAppId", delta.app_id(topic, partition)).option("txnVersion", version)
+             .partitionBy(*self.partition_by).save(self.path))
+
+    @staticmethod
+    def finish(job: "Job") -> None:
+        if job.cached is not None:
+            job.cached.unpersist()
 
     def stop(self) -> None:
         if self.spark is not None:

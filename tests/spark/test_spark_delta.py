@@ -1,0 +1,66 @@
+"""The Delta format's exactly-once pieces against real Delta Lake (the staged jars): the txn
+actions read from the log, through Delta's own checkpoints; and the settling of an upload the
+uploader did not finish, rolled forward when its commit happened and back when it did not.
+The end-to-end kill test is test_spark_sink_chaos.py's delta case."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from kdaemon.sinks.spark import delta, delta_log, layout
+from kdaemon.sinks.spark.layout import BatchId
+from kdaemon.sinks.spark.uploader import Uploader
+from tests.spark.support import requires_spark
+
+requires_spark()
+
+pytestmark = [pytest.mark.spark]
+
+
+def _append(spark, path: str, rows: list[tuple[str, int, int]], app: str, version: int) -> None:
+    df = spark.createDataFrame(rows, "topic STRING, partition INT, offset BIGINT")
+    (df.write.format("delta").mode("append").option("txnAppId", app).option("txnVersion", version)
+     .option("delta.checkpointInterval", "3").save(path))   # a table property, set on creation
+
+
+def test_transactions_read_through_checkpoints_match_what_delta_skips(spark, tmp_path):
+    path = str(tmp_path / "t")
+    assert delta_log.transactions(path) == {}
+    expected: dict[str, int] = {}
+    for i in range(8):   # a checkpoint every 3 commits: the state spans two of them
+        app = f"app-{i % 3}"
+        expected[app] = i
+        _append(spark, path, [("t", i % 3, i)], app, i)
+    names = os.listdir(delta_log.log_dir(path))
+    assert any(".checkpoint." in n for n in names), names   # the test reads through one
+    assert delta_log.transactions(path) == expected
+    # Delta itself agrees: a write at a recorded version is skipped, one above it is not.
+    _append(spark, path, [("t", 0, 999)], "app-0", expected["app-0"])
+    assert spark.read.format("delta").load(path).where("offset = 999").count() == 0
+    _append(spark, path, [("t", 0, 999)], "app-0", expected["app-0"] + 1)
+    assert spark.read.format("delta").load(path).where("offset = 999").count() == 1
+    assert delta_log.transactions(path)["app-0"] == expected["app-0"] + 1
+
+
+def test_an_unfinished_upload_rolls_forward_if_its_commit_happened_else_back(spark, tmp_path):
+    table = str(tmp_path / "table")
+    uploader = Uploader({"type": "spark", "path": table, "format": "delta", "master": "local[1]"},
+                        str(tmp_path / "state"))
+    committed_batch, lost_batch = BatchId(0, 0, 9), BatchId(1, 0, 9)
+    for batch in (committed_batch, lost_batch):
+        record = {"files": [], "delta": delta.pending_entry("t", batch.partition, batch.last)}
+        layout.write_durably(layout.pending_path(table, "t", batch), json.dumps(record).encode())
+    # The uploader committed partition 0's rows and was killed before the manifests; partition
+    # 1's commit never happened.
+    _append(spark, table, [("t", 0, o) for o in range(10)], delta.app_id("t", 0), 9)
+
+    for partition in (0, 1):
+        uploader._finish_interrupted("t", partition)
+    assert layout.uploaded_ranges(table, "t", 0) == [(0, 9)]
+    with open(layout.manifest_path(table, "t", committed_batch)) as fh:
+        assert json.load(fh)["recovered"] is True
+    assert layout.uploaded_ranges(table, "t", 1) == []
+    assert layout.pending_uploads(table, "t", 0) == layout.pending_uploads(table, "t", 1) == []
