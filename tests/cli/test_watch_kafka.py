@@ -54,8 +54,9 @@ def partition_lines(stdout: str, topic: str) -> list[str]:
     return [line for line in stdout.splitlines() if f" {topic}[" in line]
 
 
-def in_background(step, every: float) -> tuple[threading.Event, threading.Thread]:
-    """Run ``step()`` every ``every`` seconds (fixed rate) until the event is set."""
+def watch_while(step, every: float, config, tmp_path, *watch_args: str) -> subprocess.CompletedProcess:
+    """``kdaemon offsets --watch`` with ``watch_args``, while ``step()`` runs every ``every``
+    seconds (fixed rate) in the background."""
     stop = threading.Event()
 
     def loop() -> None:
@@ -67,7 +68,11 @@ def in_background(step, every: float) -> tuple[threading.Event, threading.Thread
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
-    return stop, thread
+    try:
+        return kdaemon("offsets", "-c", str(config), "--watch", *watch_args, cwd=tmp_path)
+    finally:
+        stop.set()
+        thread.join(10)
 
 
 def test_offsets_that_stay_put_while_records_come_are_stalled(kafka, tmp_path):
@@ -81,13 +86,7 @@ def test_offsets_that_stay_put_while_records_come_are_stalled(kafka, tmp_path):
         writer.send(b"more", partition=0)
         writer.flush_checked()
 
-    stop, thread = in_background(write, 0.2)
-    try:
-        proc = kdaemon("offsets", "-c", str(config), "--watch", "--interval", "1", "--window", "3", "--count", "5",
-                       cwd=tmp_path)
-    finally:
-        stop.set()
-        thread.join(10)
+    proc = watch_while(write, 0.2, config, tmp_path, "--interval", "1", "--window", "3", "--count", "5")
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     # Two polls of a window of three say nothing yet; the third shows the offset unmoved.
     assert group_statuses(proc.stdout, group) == ["OK", "OK", "STALLED", "STALLED", "STALLED"], proc.stdout
@@ -127,13 +126,9 @@ def test_offsets_moving_while_the_lag_grows_are_lagging(kafka, tmp_path):
         committed[0] += 3
         committer.commit({0: committed[0]})
 
-    stop, thread = in_background(consume_slowly, 1.0)
     try:
-        proc = kdaemon("offsets", "-c", str(config), "--watch", "--interval", "0.5", "--window", "4", "--count", "16",
-                       cwd=tmp_path)
+        proc = watch_while(consume_slowly, 1.0, config, tmp_path, "--interval", "0.5", "--window", "4", "--count", "16")
     finally:
-        stop.set()
-        thread.join(10)
         committer.close()
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     states = group_statuses(proc.stdout, group)
