@@ -13,9 +13,21 @@ import pytest
 def spark():
     """A reader session, separate from the daemons' uploaders (they own their own JVMs)."""
     import os
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
+
     from kdaemon.sinks.spark import delta
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # only loopback, whatever the host name says
+    # Only a JVM's launch puts spark.jars on the driver's classpath: a JVM another suite started
+    # earlier in this process (the chaos run's reader, stopped since) cannot load Delta, so it
+    # is shut down and the session below launches its own.
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    if SparkContext._gateway is not None:
+        SparkContext._gateway.shutdown()
+        SparkContext._gateway = None
+        SparkContext._jvm = None
     builder = SparkSession.builder
     for k, v in delta.session_conf().items():   # reads Delta tables too (make test stages the jars)
         builder = builder.config(k, v)
