@@ -90,7 +90,6 @@ def _watch(config, opts: dict, reset: str, timeout_ms: int, *, watch: bool, inte
     from datetime import datetime
 
     from ..exit_codes import EXIT_FAILURE, EXIT_OK
-    from .common import usage_error
     from .watch import GroupWatch, Status
     if not watch:
         usage_error("--interval, --window and --count go with --watch")

@@ -20,13 +20,10 @@ member id, which Kafka accepts for an empty group of either protocol.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-log = logging.getLogger(__name__)
-
-# The one list of targets: option name → (the value it takes, what it means).
+# The one list of targets: option name (as a click parameter) → what it moves the group to.
 TARGETS: dict[str, str] = {
     "to_earliest": "The first offset still in the log",
     "to_latest": "The end of the log (skip everything not consumed yet)",

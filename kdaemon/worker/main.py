@@ -170,11 +170,11 @@ def all_partitions(consumer: Consumer, topics: Sequence[str], timeout_ms: int = 
     return everything
 
 
-def static_subset(consumer: Consumer, topics: Sequence[str], index: int, workers: int,
-                  timeout_ms: int = 60_000) -> list[TopicPartition]:
-    """Worker ``index`` of ``workers`` takes every ``workers``-th partition of the sorted list:
-    deterministic, so every worker computes its share alone and the shares are disjoint."""
-    return all_partitions(consumer, topics, timeout_ms)[index::workers]
+def static_subset(everything: list[TopicPartition], index: int, workers: int) -> list[TopicPartition]:
+    """Worker ``index`` of ``workers`` takes every ``workers``-th partition of the sorted list
+    (``all_partitions``): deterministic, so every worker computes its share alone and the
+    shares are disjoint."""
+    return everything[index::workers]
 
 
 def make_worker(config: DaemonConfig, *, index: int = 0, workers: int = 1,
@@ -204,7 +204,7 @@ def make_worker(config: DaemonConfig, *, index: int = 0, workers: int = 1,
             c.assign(partitions)
         elif config.daemon.assignment == "static":
             everything = all_partitions(c, config.daemon.topics)
-            c.assign(everything[index::workers])
+            c.assign(static_subset(everything, index, workers))
             if watch:
                 worker.watch_ownership(OwnershipCheck(c.config, config.daemon.topics, static=set(everything)))
             return

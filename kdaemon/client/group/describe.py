@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ...protocol.apis import API_VERSIONS, CONSUMER_GROUP_DESCRIBE, DESCRIBE_GROUPS
 from ...protocol.apis.consumer_protocol import decode_assignment
-from ...protocol.errors import BrokerError, error_code
+from ...protocol.errors import BrokerError, Errors
 from ...protocol.versions import broker_ranges
 from ..config import ConsumerConfig
 from ..types import TopicPartition
@@ -80,7 +80,7 @@ def describe_group(config: ConsumerConfig, *, timeout_ms: int | None = None) -> 
 
 
 # The per-group answers after which Java's DescribeConsumerGroupsHandler asks DescribeGroups.
-_NOT_A_CONSUMER_GROUP = frozenset({"GROUP_ID_NOT_FOUND", "UNSUPPORTED_VERSION"})
+_NOT_A_CONSUMER_GROUP = frozenset({Errors.GROUP_ID_NOT_FOUND, Errors.UNSUPPORTED_VERSION})
 
 
 def _first_group_error(resp: dict) -> int:
@@ -95,7 +95,7 @@ def _describe_consumer_group(config: ConsumerConfig, timeout_ms: int) -> GroupDe
     (UNSUPPORTED_VERSION, per group: a coordinator that offers the API but not the protocol)."""
     resp = ask_coordinator(config, CONSUMER_GROUP_DESCRIBE, {"group_ids": [config.group_id]}, timeout_ms,
                            error_of=_first_group_error)
-    if not resp["groups"] or error_code(resp["groups"][0]["error_code"]).name in _NOT_A_CONSUMER_GROUP:
+    if not resp["groups"] or resp["groups"][0]["error_code"] in _NOT_A_CONSUMER_GROUP:
         return None
     g = resp["groups"][0]
     if g["error_code"]:

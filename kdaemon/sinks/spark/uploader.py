@@ -335,12 +335,10 @@ class Uploader:
             self._write_rows([f for f in fresh if f.new_rows])
         for f in fresh:
             req = f.req
-            manifest = {"topic": req.topic, "partition": req.batch.partition, "first": req.batch.first,
-                        "last": req.batch.last, "rows": req.rows, "new_rows": f.new_rows,
-                        "uploaded_at": time.time(), "uploader": self.identity}
+            extra = {"rows": req.rows, "new_rows": f.new_rows}
             if f.min_ts is not None:
-                manifest.update(min_timestamp_ms=f.min_ts, max_timestamp_ms=f.max_ts)
-            layout.write_durably(layout.manifest_path(root, req.topic, req.batch), json.dumps(manifest).encode())
+                extra.update(min_timestamp_ms=f.min_ts, max_timestamp_ms=f.max_ts)
+            self._write_manifest(req.topic, req.batch, **extra)
         for f in fresh:
             if f.new_rows:
                 layout.remove_durably(layout.pending_path(root, f.req.topic, f.req.batch))
@@ -394,6 +392,12 @@ class Uploader:
             self.writer.finish(job)
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def _write_manifest(self, topic: str, batch: BatchId, **extra) -> None:
+        """The batch's commit point (``layout`` invariant 2): who uploaded which range, when."""
+        manifest = {"topic": topic, "partition": batch.partition, "first": batch.first, "last": batch.last,
+                    "uploaded_at": time.time(), "uploader": self.identity, **extra}
+        layout.write_durably(layout.manifest_path(self.root, topic, batch), json.dumps(manifest).encode())
+
     def _finish_interrupted(self, topic: str, partition: int) -> None:
         """Settle this partition's uploads that started and never got a manifest: a Delta
         commit that happened gets its manifest now; anything else is undone (its files removed)."""
@@ -402,10 +406,7 @@ class Uploader:
             if os.path.exists(manifest):
                 pass
             elif "delta" in record and delta.committed(self.root, record["delta"]):
-                layout.write_durably(manifest, json.dumps(
-                    {"topic": topic, "partition": partition, "first": batch.first, "last": batch.last,
-                     "uploaded_at": time.time(), "uploader": self.identity, "recovered": True,
-                     "delta": record["delta"]}).encode())
+                self._write_manifest(topic, batch, recovered=True, delta=record["delta"])
                 log.warning("batch %s of %s: its Delta commit (%s, version %s) happened before the uploader "
                             "stopped; its manifest is written now", batch.name, topic, record["delta"]["app_id"],
                             record["delta"]["version"])
