@@ -13,7 +13,9 @@ tool and starts ``java ... kafka.Kafka``, in two shapes:
   Kafka's rack-aware replica selector, and listeners PLAINTEXT, SSL (client certificate
   required), SASL_SSL (PLAIN and SCRAM-SHA-256/512 users, ``connections.max.reauth.ms`` short).
 
-Every port is free when chosen, data lives in the given directory, processes are killed by pid,
+Every port is free when chosen, and chosen below the kernel's ephemeral range, where no client
+connection's local port can take it between the choice and the broker's bind (a start that loses
+the race anyway is retried on fresh ports); data lives in the given directory, processes are killed by pid,
 and ``log_tail()`` gives what a failing test prints.  A start that cannot work (no ``java``, no
 ``mvn``, Maven Central unreachable) raises ``KafkaUnavailable`` at once with the reason.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -30,13 +33,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kdaemon.embedded import api_versions_body, free_port
+from kdaemon.embedded import api_versions_body
 
 HOST = "127.0.0.1"
 KAFKA_VERSION = "4.4.0"
 POM = Path(__file__).with_name("maven") / "pom.xml"
 CLUSTER_ID = "kdaemonTestCluster0001"   # 22 characters of base64: what the storage tool wants
 START_TIMEOUT = 90.0
+START_ATTEMPTS = 3          # starts that lost a port to another process before binding it
+LISTEN_PORTS = (20000, 32768)   # below Linux's default ephemeral range (32768-60999)
 
 # Users of the SASL_SSL listener (PLAIN from the JAAS config, SCRAM from the storage format).
 SASL_USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -263,9 +268,44 @@ class KafkaCluster:
         self.stop()
 
 
+_chosen: set[int] = set()
+
+
+def listen_port() -> int:
+    """A free port for a broker to listen on, outside the ephemeral range.
+
+    A port from ``bind(0)`` comes from the ephemeral range, which every outgoing connection of
+    the test run also draws from: in the seconds a JVM takes to bind it, a client's socket can
+    take it (CI lost a three-node start that way).  Ports below the range are only taken by
+    listeners; ones this process chose before are not reused.
+    """
+    for _ in range(1000):
+        port = random.randrange(*LISTEN_PORTS)
+        if port in _chosen:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+        _chosen.add(port)
+        return port
+    raise KafkaStartError(f"no free port in {LISTEN_PORTS[0]}-{LISTEN_PORTS[1] - 1}")
+
+
 def _listener_ports(secure: bool) -> dict[str, int]:
     names = ["PLAINTEXT", "CONTROLLER"] + (["SSL", "SASL_SSL"] if secure else [])
-    return {name: free_port() for name in names}
+    return {name: listen_port() for name in names}
+
+
+def _lost_a_port(directory: Path, nodes: int) -> bool:
+    """A node's whole log (the error carries only its tail) says a listener could not bind."""
+    for i in range(1, nodes + 1):
+        log = directory / f"node{i}" / "server.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if "BindException" in text or "Address already in use" in text:
+            return True
+    return False
 
 
 def _properties(node: KafkaNode, cluster_nodes: list[KafkaNode], tls: Tls | None,
@@ -369,7 +409,22 @@ def start_kafka(directory: str | os.PathLike, *, nodes: int = 1, secure: bool = 
     racks = nodes > 1 if racks is None else racks
     heap = heap or ("512m" if nodes == 1 else "384m")
     tls = _make_tls(directory / "tls") if secure else None
-    members = [KafkaNode(i, directory / f"node{i}", _listener_ports(secure),
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return _start_once(directory, nodes, tls, racks, heap, java_opts,
+                               extra_properties or {}, timeout)
+        except KafkaStartError:
+            if attempt == START_ATTEMPTS or not _lost_a_port(directory, nodes):
+                raise
+            for i in range(1, nodes + 1):   # storage is formatted afresh for the new ports
+                shutil.rmtree(directory / f"node{i}", ignore_errors=True)
+    raise AssertionError("unreachable")
+
+
+def _start_once(directory: Path, nodes: int, tls: Tls | None, racks: bool, heap: str,
+                java_opts: tuple[str, ...] | None, extra_properties: dict[str, str],
+                timeout: float) -> KafkaCluster:
+    members = [KafkaNode(i, directory / f"node{i}", _listener_ports(tls is not None),
                          RACKS[(i - 1) % len(RACKS)] if racks else None, heap,
                          *(() if java_opts is None else (tuple(java_opts),)))
                for i in range(1, nodes + 1)]
@@ -377,7 +432,7 @@ def start_kafka(directory: str | os.PathLike, *, nodes: int = 1, secure: bool = 
     try:
         for m in members:
             m.directory.mkdir(parents=True, exist_ok=True)
-            m.properties.write_text(_properties(m, members, tls, extra_properties or {}))
+            m.properties.write_text(_properties(m, members, tls, extra_properties))
             _format(m, tls)
         for m in members:
             m.start()
