@@ -46,7 +46,7 @@ kafka: venv system-deps
 # The jars the spark sink's Delta format needs (kdaemon/sinks/spark/maven/), staged once so a
 # running uploader never downloads.
 spark-jars: venv system-deps
-	$(VPY) -m kdaemon.sinks.spark.jars delta
+	$(VPY) -m kdaemon.sinks.spark.jars delta iceberg
 
 test: venv kafka spark-jars
 	$(VPY) -m pytest $(PYTEST_ARGS)

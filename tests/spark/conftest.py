@@ -9,27 +9,37 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture(scope="session")
+_reader: list = []   # the reader session, while its JVM lives
+
+
+@pytest.fixture
 def spark():
-    """A reader session, separate from the daemons' uploaders (they own their own JVMs)."""
-    import os
+    """A reader session, separate from the daemons' uploaders (they own their own JVMs).
+
+    Started once and reused; started again when a test module shut this process's JVM down to
+    launch one with other settings (the Iceberg and schema tests' writers do)."""
     from pyspark import SparkContext
+    if not _reader or SparkContext._gateway is None or _reader[0].sparkContext._jsc is None:
+        _reader[:] = [_start_reader()]
+    return _reader[0]
+
+
+def _start_reader():
+    import os
     from pyspark.sql import SparkSession
 
-    from kdaemon.sinks.spark import delta
+    from kdaemon.sinks.spark import delta, iceberg
+    from tests.spark.support import fresh_jvm
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # only loopback, whatever the host name says
-    # Only a JVM's launch puts spark.jars on the driver's classpath: a JVM another suite started
-    # earlier in this process (the chaos run's reader, stopped since) cannot load Delta, so it
-    # is shut down and the session below launches its own.
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        active.stop()
-    if SparkContext._gateway is not None:
-        SparkContext._gateway.shutdown()
-        SparkContext._gateway = None
-        SparkContext._jvm = None
+    fresh_jvm()   # one with Delta's and Iceberg's jars
     builder = SparkSession.builder
-    for k, v in delta.session_conf().items():   # reads Delta tables too (make test stages the jars)
+    # Reads Delta and Iceberg tables too (make test stages the jars); Iceberg's by path, so its
+    # catalog entries are left out.
+    conf = delta.session_conf()
+    for k, v in iceberg.session_conf("/nowhere/ns/t").items():
+        if k in ("spark.jars", "spark.sql.extensions"):
+            conf[k] = f"{conf[k]},{v}"
+    for k, v in conf.items():
         builder = builder.config(k, v)
     session = (builder.master("local[1]").appName("kdaemon-tests-reader")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
@@ -37,5 +47,4 @@ def spark():
                .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "1")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    return session

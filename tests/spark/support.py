@@ -300,3 +300,34 @@ def assert_exact(rows: list[dict], expected: dict) -> None:
 
 def ts_of(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+
+
+def fresh_jvm() -> None:
+    """Stop this process's Spark session and its JVM, so the next session launches its own:
+    only a JVM's launch puts ``spark.jars`` on the driver's classpath (a JVM another suite
+    started earlier in this process cannot load Delta or Iceberg)."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    if SparkContext._gateway is not None:
+        SparkContext._gateway.shutdown()
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+
+
+def staged_request(directory: Path, topic: str, partition: int, offsets: range,
+                   values: list[bytes] | None = None):
+    """A worker's staged batch of ``offsets`` (written in the staging format) in ``directory``,
+    and the uploader request for it."""
+    from kdaemon.sinks.spark import staged
+    from kdaemon.sinks.spark.layout import BatchId
+    from kdaemon.sinks.spark.uploader import Request
+    directory.mkdir(parents=True, exist_ok=True)
+    batch = BatchId(partition, offsets[0], offsets[-1])
+    path = str(directory / f"{len(os.listdir(directory)):04d}-{batch.name}.staged")
+    n = len(offsets)
+    staged.write(path, topic, partition, list(offsets), [1_700_000_000_000 + o for o in offsets], [0] * n,
+                 [b"k"] * n, values or [b"v%d" % o for o in offsets], [[("h", b"x")]] * n)
+    return Request(None, 1, path, topic, batch, n)

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from kdaemon.sinks.spark import delta, delta_log, layout
+from kdaemon.sinks.spark import delta, delta_log, layout, tables
 from kdaemon.sinks.spark.layout import BatchId
 from kdaemon.sinks.spark.uploader import Uploader
 from tests.spark.support import requires_spark
@@ -43,6 +43,9 @@ def test_transactions_read_through_checkpoints_match_what_delta_skips(spark, tmp
     _append(spark, path, [("t", 0, 999)], "app-0", expected["app-0"] + 1)
     assert spark.read.format("delta").load(path).where("offset = 999").count() == 1
     assert delta_log.transactions(path)["app-0"] == expected["app-0"] + 1
+    assert delta.committed_offsets(path) == {}   # none of those applications is kdaemon's
+    _append(spark, path, [("t", 3, 5)], delta.app_id("t", 3), 5)
+    assert delta.committed_offsets(path) == {("t", 3): 5}
 
 
 def test_an_unfinished_upload_rolls_forward_if_its_commit_happened_else_back(spark, tmp_path):
@@ -51,7 +54,7 @@ def test_an_unfinished_upload_rolls_forward_if_its_commit_happened_else_back(spa
                         str(tmp_path / "state"))
     committed_batch, lost_batch = BatchId(0, 0, 9), BatchId(1, 0, 9)
     for batch in (committed_batch, lost_batch):
-        record = {"files": [], "delta": delta.pending_entry("t", batch.partition, batch.last)}
+        record = {"files": [], "table": tables.pending_entry("delta", "t", batch.partition, batch.last)}
         layout.write_durably(layout.pending_path(table, "t", batch), json.dumps(record).encode())
     # The uploader committed partition 0's rows and was killed before the manifests; partition
     # 1's commit never happened.

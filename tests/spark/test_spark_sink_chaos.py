@@ -32,12 +32,12 @@ RATE = 8_000                      # records/s produced during the run
 STAGING_LIMIT = 64 * 1024 * 1024  # two workers' staged batches of 20,000 records are ~2-3 MB each
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+@pytest.mark.parametrize("fmt", ["parquet", "delta", "iceberg"])
 def test_kill_uploader_and_workers_loses_and_duplicates_nothing(broker, spark, tmp_path, fmt):
     rng = random.Random(SEED)
     topic = new_topic(broker.bootstrap, 4)
     produced = Produced(topic, 4)
-    out = tmp_path / "out"
+    out = tmp_path / "lake" / "db" / "events" if fmt == "iceberg" else tmp_path / "out"   # <warehouse>/<ns>/<table>
     # Static assignment (each worker index owns a fixed half of the partitions, commits still go
     # to the group): on Tansu, a static group member killed and restarted after the group's
     # first rebalance wedges the group (its SyncGroup gets REBALANCE_IN_PROGRESS forever while
@@ -92,16 +92,15 @@ def test_kill_uploader_and_workers_loses_and_duplicates_nothing(broker, spark, t
 
     rows = read_output(spark, out, fmt)
     assert_exact(rows, produced.expected())
-    if fmt == "delta":
-        # Each partition's application id records the newest offset of it the table holds (a
-        # batch may end in records the header rule dropped: at most the partition's end).
-        from kdaemon.sinks.spark import delta, delta_log
-        recorded = delta_log.transactions(str(out))
+    if fmt != "parquet":
+        # The table records each partition's newest offset it holds (a batch may end in records
+        # the header rule dropped: at most the partition's end).
+        from kdaemon.sinks.spark import tables
+        recorded = tables.FORMATS[fmt].committed_offsets(str(out))
         newest = {p: max(r["offset"] for r in rows if r["partition"] == p) for p in range(4)}
         for p, end in produced.ends().items():
-            assert newest[p] <= recorded.get(delta.app_id(topic, p), -1) < end, (p, recorded, newest, end)
-        print(f"delta: {len(delta_log.transactions(str(out)))} applications, "
-              f"recovered commits: {log.count('its manifest is written now')}")
+            assert newest[p] <= recorded.get((topic, p), -1) < end, (p, recorded, newest, end)
+        print(f"{fmt}: recorded {recorded}; recovered commits: {log.count('its manifest is written now')}")
     assert peak < STAGING_LIMIT, f"staging grew to {peak} bytes"
     # A killed uploader's JVM follows it (it exits when its stdin, the dead uploader's pipe, closes).
     wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in orphans), 30,

@@ -247,13 +247,15 @@ def test_commit_metadata_always_says_spark(tmp_path):
 @pytest.mark.parametrize("settings, problem", [
     ({}, "needs `path`"),
     ({"path": "x", "table": "t"}, "`table` is no longer supported"),
-    ({"path": "x", "format": "csv"}, "format must be one of parquet, delta"),
+    ({"path": "x", "format": "csv"}, "format must be one of parquet, delta, iceberg"),
     ({"path": "x", "value_format": "json"}, "needs value_schema"),
     ({"path": "x", "value_format": "xml"}, "value_format must be one of"),
     ({"path": "x", "value_schema": "a INT", "value_format": "string"}, "only used with"),
     ({"path": "x", "max_records": 0}, "max_records must be a positive number"),
     ({"path": "x", "partition_by": ["key"]}, "partition_by"),
     ({"path": "x", "bogus": 1}, "unknown spark sink settings: bogus"),
+    ({"path": "/events", "format": "iceberg"}, "<warehouse>/<namespace>/<table>"),
+    ({"path": "/lake/db/ev.ents", "format": "iceberg"}, "may not contain '.'"),
 ])
 def test_bad_settings_are_named(settings, problem):
     with pytest.raises(ValueError, match=problem.replace("(", r"\(")):

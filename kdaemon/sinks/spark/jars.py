@@ -1,4 +1,4 @@
-"""The jars Spark needs beyond pyspark's own (Delta Lake, ...), staged at install time.
+"""The jars Spark needs beyond pyspark's own (Delta Lake, Apache Iceberg), staged at install time.
 
 A running daemon never downloads: ``stage(kind)`` resolves a pinned Maven project
 (``maven/<kind>.pom.xml`` beside this file: exact versions, chosen to match the installed
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 POM_DIR = Path(__file__).with_name("maven")
-KINDS = ("delta",)
+KINDS = ("delta", "iceberg")
 
 
 class JarsMissing(Exception):

@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ...plugins.types import Record, SinkUnavailable
-from . import staged
+from . import iceberg, staged
 from .jars import JarsMissing, staged_jars
 from .layout import BatchId
 from .staged import as_bytes
@@ -34,9 +34,10 @@ from ...suggest import unknown_keys
 from .wire import UploadReply, UploadRequest, socket_path, staging_root
 
 SETTINGS = {"type", "master", "conf", "path", "format", "table", "max_records", "max_bytes", "max_age_s",
-            "value_format", "value_schema", "partition_by", "socket", "upload_timeout_s", "state_dir"}
+            "value_format", "value_schema", "partition_by", "socket", "upload_timeout_s", "state_dir",
+            "merge_schema"}
 VALUE_FORMATS = ("binary", "string", "json")
-FORMATS = ("parquet", "delta")   # path mode's own Parquet layout, or a Delta Lake table (delta.py)
+FORMATS = ("parquet", "delta", "iceberg")   # path mode's own Parquet layout, or a table (tables.py)
 PARTITION_COLUMNS = ("topic", "partition", "date", "timestamp_type")
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
@@ -58,15 +59,24 @@ def validate_settings(settings: dict) -> None:
                         "uploader restart): write a Delta table with format = \"delta\" and path = its location, "
                         "and register that location in your catalog (CREATE TABLE ... USING DELTA LOCATION ...)")
     elif not settings.get("path"):
-        problems.append("the spark sink needs `path`: the Parquet output directory, or the Delta table's location "
-                        "with format = \"delta\"")
+        problems.append("the spark sink needs `path`: the Parquet output directory, or the table's location "
+                        "with format = \"delta\" or \"iceberg\"")
     if settings.get("format", "parquet") not in FORMATS:
         problems.append(f"format must be one of {', '.join(FORMATS)}, not {settings['format']!r}")
-    elif settings.get("format") == "delta":
+    elif settings.get("format") in ("delta", "iceberg"):
         try:
-            staged_jars("delta")
+            staged_jars(settings["format"])
         except JarsMissing as exc:
             problems.append(str(exc))
+        if settings["format"] == "iceberg" and isinstance(settings.get("path"), str) and settings["path"]:
+            if (problem := iceberg.check_path(settings["path"])) is not None:
+                problems.append(problem)
+    if "merge_schema" in settings:
+        if not isinstance(settings["merge_schema"], bool):
+            problems.append(f"merge_schema must be true or false, not {settings['merge_schema']!r}")
+        elif settings["merge_schema"] and settings.get("format", "parquet") == "parquet":
+            problems.append("merge_schema applies to format = \"delta\" or \"iceberg\" (Parquet files each keep "
+                            "their own schema: read them with Spark's mergeSchema option)")
     for name in ("max_records", "max_bytes", "max_age_s", "upload_timeout_s"):
         if name in settings:
             try:

@@ -14,8 +14,9 @@ supervisor starts it again with backoff (and at once after a reload that changed
 
 Exactly-once holds when the uploader and Spark's executors see the same filesystem at ``path``
 (local mode, or a shared mount): in Parquet mode the uploader moves Spark's output into place
-itself; a Delta table (``format = "delta"``, ``delta.py``) gets one idempotent commit per
-partition, whose recorded version the uploader reads back from the table's log.
+itself; a Delta or Iceberg table (``format = "delta"``/``"iceberg"``, ``tables.py``) gets
+commits that record each partition's newest offset, which the uploader reads back from the
+table's own files.
 
 Workers stage batches in ``staged.py``'s format (no pyarrow in a worker); the uploader reads
 each into Arrow and writes the Parquet file its job reads into its own hold directory
@@ -46,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import delta, layout
+from . import layout, tables
 from .layout import BatchId
 from ...backoff import Backoff
 from ...durations import duration
@@ -130,7 +131,7 @@ class Uploader:
             self._remove_own_tmp()
             self._sel.register(server, selectors.EVENT_READ, None)
             log.info("uploader listening on %s, writing to %s%s", self.socket_path, self.root,
-                     " (a Delta table)" if self.writer.format == "delta" else "")
+                     f" (an {self.writer.format} table)" if self.writer.format in tables.FORMATS else "")
             while not self._stop:
                 self._pump(server, 0.5)
                 if self._queue:
@@ -296,6 +297,12 @@ class Uploader:
             for topic, partition in sorted(partitions):
                 self._finish_interrupted(topic, partition)
                 ranges[(topic, partition)] = layout.uploaded_ranges(root, topic, partition)
+            if self.writer.format in tables.FORMATS:
+                # What the table has recorded counts as uploaded, manifest or not.
+                recorded = tables.FORMATS[self.writer.format].committed_offsets(root)
+                for key in partitions:
+                    if recorded.get(key, -1) >= 0:
+                        ranges[key].append((0, recorded[key]))
             fresh: list[Fresh] = []
             try:
                 return self._upload_held(requests, ranges, fresh)
@@ -358,8 +365,8 @@ class Uploader:
 
     def _write_rows(self, fresh: list["Fresh"]) -> None:
         """One Spark job for the rows of every fresh batch.  Path mode moves its files into
-        place under their batch names; Delta mode appends them to the table, one idempotent
-        commit per partition (``delta.py``).  Either way pending records announce first what
+        place under their batch names; table mode appends them to the Delta or Iceberg table
+        (``tables.py``).  Either way pending records announce first what
         is about to appear, and the values that do not parse are moved into ``_kdaemon/dlq``."""
         root = self.root
         tmp = os.path.join(layout.kdaemon_dir(root), "tmp", f"{self.tmp_owner}-{uuid.uuid4().hex}")
@@ -381,13 +388,13 @@ class Uploader:
                 versions[key] = max(versions.get(key, -1), f.req.batch.last)
             for f in fresh:
                 record: dict = {"files": [os.path.relpath(target, root) for _, target in moves[f.req.batch.name]]}
-                if self.writer.format == "delta":
-                    record["delta"] = delta.pending_entry(f.req.topic, f.req.batch.partition,
-                                                          versions[(f.req.topic, f.req.batch.partition)])
+                if self.writer.format in tables.FORMATS:
+                    record["table"] = tables.pending_entry(self.writer.format, f.req.topic, f.req.batch.partition,
+                                                           versions[(f.req.topic, f.req.batch.partition)])
                 layout.write_durably(layout.pending_path(root, f.req.topic, f.req.batch), json.dumps(record).encode())
             _move_durably(moves)
-            if self.writer.format == "delta":
-                self.writer.append_delta(job, versions)
+            if self.writer.format in tables.FORMATS:
+                self.writer.append_table(job, versions)
         finally:
             self.writer.finish(job)
             shutil.rmtree(tmp, ignore_errors=True)
@@ -405,11 +412,11 @@ class Uploader:
             manifest = layout.manifest_path(self.root, topic, batch)
             if os.path.exists(manifest):
                 pass
-            elif "delta" in record and delta.committed(self.root, record["delta"]):
-                self._write_manifest(topic, batch, recovered=True, delta=record["delta"])
-                log.warning("batch %s of %s: its Delta commit (%s, version %s) happened before the uploader "
-                            "stopped; its manifest is written now", batch.name, topic, record["delta"]["app_id"],
-                            record["delta"]["version"])
+            elif "table" in record and tables.committed(self.root, record["table"]):
+                self._write_manifest(topic, batch, recovered=True, table=record["table"])
+                log.warning("batch %s of %s: its %s commit (partition %s up to offset %s) happened before the "
+                            "uploader stopped; its manifest is written now", batch.name, topic,
+                            record["table"]["format"], partition, record["table"]["version"])
             else:
                 removed = 0
                 for rel in record["files"]:

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import delta
+from . import tables
 from .staging import validate_settings
 
 log = logging.getLogger("kdaemon.spark.uploader")
@@ -25,6 +25,7 @@ _CORRUPT = "_kdaemon_corrupt"   # from_json puts a value that does not parse her
 _BATCH_IN_FILE = r"(p\d+-\d{19}-\d{19})\.parquet$"
 _MASTER_CONNECT_TIMEOUT_S = 3.0
 _LISTS = ("spark.jars", "spark.sql.extensions")   # comma-separated settings the sink contributes to
+_STATIC_SQL = ("spark.sql.extensions", "spark.sql.hive.filesourcePartitionFileCacheSize")   # a Connect client cannot set these
 
 
 @dataclass
@@ -34,6 +35,15 @@ class Job:
     tmp_dir: str
     dlq_dir: str | None = None   # the values that do not parse, written under tmp_dir
     cached: object = None        # a persisted DataFrame to release at the end
+
+
+class SchemaMismatch(Exception):
+    """The rows of a job do not fit the table's schema; the message names the fix."""
+
+
+# The error classes of Spark, Delta and Iceberg for rows that do not fit a table's columns.
+_SCHEMA_ERRORS = ("DELTA_METADATA_MISMATCH", "DELTA_SCHEMA_MISMATCH", "DELTA_FAILED_TO_MERGE_FIELDS",
+                  "INCOMPATIBLE_DATA_FOR_TABLE", "Cannot write incompatible data", "Cannot change column type")
 
 
 class SparkStartError(Exception):
@@ -111,11 +121,15 @@ class SparkWriter:
             # (Spark would otherwise pick the address the host name resolves to).
             conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        if self.format == "delta":
-            conf.update(delta.session_conf())
+        if self.format in tables.FORMATS:
+            conf.update(tables.FORMATS[self.format].session_conf(self.path))
+        if remote:
+            # A Connect client sets only runtime SQL settings; the server owns the rest (its
+            # jars, UI, driver address), and Spark warns about every other one it is sent.
+            conf = {k: v for k, v in conf.items() if k.startswith("spark.sql.") and k not in _STATIC_SQL}
         for k, v in (self.settings.get("conf") or {}).items():
             k, v = str(k), str(v)
-            # Jars and extensions of the user's own add to Delta's instead of replacing them.
+            # Jars and extensions of the user's own add to the table format's instead of replacing them.
             conf[k] = f"{conf[k]},{v}" if k in _LISTS and k in conf else v
         for k, v in conf.items():
             builder = builder.config(k, v)
@@ -187,7 +201,7 @@ class SparkWriter:
         """The DataFrame of one job: ``batches`` are (held file, batch name, offset ranges to
         drop).  Values that do not parse as ``value_schema`` are written at once, as Parquet
         partitioned by topic and ``_batch`` under ``tmp_dir/dlq`` (``Job.dlq_dir``); the rows
-        stay to be written by ``write_parquet`` or ``append_delta``, then ``finish``."""
+        stay to be written by ``write_parquet`` or ``append_table``, then ``finish``."""
         from pyspark.sql import functions as F
         df = self._read_direct(batches) if self.direct else self._read_via_driver(batches)
         # timestamp_millis is exact; a division into a double is not (…123 ms → …122.999).
@@ -220,18 +234,25 @@ class SparkWriter:
         job.df.write.mode("overwrite").partitionBy(*self.partition_by, "_batch").parquet(data_dir)
         return data_dir
 
-    def append_delta(self, job: "Job", versions: dict[tuple[str, int], int]) -> None:
-        """Delta mode: one idempotent append per topic partition (``delta.py``: application id
-        per partition, its newest offset as the version), in partition order."""
-        from pyspark.sql import functions as F
+    def append_table(self, job: "Job", versions: dict[tuple[str, int], int]) -> None:
+        """Table mode: the format's append (``tables.py``); ``versions`` holds each topic
+        partition's newest offset among the rows."""
         df = job.df.drop("_batch")
-        if len(versions) > 1 and job.cached is None:
-            job.cached = df = df.persist()   # read the held files once for all the appends
-        for (topic, partition), version in sorted(versions.items()):
-            (df.where((F.col("topic") == topic) & (F.col("partition") == partition))
-             .write.format("delta").mode("append")
-             .option("txnAppId", delta.app_id(topic, partition)).option("txnVersion", version)
-             .partitionBy(*self.partition_by).save(self.path))
+        if self.format == "delta" and len(versions) > 1 and job.cached is None:
+            job.cached = df = df.persist()   # one append per partition: read the held files once
+        merge = bool(self.settings.get("merge_schema", False))
+        try:
+            tables.FORMATS[self.format].append(self.spark, df, self.path, self.partition_by, versions,
+                                               merge_schema=merge)
+        except Exception as exc:
+            if not any(marker in str(exc) for marker in _SCHEMA_ERRORS):
+                raise
+            fix = ("the change is not one merge_schema can make (only new fields are added): alter the table "
+                   "or write a new one" if merge else
+                   "set merge_schema = true in [sink] to add new fields of value_schema to the table, or to write "
+                   "rows without a field it no longer has")
+            raise SchemaMismatch(f"the rows do not fit the {self.format} table at {self.path}: "
+                                 f"{first_line(exc)} ({fix}; see docs/SPARK.md, schema evolution)") from None
 
     @staticmethod
     def finish(job: "Job") -> None:

@@ -1,0 +1,35 @@
+"""The table formats of the Spark sink, one interface: Delta Lake (``delta.py``) and Apache
+Iceberg (``iceberg.py``).
+
+Each format module offers ``session_conf(path)`` (jars, extensions, catalog),
+``committed_offsets(path)`` (each (topic, partition)'s newest offset the table itself has
+recorded, read from its files without Spark) and ``append(spark, df, path, partition_by,
+versions, merge_schema)``.  On top of path mode's bookkeeping (``layout.py``: locks, manifests, pending
+records), the uploader uses the recorded offsets twice:
+
+* before a job, rows at or below a partition's committed offset are dropped, as rows inside a
+  manifest's range are (the table may know of commits whose manifest was never written);
+* a pending record names the (topic, partition, version) its commit records; an upload killed
+  between the commit and its manifest rolls *forward* (manifest written) when the table's
+  committed offset reaches that version, and back when not (both formats commit all or
+  nothing).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from . import delta, iceberg
+
+FORMATS: dict[str, ModuleType] = {"delta": delta, "iceberg": iceberg}
+
+
+def pending_entry(fmt: str, topic: str, partition: int, version: int) -> dict:
+    """What a pending record says of the table commit it announces."""
+    return {"format": fmt, "topic": topic, "partition": partition, "version": version}
+
+
+def committed(table_path: str, entry: dict) -> bool:
+    """Did the commit a pending record announced happen?"""
+    offsets = FORMATS[entry["format"]].committed_offsets(table_path)
+    return offsets.get((entry["topic"], int(entry["partition"])), -1) >= int(entry["version"])
