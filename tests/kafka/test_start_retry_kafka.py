@@ -62,6 +62,7 @@ def test_a_start_that_fails_for_another_reason_is_not_retried(tmp_path, monkeypa
 
 
 def test_listen_ports_lie_below_the_ephemeral_range():
+    from tests.support.ports import listen_port
     low, high = (int(x) for x in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
-    ports = {apache_kafka.listen_port() for _ in range(20)}
+    ports = {listen_port() for _ in range(20)}
     assert len(ports) == 20 and all(p < low for p in ports)

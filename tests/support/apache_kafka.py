@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
 import shutil
 import signal
 import socket
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kdaemon.embedded import api_versions_body
+from tests.support.ports import listen_port
 
 HOST = "127.0.0.1"
 KAFKA_VERSION = "4.4.0"
@@ -41,7 +41,6 @@ POM = Path(__file__).with_name("maven") / "pom.xml"
 CLUSTER_ID = "kdaemonTestCluster0001"   # 22 characters of base64: what the storage tool wants
 START_TIMEOUT = 90.0
 START_ATTEMPTS = 3          # starts that lost a port to another process before binding it
-LISTEN_PORTS = (20000, 32768)   # below Linux's default ephemeral range (32768-60999)
 
 # Users of the SASL_SSL listener (PLAIN from the JAAS config, SCRAM from the storage format).
 SASL_USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -266,31 +265,6 @@ class KafkaCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-_chosen: set[int] = set()
-
-
-def listen_port() -> int:
-    """A free port for a broker to listen on, outside the ephemeral range.
-
-    A port from ``bind(0)`` comes from the ephemeral range, which every outgoing connection of
-    the test run also draws from: in the seconds a JVM takes to bind it, a client's socket can
-    take it (CI lost a three-node start that way).  Ports below the range are only taken by
-    listeners; ones this process chose before are not reused.
-    """
-    for _ in range(1000):
-        port = random.randrange(*LISTEN_PORTS)
-        if port in _chosen:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind((HOST, port))
-            except OSError:
-                continue
-        _chosen.add(port)
-        return port
-    raise KafkaStartError(f"no free port in {LISTEN_PORTS[0]}-{LISTEN_PORTS[1] - 1}")
 
 
 def _listener_ports(secure: bool) -> dict[str, int]:
