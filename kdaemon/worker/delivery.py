@@ -563,6 +563,7 @@ class Delivery:
             return
         self.stats.commits += 1
         WorkerStats.note(self.stats.commit_seconds, time.monotonic() - started)
+        log.debug("committed %s", ", ".join(f"{tp.topic}-{tp.partition}@{om.offset}" for tp, om in offsets.items()))
         now = time.time()
         for tp, om in offsets.items():
             self._committed[tp] = om.offset

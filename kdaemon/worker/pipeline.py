@@ -163,7 +163,17 @@ class Worker:
             # is paused; polling only keeps the group membership alive, and sleeps until the
             # next retry or probe is due, so a long stall costs next to no CPU.
             wait_ms = min(self.config.daemon.poll_timeout_ms, max(10, int(self.delivery.wait_hint() * 1000)))
-            self.consumer.poll(wait_ms)
+            returned = self.consumer.poll(wait_ms)
+            if returned:
+                # A rebalance callback inside this poll can end the pause (a revocation's flush
+                # confirms the held batch, and the mode resumes every partition): the poll then
+                # returns records this step does not deliver.  They are read again; dropping
+                # them would let the next commit cover them (seen on Apache Kafka: a whole
+                # partition's records lost).
+                for tp, records in returned.items():
+                    self.consumer.seek(tp, records[0].offset)
+                log.debug("records returned while delivery was held are read again: %s",
+                          {f"{tp.topic}-{tp.partition}": records[0].offset for tp, records in returned.items()})
             if self._on_tick:
                 self._on_tick(self)
             return

@@ -272,3 +272,37 @@ def test_an_unreachable_sink_keeps_its_batch_and_is_probed_not_read_again(setup,
     assert consumer.commits[-1] == 120 and durable == set(range(120))
     assert any(r.getMessage().startswith("sink available again after 10m0") for r in caplog.records)
     assert worker.delivery.stall.down_for() == 0
+
+
+def test_records_a_rebalance_lets_through_a_held_poll_are_read_again(setup):
+    """A held flush (STALLED, then sent again: RESENDING) keeps every partition paused, and the
+    worker polls only to stay in the group.  A revocation inside that poll flushes: it waits
+    for the held batch, whose confirmation resumes the partitions, and the same poll then
+    returns records.  The worker does not deliver a held poll's records; they must be read
+    again, not dropped (on Apache Kafka the next commit covered a whole partition's records
+    that never reached the Spark uploader)."""
+    from kdaemon.client.types import TopicPartition
+    from kdaemon.plugins.types import SinkUnavailable
+    build, handles, sinks, durable = setup
+    worker, consumer = build(120)          # four batches of 30
+    for _ in range(3):
+        worker.step()                      # 0..29 in flight
+    handles[0].outcome = SinkUnavailable("the uploader is not reachable")
+    worker.step()                          # held: STALLED, paused
+    assert consumer.paused and consumer.commits == []
+    real_poll = consumer.poll
+
+    def poll_with_a_revocation(timeout_ms):
+        consumer.poll = real_poll
+        worker.on_partitions_revoked({TopicPartition(TOPIC, 1)})   # another partition of the group
+        return real_poll(timeout_ms)
+
+    consumer.poll = poll_with_a_revocation
+    worker.step()                          # resent (RESENDING); the poll's revocation confirms it
+    assert consumer.commits == [30] and not consumer.paused
+    for _ in range(50):
+        worker.step()
+        for h in handles:
+            if h.outcome is None:
+                h.confirm()
+    assert consumer.commits[-1] == 120 and durable == set(range(120))
