@@ -331,3 +331,26 @@ def staged_request(directory: Path, topic: str, partition: int, offsets: range,
     staged.write(path, topic, partition, list(offsets), [1_700_000_000_000 + o for o in offsets], [0] * n,
                  [b"k"] * n, values or [b"v%d" % o for o in offsets], [[("h", b"x")]] * n)
     return Request(None, 1, path, topic, batch, n)
+
+
+def check_unfinished_uploads_settle(path: str, fmt: str, state_dir: Path, commit_partition_0) -> None:
+    """Two uploads of topic ``t`` announced by pending records (offsets 0..9 of partitions 0 and
+    1), as an uploader killed before their manifests leaves them; ``commit_partition_0()`` makes
+    partition 0's table commit (with 9 as its recorded offset), partition 1's never happened.
+    The next uploader rolls partition 0 forward (manifest written) and 1 back."""
+    from kdaemon.sinks.spark import layout, tables
+    from kdaemon.sinks.spark.layout import BatchId
+    from kdaemon.sinks.spark.uploader import Uploader
+    uploader = Uploader({"type": "spark", "path": path, "format": fmt, "master": "local[1]"}, str(state_dir))
+    committed_batch, lost_batch = BatchId(0, 0, 9), BatchId(1, 0, 9)
+    for batch in (committed_batch, lost_batch):
+        record = {"files": [], "table": tables.pending_entry(fmt, "t", batch.partition, batch.last)}
+        layout.write_durably(layout.pending_path(path, "t", batch), json.dumps(record).encode())
+    commit_partition_0()
+    for partition in (0, 1):
+        uploader._finish_interrupted("t", partition)
+    assert layout.uploaded_ranges(path, "t", 0) == [(0, 9)]
+    with open(layout.manifest_path(path, "t", committed_batch)) as fh:
+        assert json.load(fh)["recovered"] is True
+    assert layout.uploaded_ranges(path, "t", 1) == []
+    assert layout.pending_uploads(path, "t", 0) == layout.pending_uploads(path, "t", 1) == []

@@ -5,15 +5,12 @@ The end-to-end kill test is test_spark_sink_chaos.py's delta case."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
-from kdaemon.sinks.spark import delta, delta_log, layout, tables
-from kdaemon.sinks.spark.layout import BatchId
-from kdaemon.sinks.spark.uploader import Uploader
-from tests.spark.support import requires_spark
+from kdaemon.sinks.spark import delta, delta_log
+from tests.spark.support import check_unfinished_uploads_settle, requires_spark
 
 requires_spark()
 
@@ -50,20 +47,5 @@ def test_transactions_read_through_checkpoints_match_what_delta_skips(spark, tmp
 
 def test_an_unfinished_upload_rolls_forward_if_its_commit_happened_else_back(spark, tmp_path):
     table = str(tmp_path / "table")
-    uploader = Uploader({"type": "spark", "path": table, "format": "delta", "master": "local[1]"},
-                        str(tmp_path / "state"))
-    committed_batch, lost_batch = BatchId(0, 0, 9), BatchId(1, 0, 9)
-    for batch in (committed_batch, lost_batch):
-        record = {"files": [], "table": tables.pending_entry("delta", "t", batch.partition, batch.last)}
-        layout.write_durably(layout.pending_path(table, "t", batch), json.dumps(record).encode())
-    # The uploader committed partition 0's rows and was killed before the manifests; partition
-    # 1's commit never happened.
-    _append(spark, table, [("t", 0, o) for o in range(10)], delta.app_id("t", 0), 9)
-
-    for partition in (0, 1):
-        uploader._finish_interrupted("t", partition)
-    assert layout.uploaded_ranges(table, "t", 0) == [(0, 9)]
-    with open(layout.manifest_path(table, "t", committed_batch)) as fh:
-        assert json.load(fh)["recovered"] is True
-    assert layout.uploaded_ranges(table, "t", 1) == []
-    assert layout.pending_uploads(table, "t", 0) == layout.pending_uploads(table, "t", 1) == []
+    check_unfinished_uploads_settle(table, "delta", tmp_path / "state", lambda: _append(
+        spark, table, [("t", 0, o) for o in range(10)], delta.app_id("t", 0), 9))

@@ -13,11 +13,10 @@ import shutil
 
 import pytest
 
-from kdaemon.sinks.spark import iceberg, iceberg_meta, layout, tables
-from kdaemon.sinks.spark.layout import BatchId
+from kdaemon.sinks.spark import iceberg, iceberg_meta, layout
 from kdaemon.sinks.spark.uploader import Uploader
 from kdaemon.sinks.spark.writer import SparkWriter
-from tests.spark.support import fresh_jvm, requires_spark, staged_request
+from tests.spark.support import check_unfinished_uploads_settle, fresh_jvm, requires_spark, staged_request
 
 requires_spark()
 
@@ -112,20 +111,5 @@ def test_rows_the_table_holds_are_not_written_again(writer, tmp_path):
 def test_an_unfinished_upload_rolls_forward_if_its_commit_happened_else_back(writer, tmp_path):
     w, lake = writer
     path = str(lake / "db" / "third")
-    uploader = Uploader({"type": "spark", "path": path, "format": "iceberg", "master": "local[1]"},
-                        str(tmp_path / "state"))
-    committed_batch, lost_batch = BatchId(0, 0, 9), BatchId(1, 0, 9)
-    for batch in (committed_batch, lost_batch):
-        record = {"files": [], "table": tables.pending_entry("iceberg", "t", batch.partition, batch.last)}
-        layout.write_durably(layout.pending_path(path, "t", batch), json.dumps(record).encode())
-    # Partition 0's append happened and the uploader was killed before the manifests; partition
-    # 1's never did.
-    iceberg.append(w.spark, _rows(w.spark, [("t", 0, o) for o in range(10)]), path, ["topic"], {("t", 0): 9})
-
-    for partition in (0, 1):
-        uploader._finish_interrupted("t", partition)
-    assert layout.uploaded_ranges(path, "t", 0) == [(0, 9)]
-    with open(layout.manifest_path(path, "t", committed_batch)) as fh:
-        assert json.load(fh)["recovered"] is True
-    assert layout.uploaded_ranges(path, "t", 1) == []
-    assert layout.pending_uploads(path, "t", 0) == layout.pending_uploads(path, "t", 1) == []
+    check_unfinished_uploads_settle(path, "iceberg", tmp_path / "state", lambda: iceberg.append(
+        w.spark, _rows(w.spark, [("t", 0, o) for o in range(10)]), path, ["topic"], {("t", 0): 9}))
