@@ -29,16 +29,15 @@ def _start_reader():
     from pyspark.sql import SparkSession
 
     from kdaemon.sinks.spark import delta, iceberg
+    from kdaemon.sinks.spark.writer import merged_conf
     from tests.spark.support import fresh_jvm
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # only loopback, whatever the host name says
     fresh_jvm()   # one with Delta's and Iceberg's jars
     builder = SparkSession.builder
     # Reads Delta and Iceberg tables too (make test stages the jars); Iceberg's by path, so its
     # catalog entries are left out.
-    conf = delta.session_conf()
-    for k, v in iceberg.session_conf("/nowhere/ns/t").items():
-        if k in ("spark.jars", "spark.sql.extensions"):
-            conf[k] = f"{conf[k]},{v}"
+    iceberg_conf = iceberg.session_conf("/nowhere/ns/t")
+    conf = merged_conf(delta.session_conf(), {k: iceberg_conf[k] for k in ("spark.jars", "spark.sql.extensions")})
     for k, v in conf.items():
         builder = builder.config(k, v)
     session = (builder.master("local[1]").appName("kdaemon-tests-reader")

@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ...plugins.types import Record, SinkUnavailable
-from . import iceberg, staged
+from . import iceberg, staged, tables
 from .jars import JarsMissing, staged_jars
 from .layout import BatchId
 from .staged import as_bytes
@@ -37,7 +37,7 @@ SETTINGS = {"type", "master", "conf", "path", "format", "table", "max_records", 
             "value_format", "value_schema", "partition_by", "socket", "upload_timeout_s", "state_dir",
             "merge_schema"}
 VALUE_FORMATS = ("binary", "string", "json")
-FORMATS = ("parquet", "delta", "iceberg")   # path mode's own Parquet layout, or a table (tables.py)
+FORMATS = ("parquet", *tables.FORMATS)   # path mode's own Parquet layout, or a table (tables.py)
 PARTITION_COLUMNS = ("topic", "partition", "date", "timestamp_type")
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
@@ -63,7 +63,7 @@ def validate_settings(settings: dict) -> None:
                         "with format = \"delta\" or \"iceberg\"")
     if settings.get("format", "parquet") not in FORMATS:
         problems.append(f"format must be one of {', '.join(FORMATS)}, not {settings['format']!r}")
-    elif settings.get("format") in ("delta", "iceberg"):
+    elif settings.get("format") in tables.FORMATS:
         try:
             staged_jars(settings["format"])
         except JarsMissing as exc:

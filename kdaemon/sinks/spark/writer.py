@@ -37,6 +37,16 @@ class Job:
     cached: object = None        # a persisted DataFrame to release at the end
 
 
+def merged_conf(conf: dict[str, str], more: dict) -> dict[str, str]:
+    """``conf`` with ``more`` set over it, except that jars and extensions in ``more`` add to
+    those in ``conf`` (comma-separated lists) instead of replacing them."""
+    out = dict(conf)
+    for k, v in more.items():
+        k, v = str(k), str(v)
+        out[k] = f"{out[k]},{v}" if k in _LISTS and k in out else v
+    return out
+
+
 class SchemaMismatch(Exception):
     """The rows of a job do not fit the table's schema; the message names the fix."""
 
@@ -127,10 +137,7 @@ class SparkWriter:
             # A Connect client sets only runtime SQL settings; the server owns the rest (its
             # jars, UI, driver address), and Spark warns about every other one it is sent.
             conf = {k: v for k, v in conf.items() if k.startswith("spark.sql.") and k not in _STATIC_SQL}
-        for k, v in (self.settings.get("conf") or {}).items():
-            k, v = str(k), str(v)
-            # Jars and extensions of the user's own add to the table format's instead of replacing them.
-            conf[k] = f"{conf[k]},{v}" if k in _LISTS and k in conf else v
+        conf = merged_conf(conf, self.settings.get("conf") or {})
         for k, v in conf.items():
             builder = builder.config(k, v)
         try:
