@@ -1,12 +1,21 @@
 """Exactly-once into a Delta Lake table (``format = "delta"``): Delta's idempotent writes.
 
 Each topic partition is one idempotent application of the table, ``kdaemon:<topic>:<partition>``,
-and a job appends each partition's new rows in its own commit, with the newest offset among
-them as the transaction version (``txnAppId``/``txnVersion``).  Delta records the pair in the
-same atomic commit as the rows and skips a later write of that application whose version is
-not above the recorded one; so the recorded version of a partition is the newest offset of it
-in the table, whoever wrote it — another uploader, another daemon sharing the table — and a
-write repeated after a crash adds nothing.
+whose transaction version is the newest offset of that partition in the table.  Delta records
+the pair (a ``txn`` action) in the same atomic commit as the rows, and a transaction that read an
+application's version conflicts with any concurrent commit that changes it; so the recorded
+version of a partition is the newest offset of it in the table, whoever wrote it — another
+uploader, another daemon sharing the table — and a write repeated after a crash adds nothing.
+
+A job is **one commit** carrying every partition's ``txn`` action (``_append_one_commit``),
+through Delta's transaction API on the JVM (``DeltaLog.startTransaction``, ``writeFiles``,
+``commit``): a Delta commit costs about a second of driver time on a small machine, and the
+DataFrame writer's ``txnAppId``/``txnVersion`` options carry one application per commit, which
+made a job of four partitions four commits.  That path needs the classic session (py4j) and a
+table whose schema the rows already fit (a new table is first created empty, with the rows'
+schema); otherwise (a Spark Connect master, ``merge_schema`` or rows of another shape) each
+partition is its own commit through the DataFrame writer, which evolves the table's schema or
+refuses the rows as Delta's writer does.
 
 The rest of the exactly-once bookkeeping is shared with Iceberg (``tables.py``): the recorded
 versions are the table's committed offsets, read from its log (``delta_log.transactions``).
@@ -16,7 +25,10 @@ One table per (topic, consumer group): the application ids name the topic partit
 
 from __future__ import annotations
 
-from .delta_log import transactions
+import os
+import time
+
+from .delta_log import log_dir, transactions
 from .jars import staged_jars
 
 
@@ -58,11 +70,30 @@ def committed_offsets(table_path: str) -> dict[tuple[str, int], int]:
     return out
 
 
+class ConcurrentOffsets(Exception):
+    """Another writer recorded a partition's offsets at or past this job's since the uploader
+    read them; the job is retried, and then skips what the table holds."""
+
+
+def commits_per_partition(spark, merge_schema: bool) -> bool:
+    """Will ``append`` make one commit per partition (so the caller had better persist the
+    rows it filters once per partition)?"""
+    return merge_schema or getattr(spark, "_jvm", None) is None
+
+
 def append(spark, df, table_path: str, partition_by: list[str], versions: dict[tuple[str, int], int],
            merge_schema: bool = False) -> None:
-    """One idempotent append per topic partition of ``df``, in partition order, each with its
-    application id and its newest offset (``versions``) as the transaction version.
-    ``merge_schema``: Delta's own option, new columns (fields of ``value``) join the table."""
+    """Append ``df``, recording each topic partition's newest offset (``versions``) as its
+    application's transaction version: in one commit where ``_append_one_commit`` can, else
+    one commit per partition.  ``merge_schema``: Delta's own option, new columns (fields of
+    ``value``) join the table."""
+    if not commits_per_partition(spark, merge_schema):
+        if not os.path.isdir(log_dir(table_path)):
+            # A new table: created empty with the rows' schema and partitioning (commit 0),
+            # so the rows themselves still go in one commit.
+            df.limit(0).write.format("delta").mode("append").partitionBy(*partition_by).save(table_path)
+        if _append_one_commit(spark, df, table_path, partition_by, versions):
+            return
     from pyspark.sql import functions as F
     for (topic, partition), version in sorted(versions.items()):
         (df.where((F.col("topic") == topic) & (F.col("partition") == partition))
@@ -70,3 +101,44 @@ def append(spark, df, table_path: str, partition_by: list[str], versions: dict[t
          .option("txnAppId", app_id(topic, partition)).option("txnVersion", version)
          .option("mergeSchema", str(merge_schema).lower())
          .partitionBy(*partition_by).save(table_path))
+
+
+def _append_one_commit(spark, df, table_path: str, partition_by: list[str],
+                       versions: dict[tuple[str, int], int]) -> bool:
+    """One Delta commit: the rows' files plus a ``txn`` action per partition.  False (nothing
+    done) when the rows' schema or partitioning is not the table's (the DataFrame writer then
+    evolves the table, or names the mismatch)."""
+    jvm = spark._jvm
+    scala = jvm.scala
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table_path)
+    txn = log.startTransaction()
+    meta = txn.metadata()
+    if (txn.readVersion() < 0
+            or meta.schema().asNullable().json() != df._jdf.schema().asNullable().json()
+            or list(scala.jdk.javaapi.CollectionConverters.asJava(meta.partitionColumns())) != list(partition_by)):
+        return False
+    for (topic, partition), version in sorted(versions.items()):
+        # Reading the version also makes a concurrent commit of this application a conflict.
+        recorded = txn.txnVersion(app_id(topic, partition))
+        if recorded >= version:
+            raise ConcurrentOffsets(f"the Delta table at {table_path} already records offset {recorded} of "
+                                    f"{topic}[{partition}] (this job's newest is {version}): another writer got "
+                                    "there first; the job is retried without what the table holds")
+    actions = list(scala.jdk.javaapi.CollectionConverters.asJava(txn.writeFiles(df._jdf)))
+    now = scala.Option.apply(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
+    for (topic, partition), version in sorted(versions.items()):
+        actions.append(jvm.org.apache.spark.sql.delta.actions.SetTransaction(app_id(topic, partition), version, now))
+    none = scala.Option.empty()
+    columns = scala.Option.apply(_scala_list(jvm, partition_by))
+    operation = jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
+        jvm.org.apache.spark.sql.SaveMode.Append, columns, none, none, none, none, none, none, none)
+    txn.commit(_scala_list(jvm, actions), operation)
+    return True
+
+
+def _scala_list(jvm, items):
+    """A Scala immutable List of ``items`` (Python or Java objects), as Delta's API takes."""
+    java = jvm.java.util.ArrayList()
+    for item in items:
+        java.add(item)
+    return jvm.scala.jdk.javaapi.CollectionConverters.asScala(java).toList()

@@ -52,7 +52,7 @@ from .layout import BatchId
 from ...backoff import Backoff
 from ...durations import duration
 from . import staged
-from .writer import SparkStartError, SparkWriter, check_master_reachable, first_line
+from .writer import BadValues, SparkStartError, SparkWriter, check_master_reachable, first_line
 from .wire import UploadReply, UploadRequest, parse_line, socket_path, staging_root
 
 log = logging.getLogger("kdaemon.spark.uploader")
@@ -60,6 +60,9 @@ log = logging.getLogger("kdaemon.spark.uploader")
 COALESCE_S = 0.2
 MASTER_CHECK_MAX_S = 5.0
 MAX_REQUESTS_PER_JOB = 256
+# After a job met a value that does not parse, this many more run with the dead-letter pass
+# (bad values tend to come in runs; each one found the optimistic way costs a failed write).
+CAREFUL_JOBS_AFTER_BAD_VALUE = 10
 EXIT_CANNOT_START = 1
 EXIT_BAD_SETTINGS = 2
 
@@ -99,6 +102,7 @@ class Uploader:
         self._buffers: dict[socket.socket, bytes] = {}
         self._queue: list[Request] = []
         self.jobs = 0
+        self._careful_jobs = 0   # jobs still to prepare with the dead-letter pass (_write_rows)
 
     # -- serving --------------------------------------------------------------------------------
 
@@ -364,13 +368,28 @@ class Uploader:
         req.held = held
 
     def _write_rows(self, fresh: list["Fresh"]) -> None:
-        """One Spark job for the rows of every fresh batch.  Path mode moves its files into
-        place under their batch names; table mode appends them to the Delta or Iceberg table
-        (``tables.py``).  Either way pending records announce first what
-        is about to appear, and the values that do not parse are moved into ``_kdaemon/dlq``."""
+        """One Spark job for the rows of every fresh batch, without the dead-letter pass
+        (``SparkWriter.prepare``) unless a recent job met values that do not parse: such a job
+        fails before anything is committed, and runs again carefully at once."""
+        careful = self._careful_jobs > 0
+        try:
+            self._write_rows_once(fresh, careful)
+        except BadValues:
+            log.warning("a value of this job does not parse as value_schema (Spark's task error above is this "
+                        "check's): nothing was committed; writing the job again with the dead-letter pass, "
+                        "kept for the next %d jobs", CAREFUL_JOBS_AFTER_BAD_VALUE)
+            self._careful_jobs = CAREFUL_JOBS_AFTER_BAD_VALUE + 1
+            self._write_rows_once(fresh, careful=True)
+        self._careful_jobs = max(0, self._careful_jobs - 1)
+
+    def _write_rows_once(self, fresh: list["Fresh"], careful: bool) -> None:
+        """Path mode moves the job's files into place under their batch names; table mode
+        appends them to the Delta or Iceberg table (``tables.py``).  Either way pending records
+        announce first what is about to appear, and the values that do not parse (``careful``)
+        are moved into ``_kdaemon/dlq``."""
         root = self.root
         tmp = os.path.join(layout.kdaemon_dir(root), "tmp", f"{self.tmp_owner}-{uuid.uuid4().hex}")
-        job = self.writer.prepare([(f.req.held, f.req.batch.name, f.drop) for f in fresh], tmp)
+        job = self.writer.prepare([(f.req.held, f.req.batch.name, f.drop) for f in fresh], tmp, careful)
         try:
             moves: dict[str, list[tuple[str, str]]] = defaultdict(list)
             if self.writer.format == "parquet":

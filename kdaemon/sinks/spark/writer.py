@@ -47,6 +47,20 @@ def merged_conf(conf: dict[str, str], more: dict) -> dict[str, str]:
     return out
 
 
+class BadValues(Exception):
+    """A job prepared without its dead-letter pass met a value that does not parse; nothing
+    of it was committed, and it is to be run again with ``careful``."""
+
+
+_BAD_VALUE = "kdaemon: a value does not parse as value_schema"   # raise_error's message, found again in the failure
+
+
+def raise_bad_values(exc: BaseException) -> None:
+    """Raise ``BadValues`` if ``exc`` is a write failed by the not-careful job's check."""
+    if _BAD_VALUE in str(exc):
+        raise BadValues(first_line(exc)) from None
+
+
 class SchemaMismatch(Exception):
     """The rows of a job do not fit the table's schema; the message names the fix."""
 
@@ -204,11 +218,21 @@ class SparkWriter:
                                                          StructField("value", BinaryType())]))),
         ])
 
-    def prepare(self, batches: list[tuple[str, str, list[tuple[int, int]]]], tmp_dir: str) -> "Job":
+    def prepare(self, batches: list[tuple[str, str, list[tuple[int, int]]]], tmp_dir: str,
+                careful: bool = True) -> "Job":
         """The DataFrame of one job: ``batches`` are (held file, batch name, offset ranges to
-        drop).  Values that do not parse as ``value_schema`` are written at once, as Parquet
-        partitioned by topic and ``_batch`` under ``tmp_dir/dlq`` (``Job.dlq_dir``); the rows
-        stay to be written by ``write_parquet`` or ``append_table``, then ``finish``."""
+        drop).  With a JSON ``value_format``, values that do not parse as ``value_schema`` go to
+        the dead letters:
+
+        * ``careful``: the parsed rows are persisted and the bad values written at once, as
+          Parquet partitioned by topic and ``_batch`` under ``tmp_dir/dlq`` (``Job.dlq_dir``):
+          an extra Spark job, and the persist, on every upload;
+        * not ``careful``: no dead-letter pass; a bad value fails the job's write with
+          ``BadValues`` (``raise_error`` on the very condition the careful pass uses), and the
+          uploader runs the job again carefully.  Values that do not parse are rare, so most
+          jobs read their rows once.
+
+        The rows stay to be written by ``write_parquet`` or ``append_table``, then ``finish``."""
         from pyspark.sql import functions as F
         df = self._read_direct(batches) if self.direct else self._read_via_driver(batches)
         # timestamp_millis is exact; a division into a double is not (…123 ms → …122.999).
@@ -223,13 +247,19 @@ class SparkWriter:
             # parse; the corrupt-record column is what tells a bad value from an empty one.
             parsed = F.from_json(F.col("value").cast("string"), self._value_struct,
                                  {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
-            job.cached = df = df.withColumn("_parsed", parsed).persist()
+            df = df.withColumn("_parsed", parsed)
             is_bad = F.col("value").isNotNull() & (F.col("_parsed").isNull() | F.col(f"_parsed.{_CORRUPT}").isNotNull())
-            bad = df.where(is_bad).drop("_parsed")
-            job.dlq_dir = os.path.join(tmp_dir, "dlq")
-            (bad.withColumn("error", F.lit(f"value does not parse as {self.value_schema}"))
-             .write.mode("overwrite").partitionBy("topic", "_batch").parquet(job.dlq_dir))
-            df = df.where(~is_bad).withColumn("value", F.col("_parsed").dropFields(_CORRUPT)).drop("_parsed")
+            value = F.col("_parsed").dropFields(_CORRUPT)
+            if careful:
+                job.cached = df = df.persist()
+                bad = df.where(is_bad).drop("_parsed")
+                job.dlq_dir = os.path.join(tmp_dir, "dlq")
+                (bad.withColumn("error", F.lit(f"value does not parse as {self.value_schema}"))
+                 .write.mode("overwrite").partitionBy("topic", "_batch").parquet(job.dlq_dir))
+                df = df.where(~is_bad)
+            else:
+                value = F.when(is_bad, F.raise_error(F.lit(_BAD_VALUE))).otherwise(value)
+            df = df.withColumn("value", value).drop("_parsed")
         job.df = df.select("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
                            "date", "_batch")
         return job
@@ -238,20 +268,26 @@ class SparkWriter:
         """Path mode: Spark's files under ``tmp_dir/data``, partitioned by ``_batch`` as well
         (the uploader moves them into place under their batch names); that directory."""
         data_dir = os.path.join(job.tmp_dir, "data")
-        job.df.write.mode("overwrite").partitionBy(*self.partition_by, "_batch").parquet(data_dir)
+        try:
+            job.df.write.mode("overwrite").partitionBy(*self.partition_by, "_batch").parquet(data_dir)
+        except Exception as exc:
+            raise_bad_values(exc)
+            raise
         return data_dir
 
     def append_table(self, job: "Job", versions: dict[tuple[str, int], int]) -> None:
         """Table mode: the format's append (``tables.py``); ``versions`` holds each topic
         partition's newest offset among the rows."""
         df = job.df.drop("_batch")
-        if self.format == "delta" and len(versions) > 1 and job.cached is None:
-            job.cached = df = df.persist()   # one append per partition: read the held files once
         merge = bool(self.settings.get("merge_schema", False))
+        if self.format == "delta" and len(versions) > 1 and job.cached is None \
+                and tables.delta.commits_per_partition(self.spark, merge):
+            job.cached = df = df.persist()   # one append per partition: read the held files once
         try:
             tables.FORMATS[self.format].append(self.spark, df, self.path, self.partition_by, versions,
                                                merge_schema=merge)
         except Exception as exc:
+            raise_bad_values(exc)
             if not any(marker in str(exc) for marker in _SCHEMA_ERRORS):
                 raise
             fix = ("the change is not one merge_schema can make (only new fields are added): alter the table "
