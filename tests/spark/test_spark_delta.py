@@ -49,3 +49,60 @@ def test_an_unfinished_upload_rolls_forward_if_its_commit_happened_else_back(spa
     table = str(tmp_path / "table")
     check_unfinished_uploads_settle(table, "delta", tmp_path / "state", lambda: _append(
         spark, table, [("t", 0, o) for o in range(10)], delta.app_id("t", 0), 9))
+
+
+def _job_rows(spark, rows: list[tuple[str, int, int]]):
+    return spark.createDataFrame(rows, "topic STRING, partition INT, offset BIGINT")
+
+
+def _commits(path: str) -> list[list[dict]]:
+    """Each commit file of the log, as its list of actions."""
+    import json
+    d = delta_log.log_dir(path)
+    names = sorted(n for n in os.listdir(d) if n.endswith(".json") and n[:20].isdigit())
+    return [[json.loads(line) for line in open(os.path.join(d, n)) if line.strip()] for n in names]
+
+
+def test_a_job_of_several_partitions_is_one_commit_recording_each(spark, tmp_path):
+    path = str(tmp_path / "t")
+    rows = [("t", p, o) for p in range(3) for o in range(5)]
+    delta.append(spark, _job_rows(spark, rows), path, ["topic"], {("t", p): 4 for p in range(3)})
+    delta.append(spark, _job_rows(spark, [("t", 0, 5), ("t", 2, 5)]), path, ["topic"], {("t", 0): 5, ("t", 2): 5})
+    commits = _commits(path)
+    # The table created empty, then one commit per job with the rows' files and every txn action.
+    assert len(commits) == 3, commits
+    assert not any("add" in a for a in commits[0])
+    for commit, apps in ((commits[1], {"kdaemon:t:0": 4, "kdaemon:t:1": 4, "kdaemon:t:2": 4}),
+                         (commits[2], {"kdaemon:t:0": 5, "kdaemon:t:2": 5})):
+        assert {a["txn"]["appId"]: a["txn"]["version"] for a in commit if "txn" in a} == apps
+        assert any("add" in a for a in commit)
+        assert [a["commitInfo"]["operation"] for a in commit if "commitInfo" in a] == ["WRITE"]
+    assert delta.committed_offsets(path) == {("t", 0): 5, ("t", 1): 4, ("t", 2): 5}
+    got = sorted(tuple(r) for r in spark.read.format("delta").load(path).select("topic", "partition", "offset").collect())
+    assert got == sorted(rows + [("t", 0, 5), ("t", 2, 5)])
+    # Delta's own idempotent writer sees those versions: a write at one is skipped.
+    _append(spark, path, [("t", 1, 4)], delta.app_id("t", 1), 4)
+    assert spark.read.format("delta").load(path).count() == len(rows) + 2
+
+
+def test_a_job_behind_what_another_writer_recorded_commits_nothing(spark, tmp_path):
+    path = str(tmp_path / "t")
+    delta.append(spark, _job_rows(spark, [("t", 0, 0), ("t", 1, 0)]), path, ["topic"], {("t", 0): 0, ("t", 1): 0})
+    before = len(_commits(path))
+    # Partition 1's rows are not past what the table records, as after another writer's commit
+    # that came between this uploader's read of the offsets and its job.
+    with pytest.raises(delta.ConcurrentOffsets, match=r"already records offset 0 of t\[1\]"):
+        delta.append(spark, _job_rows(spark, [("t", 0, 1), ("t", 1, 0)]), path, ["topic"], {("t", 0): 1, ("t", 1): 0})
+    assert len(_commits(path)) == before
+    assert delta.committed_offsets(path) == {("t", 0): 0, ("t", 1): 0}
+
+
+def test_rows_of_another_shape_take_the_dataframe_writer_which_names_the_mismatch(spark, tmp_path):
+    path = str(tmp_path / "t")
+    delta.append(spark, _job_rows(spark, [("t", 0, 0)]), path, ["topic"], {("t", 0): 0})
+    wider = spark.createDataFrame([("t", 0, 1, "x")], "topic STRING, partition INT, offset BIGINT, extra STRING")
+    with pytest.raises(Exception, match="DELTA_METADATA_MISMATCH|schema mismatch"):
+        delta.append(spark, wider, path, ["topic"], {("t", 0): 1})
+    delta.append(spark, wider, path, ["topic"], {("t", 0): 1}, merge_schema=True)
+    assert delta.committed_offsets(path) == {("t", 0): 1}
+    assert spark.read.format("delta").load(path).where("extra = 'x'").count() == 1

@@ -43,9 +43,12 @@ class FakeWriter:
 
     def __init__(self) -> None:
         self.jobs = 0
+        self.bad_value = False   # a value does not parse: a not-careful job fails, as Spark's check does
+        self.careful: list[bool] = []   # how each job was prepared
 
-    def prepare(self, batches, tmp_dir):
+    def prepare(self, batches, tmp_dir, careful=True):
         from kdaemon.sinks.spark.writer import Job
+        self.careful.append(careful)
         return Job(df=batches, tmp_dir=tmp_dir)
 
     @staticmethod
@@ -55,6 +58,9 @@ class FakeWriter:
     def write_parquet(self, job):
         batches, tmp_dir = job.df, job.tmp_dir
         self.jobs += 1
+        if self.bad_value and not self.careful[-1]:
+            from kdaemon.sinks.spark.writer import BadValues
+            raise BadValues("[USER_RAISED_EXCEPTION] kdaemon: a value does not parse as value_schema")
         tables = []
         for path, name, drop in batches:
             t = pq.read_table(path)
@@ -119,6 +125,23 @@ def test_overlapping_batches_add_only_new_rows(up, tmp_path):
     assert layout.uploaded_ranges(up.root, TOPIC, 0) == [(0, 99), (50, 149)]
 
 
+def test_a_job_meeting_a_bad_value_is_written_again_carefully_and_so_are_the_next_ones(up, tmp_path):
+    """The dead-letter pass is skipped until a value fails to parse; that job commits nothing
+    the first time, is written again with the pass, and so are the next
+    CAREFUL_JOBS_AFTER_BAD_VALUE jobs; then the pass is skipped again."""
+    up.upload([_stage(tmp_path, 0, range(0, 10))])
+    assert up.writer.careful == [False]
+    up.writer.bad_value = True
+    up.upload([_stage(tmp_path, 0, range(10, 20))])
+    assert up.writer.careful == [False, False, True]
+    up.writer.bad_value = False
+    n = uploader_mod.CAREFUL_JOBS_AFTER_BAD_VALUE
+    for i in range(n + 1):
+        up.upload([_stage(tmp_path, 0, range(20 + 10 * i, 30 + 10 * i))])
+    assert up.writer.careful[3:] == [True] * n + [False]
+    assert _output_offsets(Path(up.root)) == [(0, o) for o in range(30 + 10 * n)]   # each row once
+
+
 def test_overlapping_requests_in_one_job(up, tmp_path):
     up.upload([_stage(tmp_path, 1, range(100, 200)), _stage(tmp_path, 1, range(0, 150)),
                _stage(tmp_path, 2, range(0, 10))])
@@ -172,10 +195,10 @@ def test_a_worker_directory_removed_during_the_job_fails_nothing(up, tmp_path):
     a, b = _stage(dead, 0, range(0, 10)), _stage(live, 1, range(0, 10))
     real_prepare = up.writer.prepare
 
-    def worker_dir_removed_first(batches, tmp_dir):
+    def worker_dir_removed_first(batches, tmp_dir, careful=True):
         import shutil
         shutil.rmtree(dead)
-        return real_prepare(batches, tmp_dir)
+        return real_prepare(batches, tmp_dir, careful)
 
     up.writer.prepare = worker_dir_removed_first
     up.upload([a, b])
@@ -416,6 +439,33 @@ def test_flush_async_returns_before_the_upload_is_confirmed(tmp_path):
         assert up.requests[1].first == 5 and up.requests[1].last == 7
         assert not os.listdir(sink.staging)
         assert sink.commit_metadata(TOPIC, 0) == f"spark:{BatchId(0, 0, 4).name}"
+    finally:
+        up.stop()
+        sink.close()
+
+
+def test_buffers_past_max_bytes_are_staged_at_once_and_sent_with_the_next_flush(tmp_path):
+    """max_bytes bounds the memory a worker's buffers take, not the size of an upload job:
+    buffers that reach it go to disk at once, and the flush that max_records or max_age_s
+    asks for sends them all, in offset order, in one upload."""
+    up = _HeldUploader(tmp_path / "up.sock")
+    sink = SparkSink({"type": "spark", "path": str(tmp_path / "out"), "socket": str(tmp_path / "up.sock"),
+                      "max_bytes": 1000, "max_records": 62, "max_age_s": 3600}, str(tmp_path / "state"))
+    try:
+        for first in (0, 10, 20):
+            sink.write(_records(0, range(first, first + 10)) + _records(1, range(first, first + 10)))
+            assert not sink._buffers and not sink.wants_flush()   # ~1.4 kB a write: staged, no flush yet
+        assert len(os.listdir(sink.staging)) == 6
+        sink.write(_records(0, range(30, 32)))   # 62 records: a flush is due, with what is still in memory
+        assert sink.wants_flush()
+        handle = sink.flush_async()
+        for _ in range(7):
+            up.answers.put(True)
+        assert _until(handle.done)
+        sent = [(r.batch.partition, r.batch.first, r.batch.last) for r in up.requests]
+        assert sent == [(0, 0, 9), (1, 0, 9), (0, 10, 19), (1, 10, 19), (0, 20, 29), (1, 20, 29), (0, 30, 31)]
+        assert not os.listdir(sink.staging) and not sink.wants_flush()
+        assert sink.commit_metadata(TOPIC, 0) == f"spark:{BatchId(0, 30, 31).name}"
     finally:
         up.stop()
         sink.close()

@@ -7,7 +7,9 @@ under ``<state_dir>/spark-staging/<pid>/`` and asks the uploader to upload them
 all; the worker goes on consuming into new buffers and commits the batch's positions once the
 returned handle reports every file confirmed — so a commit covers only records that are in the
 Spark output.  One upload at a time is in flight: the next ``flush_async`` waits for the
-previous confirmation, so at most two batches are held (one uploading, one filling).
+previous confirmation.  Buffers that reach ``max_bytes`` (memory) are staged at once and sent
+with the next flush, which ``max_records``/``max_age_s`` decide: memory stays bounded while an
+upload job still gathers many records (its cost in Spark is mostly per job).
 ``flush`` is ``flush_async().wait()``.  If the uploader is down or Spark fails, the handle
 raises; the worker then pauses, rebuilds the sink and rewinds to its last commit, so nothing is
 staged without bound and nothing is lost.
@@ -233,6 +235,11 @@ class SparkSink:
             timeout = min(timeout, max(1.0, 0.8 * heartbeat_timeout_s))
         self.client = UploaderClient(socket_path(settings, state_dir), timeout)
         self._buffers: dict[tuple[str, int], _Buffer] = {}
+        # Buffers staged early because they reached max_bytes: on disk, sent with the next flush.
+        self._spilled: list[dict] = []
+        self._spilled_files: list[str] = []
+        self._spilled_records = 0
+        self._spilled_since: float | None = None   # when the oldest spilled buffer started
         self._last_batch: dict[tuple[str, int], str] = {}
         self._seq = 0
         self._closed = False
@@ -277,16 +284,30 @@ class SparkSink:
             b.values.append(v)
             b.headers.append(r.headers or ())   # (key, value) pairs
             b.size += 64 + (len(k) if k else 0) + (len(v) if v else 0)
+        if sum(b.size for b in buffers.values()) >= self.max_bytes:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Stage the buffers now, to send with the next flush: memory stays under ``max_bytes``
+        while a flush still gathers up to ``max_records`` (an upload job has a fixed cost of
+        about a second in Spark, so fewer, bigger jobs deliver more)."""
+        started = min(b.started for b in self._buffers.values())
+        requests, files = self._stage_buffers()
+        self._spilled += requests
+        self._spilled_files += files
+        self._spilled_records += sum(r["rows"] for r in requests)
+        self._spilled_since = started if self._spilled_since is None else min(self._spilled_since, started)
 
     def wants_flush(self) -> bool:
         now = time.monotonic()
-        total_records = total_bytes = 0
+        if self._spilled_since is not None and now - self._spilled_since >= self.max_age_s:
+            return True
+        total_records = self._spilled_records
         for b in self._buffers.values():
             total_records += len(b.offsets)
-            total_bytes += b.size
             if now - b.started >= self.max_age_s:
                 return True
-        return total_records >= self.max_records or total_bytes >= self.max_bytes
+        return total_records >= self.max_records
 
     def flush(self) -> None:
         self.flush_async().wait()
@@ -303,8 +324,17 @@ class SparkSink:
         self._refuse_if_closed("flush")
         if self._pending is not None and not self._pending.finished:
             self._pending.wait()   # one upload in flight at most; raises if it failed
-        if not self._buffers:
+        if not self._buffers and not self._spilled:
             return PendingUpload.confirmed()
+        requests, files = self._stage_buffers()
+        requests, files = self._spilled + requests, self._spilled_files + files
+        self._spilled, self._spilled_files, self._spilled_records, self._spilled_since = [], [], 0, None
+        self._pending = PendingUpload(self, requests, files)
+        self._pending.send()
+        return self._pending
+
+    def _stage_buffers(self) -> tuple[list[dict], list[str]]:
+        """One staged file per buffer, which are emptied; the upload requests and the files."""
         requests, files = [], []
         try:
             for (topic, partition), b in sorted(self._buffers.items()):
@@ -321,9 +351,7 @@ class SparkSink:
             _unlink_all(files)
             raise
         self._buffers.clear()
-        self._pending = PendingUpload(self, requests, files)
-        self._pending.send()
-        return self._pending
+        return requests, files
 
     def probe(self) -> str | None:
         """None if the uploader accepts a connection (it listens from its start, and queues
@@ -352,6 +380,7 @@ class SparkSink:
         if self._pending is not None:
             self._pending.abandon()
         self._buffers.clear()
+        self._spilled, self._spilled_files, self._spilled_records, self._spilled_since = [], [], 0, None
         self.client.close()
         shutil.rmtree(self.staging, ignore_errors=True)
 
