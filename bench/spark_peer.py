@@ -26,8 +26,8 @@ Per workload and side, two runs:
 * **throughput**: the topic is full before the consumer starts.  kdaemon: wall time from
   ``kdaemon run``'s launch to every partition's end offset committed by the group (polled every
   0.25 s by one consumer kept open), ``max_records`` 100,000 / ``max_age_s`` 5 (the sustained
-  best of bench/spark_sink.py; the worker's default memory budget caps a batch's bytes, so its
-  batches hold fewer records).  Spark: wall time from the driver's launch to the end of the
+  best of bench/spark_sink.py; the worker's default memory budget caps the bytes it buffers,
+  and what passes it is staged early and sent with the next flush).  Spark: wall time from the driver's launch to the end of the
   ``availableNow`` query (Spark's defaults: no ``maxOffsetsPerTrigger``, one task per Kafka
   partition).  records/s is the topic's records (what both read from Kafka) over that wall
   time, session start-up included on both sides.  CPU: every process of the side (kdaemon:
@@ -54,11 +54,12 @@ each of a kept type, their ids summing to the produced ones.
 
 What differs between the sides (read the ratios with it):
 
-* kdaemon does more per record: its uploader persists each job, writes the values that do not
-  parse to a DLQ (a Spark job per upload, empty here), reads the table's recorded offsets before
-  each job, and commits the group's offsets to Kafka; with Delta it makes one commit per topic
-  partition per job (its exactly-once key), Spark one per micro-batch.  Spark's query keeps its
-  offsets in its checkpoint, not in Kafka, and its rows that do not parse would land as nulls.
+* kdaemon does more per record: its uploader rewrites each staged batch as Parquet for Spark,
+  reads the table's recorded offsets before each job, checks every value against the schema
+  (a value that does not parse would fail the job, which then runs again with a dead-letter
+  pass), and commits the group's offsets to Kafka; one table commit per job, like Spark's one
+  per micro-batch.  Spark's query keeps its offsets in its checkpoint, not in Kafka, and its
+  rows that do not parse would land as nulls.
 * Both are exactly-once, by different means (kdaemon: table-recorded offsets + manifests;
   Spark: checkpoint + the sink's idempotent commit).
 * The broker serves both alike, but kdaemon's group (joins, heartbeats, offset commits) and this
