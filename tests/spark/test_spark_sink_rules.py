@@ -453,10 +453,12 @@ def test_buffers_past_max_bytes_are_staged_at_once_and_sent_with_the_next_flush(
                       "max_bytes": 1000, "max_records": 62, "max_age_s": 3600}, str(tmp_path / "state"))
     try:
         for first in (0, 10, 20):
+            # ~1.4 kB a write: the buffers of the write before are staged first; no flush yet
             sink.write(_records(0, range(first, first + 10)) + _records(1, range(first, first + 10)))
-            assert not sink._buffers and not sink.wants_flush()   # ~1.4 kB a write: staged, no flush yet
-        assert len(os.listdir(sink.staging)) == 6
+            assert len(sink._buffers) == 2 and not sink.wants_flush()
+            assert len(os.listdir(sink.staging)) == 2 * first // 10
         sink.write(_records(0, range(30, 32)))   # 62 records: a flush is due, with what is still in memory
+        assert len(os.listdir(sink.staging)) == 6
         assert sink.wants_flush()
         handle = sink.flush_async()
         for _ in range(7):
@@ -468,6 +470,21 @@ def test_buffers_past_max_bytes_are_staged_at_once_and_sent_with_the_next_flush(
         assert sink.commit_metadata(TOPIC, 0) == f"spark:{BatchId(0, 30, 31).name}"
     finally:
         up.stop()
+        sink.close()
+
+
+def test_a_write_whose_early_staging_fails_takes_none_of_its_records(tmp_path, monkeypatch):
+    sink = SparkSink({"type": "spark", "path": str(tmp_path / "out"), "socket": str(tmp_path / "up.sock"),
+                      "max_bytes": 1000}, str(tmp_path / "state"))
+    try:
+        sink.write(_records(0, range(0, 20)))
+        monkeypatch.setattr("kdaemon.sinks.spark.staging.stage_buffer",
+                            lambda path, b: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+        with pytest.raises(OSError, match="No space left"):
+            sink.write(_records(0, range(20, 25)))
+        assert sink._buffers[(TOPIC, 0)].offsets == list(range(20))   # the failed write took nothing
+        assert not os.listdir(sink.staging)
+    finally:
         sink.close()
 
 

@@ -259,8 +259,12 @@ class SparkSink:
 
     def write(self, records) -> None:
         self._refuse_if_closed("write to")
-        now = time.monotonic()
         buffers = self._buffers
+        if buffers and sum(b.size for b in buffers.values()) >= self.max_bytes:
+            # Before taking these records: if staging fails, none of them was taken, so the
+            # worker's sink-error policy sees a write that did not happen, not half of one.
+            self._spill()
+        now = time.monotonic()
         current = None
         b = None
         for r in records:   # the per-record path: kept lean (about 1 µs a record)
@@ -284,8 +288,6 @@ class SparkSink:
             b.values.append(v)
             b.headers.append(r.headers or ())   # (key, value) pairs
             b.size += 64 + (len(k) if k else 0) + (len(v) if v else 0)
-        if sum(b.size for b in buffers.values()) >= self.max_bytes:
-            self._spill()
 
     def _spill(self) -> None:
         """Stage the buffers now, to send with the next flush: memory stays under ``max_bytes``
