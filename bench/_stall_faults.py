@@ -42,6 +42,10 @@ FAULTS = ("jsonl-unwritable", "spark-master-down", "spark-uploader-killed")
 # The capabilities that let root write where a file's mode says no.
 DROP_CAPS = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]
 KILL_POLL_S = 0.1
+# A worker finds the sink down when it flushes.  The Spark sink flushes at max_records (100,000
+# by default; buffers past its memory share wait on disk until then): 20,000 makes the workers
+# try, and pause, while records still wait in Kafka, as the runs before early staging did.
+SPARK_BATCH = {"max_records": 20_000}
 
 
 class SinkFault:
@@ -212,7 +216,7 @@ class SparkMasterDown(SinkFault):
         self.cluster: StandaloneSpark | None = None
 
     def sink_settings(self, out: Path) -> dict:
-        return {"type": "spark", "master": self.master, "path": str(out)}
+        return {"type": "spark", "master": self.master, "path": str(out), **SPARK_BATCH}
 
     def after_ready(self, daemon: Daemon, sampler) -> None:
         # The uploader has found nobody at the master and waits for it without its socket.
@@ -305,7 +309,7 @@ class UploaderKilled(SinkFault):
         self.killer: UploaderKiller | None = None
 
     def sink_settings(self, out: Path) -> dict:
-        return {"type": "spark", "master": "local[2]", "path": str(out)}
+        return {"type": "spark", "master": "local[2]", "path": str(out), **SPARK_BATCH}
 
     def after_ready(self, daemon: Daemon, sampler) -> None:
         daemon.wait_log(r"uploader listening on", 240)   # it is up: now it goes

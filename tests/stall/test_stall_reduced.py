@@ -18,9 +18,9 @@ from bench.stall import BUDGET_MB, StallOptions, print_result, run_stall
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-# Enough that records still wait when the workers pause (under the default budget the Spark
-# sink stages its first batch at about 20,000 records a worker: 5 MB of buffers), so "nothing
-# polled while paused" is about records that were there to poll.
+# Enough that records still wait when the workers pause (the Spark scenarios flush at 20,000
+# records a worker: bench/_stall_faults.py SPARK_BATCH), so "nothing polled while paused" is
+# about records that were there to poll.
 RECORDS = 60_000
 STALL_S = 20.0
 
