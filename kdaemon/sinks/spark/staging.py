@@ -236,9 +236,7 @@ class SparkSink:
         self.client = UploaderClient(socket_path(settings, state_dir), timeout)
         self._buffers: dict[tuple[str, int], _Buffer] = {}
         # Buffers staged early because they reached max_bytes: on disk, sent with the next flush.
-        self._spilled: list[dict] = []
-        self._spilled_files: list[str] = []
-        self._spilled_records = 0
+        self._spilled: list[dict] = []             # their upload requests
         self._spilled_since: float | None = None   # when the oldest spilled buffer started
         self._last_batch: dict[tuple[str, int], str] = {}
         self._seq = 0
@@ -294,17 +292,14 @@ class SparkSink:
         while a flush still gathers up to ``max_records`` (an upload job has a fixed cost of
         about a second in Spark, so fewer, bigger jobs deliver more)."""
         started = min(b.started for b in self._buffers.values())
-        requests, files = self._stage_buffers()
-        self._spilled += requests
-        self._spilled_files += files
-        self._spilled_records += sum(r["rows"] for r in requests)
+        self._spilled += self._stage_buffers()
         self._spilled_since = started if self._spilled_since is None else min(self._spilled_since, started)
 
     def wants_flush(self) -> bool:
         now = time.monotonic()
         if self._spilled_since is not None and now - self._spilled_since >= self.max_age_s:
             return True
-        total_records = self._spilled_records
+        total_records = sum(r["rows"] for r in self._spilled)
         for b in self._buffers.values():
             total_records += len(b.offsets)
             if now - b.started >= self.max_age_s:
@@ -328,15 +323,14 @@ class SparkSink:
             self._pending.wait()   # one upload in flight at most; raises if it failed
         if not self._buffers and not self._spilled:
             return PendingUpload.confirmed()
-        requests, files = self._stage_buffers()
-        requests, files = self._spilled + requests, self._spilled_files + files
-        self._spilled, self._spilled_files, self._spilled_records, self._spilled_since = [], [], 0, None
-        self._pending = PendingUpload(self, requests, files)
+        requests = self._spilled + self._stage_buffers()
+        self._spilled, self._spilled_since = [], None
+        self._pending = PendingUpload(self, requests, [r["file"] for r in requests])
         self._pending.send()
         return self._pending
 
-    def _stage_buffers(self) -> tuple[list[dict], list[str]]:
-        """One staged file per buffer, which are emptied; the upload requests and the files."""
+    def _stage_buffers(self) -> list[dict]:
+        """One staged file per buffer, which are emptied; their upload requests."""
         requests, files = [], []
         try:
             for (topic, partition), b in sorted(self._buffers.items()):
@@ -353,7 +347,7 @@ class SparkSink:
             _unlink_all(files)
             raise
         self._buffers.clear()
-        return requests, files
+        return requests
 
     def probe(self) -> str | None:
         """None if the uploader accepts a connection (it listens from its start, and queues
@@ -382,7 +376,7 @@ class SparkSink:
         if self._pending is not None:
             self._pending.abandon()
         self._buffers.clear()
-        self._spilled, self._spilled_files, self._spilled_records, self._spilled_since = [], [], 0, None
+        self._spilled, self._spilled_since = [], None
         self.client.close()
         shutil.rmtree(self.staging, ignore_errors=True)
 
