@@ -404,10 +404,11 @@ def test_leader_killed_and_restarted(cluster, scenario):
     led = {p for p, n in leaders(cluster.bootstrap, s.topic).items() if n == victim}
     t0 = time.monotonic()
     cluster.nodes[victim].kill()
-    took = s.wait_all_resumed(t0, "resume")
+    # wait_all_resumed fails past RESUME_BOUND_S: a liveness bound (did the readers come back at
+    # all), not a measure of how fast: finish() prints the times (marks).
+    s.wait_all_resumed(t0, "resume")
     moved = leaders(cluster.bootstrap, s.topic)
     assert all(moved[p] != victim for p in led), f"leaders did not move off node {victim}: {moved}"
-    assert took <= RESUME_BOUND_S
     s.wait_commit_after(t0, "commit")
     restart_and_resume(s, victim)
     s.finish()
