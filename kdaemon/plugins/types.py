@@ -67,7 +67,9 @@ class Sink(Protocol):
     failed (the worker then consumes while the flush is under way and commits when it is done),
     and ``on_partitions_assigned(partitions)``, called when the worker gets partitions (again):
     a sink that remembers what it stored per partition (jsonl's ``dedupe``) reads it afresh
-    (docs/PLUGINS.md, "Sinks").
+    (docs/PLUGINS.md, "Sinks").  A class attribute ``deduplicates_by_offset = True`` (a sink
+    that stores each topic-partition-offset once, whoever sends it) lets a revocation release
+    partitions without waiting for the flush in flight.
 
     While the sink cannot take records (a write or flush failed), the worker pauses every
     partition and tries again with backoff; ``probe()``, if the sink has it, is a cheap check

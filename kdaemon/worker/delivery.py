@@ -226,6 +226,15 @@ class Delivery:
             self._held = HeldBatch([r for r in held.records if r.topic_partition not in partitions],
                                    [r for r in held.dead if r.topic_partition not in partitions],
                                    {tp: p for tp, p in held.positions.items() if tp not in partitions})
+        elif getattr(self.parts.sink, "deduplicates_by_offset", False):
+            # The sink keeps each record once by its offset whoever sends it (the Spark sink:
+            # manifests and the table's recorded offsets), so the revoked partitions are let go
+            # at once, uncommitted: the next owner reads them again from the last commit and the
+            # sink drops what it already has.  A confirmation that arrives later commits only
+            # partitions still assigned (``_commit``).  Waiting here for the upload in flight
+            # held the whole group's rebalance (at start-up, for the uploader's cold first job).
+            log.info("revoked %d partition(s) without waiting for the upload in flight: the sink drops by offset "
+                     "what the next owner sends again", len(partitions))
         else:
             try:
                 self.flush_and_commit(only=set(partitions))

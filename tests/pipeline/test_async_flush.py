@@ -180,6 +180,30 @@ def test_revocation_and_shutdown_wait_for_the_flush_in_flight(setup):
     assert consumer2.commits == [30, 40]
 
 
+def test_a_sink_that_deduplicates_by_offset_lets_revoked_partitions_go_at_once(setup):
+    """``deduplicates_by_offset`` (the Spark sink): the revocation neither waits for the upload
+    in flight nor commits; a confirmation arriving after it commits nothing of the partition
+    the worker no longer owns; the next owner reads from the last commit."""
+    build, handles, sinks, durable = setup
+    worker, consumer = build(1000)
+    sinks[-1].deduplicates_by_offset = True
+    for _ in range(4):
+        worker.step()                      # 0..29 in flight, 30..39 buffered
+    owned = {TP}
+    consumer.assignment = lambda: set(owned)
+    owned.clear()                          # the consumer drops the partition once the listener returns
+    worker.on_partitions_revoked({TP})
+    assert handles[0].waited == 0 and consumer.commits == []
+    handles[0].confirm()
+    worker.step()
+    assert consumer.commits == []          # confirmed, but no longer this worker's to commit
+    worker2, consumer2 = build(1000)
+    for _ in range(4):
+        worker2.step()
+    worker2.shutdown()
+    assert consumer2.commits == [30, 40]
+
+
 def test_a_stop_request_between_polls_does_not_cost_the_final_commit(setup):
     """SIGTERM lands after a poll returned: the wakeup it leaves behind is raised by the next
     blocking call, the shutdown's commit; the worker sends that commit again."""

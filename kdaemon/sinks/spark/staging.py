@@ -214,6 +214,12 @@ class UploaderClient:
 
 
 class SparkSink:
+    # The uploader keeps each (topic, partition, offset) once, whichever worker sends it: the
+    # manifests and the table's recorded offsets drop a batch's rows already uploaded, under
+    # the partition locks (uploader.py).  A revoked partition is let go without waiting for
+    # the upload in flight (kdaemon/worker/delivery.py ``on_revoked``).
+    deduplicates_by_offset = True
+
     def __init__(self, settings: dict, state_dir: str, *, heartbeat_timeout_s: float | None = None,
                  memory_bytes: int = 0) -> None:
         validate_settings(settings)
