@@ -188,20 +188,15 @@ def rule_condition(rule_tables: list[dict]) -> str:
 
 # -- the streaming query -------------------------------------------------------------------------
 
-def stream_main(spec: dict) -> None:
-    """Spark Structured Streaming's Kafka source → the header rule → from_json(value_schema) →
-    kdaemon's columns → the table, with a checkpoint.  ``trigger``: "availableNow" (the
-    throughput run: the query ends once everything there was at its start is written) or a
-    processingTime interval in seconds (the latency run: it runs until stdin closes)."""
+def start_query(spark, spec: dict, topic: str, cp: str, trigger, create_table: bool):
+    """Spark Structured Streaming's Kafka source on ``topic`` → the header rule →
+    from_json(value_schema) → kdaemon's columns → the table, checkpointed in ``cp``; started."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DataType
 
-    t_launch = spec["t_launch"]
-    fmt, path, cp = spec["format"], spec["path"], spec["checkpoint"]
-    spark = start_session("kdaemon-bench-spark-peer", spec["master"], session_conf(fmt, path, kafka=True))
-    t_session = time.time()
+    fmt, path = spec["format"], spec["path"]
     source = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", spec["bootstrap"]).option("subscribe", spec["topic"])
+              .option("kafka.bootstrap.servers", spec["bootstrap"]).option("subscribe", topic)
               .option("startingOffsets", "earliest").option("includeHeaders", "true").load())
     schema = DataType.fromDDL(spec["value_schema"])
     out = (source.where(F.expr(rule_condition(spec["rules"])))
@@ -212,30 +207,54 @@ def stream_main(spec: dict) -> None:
            .withColumn("date", F.coalesce(F.to_date("timestamp"), F.lit("1970-01-01").cast("date")).cast("string")))
     partition_by = spec["partition_by"]
     writer = out.writeStream.outputMode("append").option("checkpointLocation", cp)
-    if spec["trigger"] == "availableNow":
+    if trigger == "availableNow":
         writer = writer.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=f"{float(spec['trigger'])} seconds")
+        writer = writer.trigger(processingTime=f"{float(trigger)} seconds")
     if fmt == "iceberg":
         from kdaemon.sinks.spark import iceberg
         ident = iceberg.identifier(path)
         _, namespace, _ = iceberg._parts(path)
-        # The table as kdaemon's uploader creates it (iceberg.append: format version 2, identity
-        # partitions on partition_by), created before the query like the uploader does at its
-        # first upload; the fanout writer is what Iceberg advises for streaming writes.
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {iceberg.CATALOG}.`{namespace}`")
-        (spark.createDataFrame([], out.schema).writeTo(ident).using("iceberg")
-         .tableProperty("format-version", "2").partitionedBy(*[F.col(c) for c in partition_by]).create())
-        query = writer.format("iceberg").option("fanout-enabled", "true").toTable(ident)
-    else:
-        query = writer.format(fmt).partitionBy(*partition_by).start(path)
+        if create_table:
+            # The table as kdaemon's uploader creates it (iceberg.append: format version 2,
+            # identity partitions on partition_by), created before the query like the uploader
+            # does at its first upload; the fanout writer is what Iceberg advises for streaming.
+            spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {iceberg.CATALOG}.`{namespace}`")
+            (spark.createDataFrame([], out.schema).writeTo(ident).using("iceberg")
+             .tableProperty("format-version", "2").partitionedBy(*[F.col(c) for c in partition_by]).create())
+        return writer.format("iceberg").option("fanout-enabled", "true").toTable(ident)
+    return writer.format(fmt).partitionBy(*partition_by).start(path)
+
+
+def stream_main(spec: dict) -> None:
+    """The streaming query (``start_query``).  ``trigger``: "availableNow" (the throughput run:
+    the query ends once everything there was at its start is written) or a processingTime
+    interval in seconds (the latency run: it runs until stdin closes).  With ``warmup_topic``
+    (the warm throughput run), an ``availableNow`` query on that topic into the same table runs
+    first (the session's JIT, the table created); then "warm" is said and the main query waits
+    for a line on stdin, so that the parent starts its clock and CPU figures there."""
+    t_launch = spec["t_launch"]
+    fmt, path, cp = spec["format"], spec["path"], spec["checkpoint"]
+    spark = start_session("kdaemon-bench-spark-peer", spec["master"], session_conf(fmt, path, kafka=True))
+    t_session = time.time()
+    create = True
+    if spec.get("warmup_topic"):
+        warm = start_query(spark, spec, spec["warmup_topic"], spec["warmup_checkpoint"], "availableNow", True)
+        warm.awaitTermination()
+        if warm.exception() is not None:
+            raise RuntimeError(f"the warm-up query failed: {warm.exception()}")
+        say(event="warm", t_warm=time.time(), **progress_summary(warm))
+        sys.stdin.readline()
+        create = False
+    t_go = time.time()
+    query = start_query(spark, spec, spec["topic"], cp, spec["trigger"], create)
     t_started = time.time()
     if spec["trigger"] == "availableNow":
         query.awaitTermination()
         t_done = time.time()
         if query.exception() is not None:
             raise RuntimeError(f"the query failed: {query.exception()}")
-        say(event="done", t_launch=t_launch, t_session=t_session, t_started=t_started, t_done=t_done,
+        say(event="done", t_launch=t_launch, t_session=t_session, t_go=t_go, t_started=t_started, t_done=t_done,
             **progress_summary(query))
     else:
         while query.lastProgress is None:    # the first (empty) micro-batch: the query serves
@@ -336,7 +355,7 @@ def read_table(spark, fmt: str, path: str):
 
 
 def check_one(spark, item: dict) -> dict:
-    """Exactly once: rows = distinct (partition, offset) = the kept records produced, every row
+    """Exactly once: rows = distinct (topic, partition, offset) = the kept records produced, every row
     of a kept type, the ids summing to the produced ones; with ``latency_from`` (partition →
     first offset of the paced phase), each such row's latency, from its Kafka timestamp to
     its commit's visibility, percentiles over rows."""
@@ -346,7 +365,7 @@ def check_one(spark, item: dict) -> dict:
     kept_types = [bytes.fromhex(h) for h in item["kept_types_hex"]]
     kept_expr = F.col("headers").getItem("type").isin(*kept_types)
     agg = df.agg(F.count(F.lit(1)).alias("rows"),
-                 F.count_distinct("partition", "offset").alias("distinct"),
+                 F.count_distinct("topic", "partition", "offset").alias("distinct"),
                  F.sum("value.id").alias("id_sum"),
                  F.sum(F.when(kept_expr, 0).otherwise(1)).alias("not_kept"),
                  F.sum(F.when(F.col("value.id").isNull(), 1).otherwise(0)).alias("null_ids")).first().asDict()
