@@ -5,6 +5,7 @@ The end-to-end kill test is test_spark_sink_chaos.py's delta case."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -57,7 +58,6 @@ def _job_rows(spark, rows: list[tuple[str, int, int]]):
 
 def _commits(path: str) -> list[list[dict]]:
     """Each commit file of the log, as its list of actions."""
-    import json
     d = delta_log.log_dir(path)
     names = sorted(n for n in os.listdir(d) if n.endswith(".json") and n[:20].isdigit())
     return [[json.loads(line) for line in open(os.path.join(d, n)) if line.strip()] for n in names]
@@ -69,11 +69,15 @@ def test_a_job_of_several_partitions_is_one_commit_recording_each(spark, tmp_pat
     delta.append(spark, _job_rows(spark, rows), path, ["topic"], {("t", p): 4 for p in range(3)})
     delta.append(spark, _job_rows(spark, [("t", 0, 5), ("t", 2, 5)]), path, ["topic"], {("t", 0): 5, ("t", 2): 5})
     commits = _commits(path)
-    # The table created empty, then one commit per job with the rows' files and every txn action.
-    assert len(commits) == 3, commits
-    assert not any("add" in a for a in commits[0])
-    for commit, apps in ((commits[1], {"kdaemon:t:0": 4, "kdaemon:t:1": 4, "kdaemon:t:2": 4}),
-                         (commits[2], {"kdaemon:t:0": 5, "kdaemon:t:2": 5})):
+    # One commit per job with the rows' files and every txn action; the first also creates the
+    # table (its metadata: the rows' schema, the partition columns).
+    assert len(commits) == 2, commits
+    meta = [a["metaData"] for a in commits[0] if "metaData" in a]
+    assert len(meta) == 1 and meta[0]["partitionColumns"] == ["topic"]
+    assert [f["name"] for f in json.loads(meta[0]["schemaString"])["fields"]] == ["topic", "partition", "offset"]
+    assert not any("metaData" in a for a in commits[1])
+    for commit, apps in ((commits[0], {"kdaemon:t:0": 4, "kdaemon:t:1": 4, "kdaemon:t:2": 4}),
+                         (commits[1], {"kdaemon:t:0": 5, "kdaemon:t:2": 5})):
         assert {a["txn"]["appId"]: a["txn"]["version"] for a in commit if "txn" in a} == apps
         assert any("add" in a for a in commit)
         assert [a["commitInfo"]["operation"] for a in commit if "commitInfo" in a] == ["WRITE"]
@@ -83,6 +87,26 @@ def test_a_job_of_several_partitions_is_one_commit_recording_each(spark, tmp_pat
     # Delta's own idempotent writer sees those versions: a write at one is skipped.
     _append(spark, path, [("t", 1, 4)], delta.app_id("t", 1), 4)
     assert spark.read.format("delta").load(path).count() == len(rows) + 2
+
+
+def test_a_table_two_writers_create_at_once_is_created_by_one(spark, tmp_path):
+    """A writer whose transaction began before the table existed cannot commit a second
+    version 0 over the first job's: Delta fails its commit (its job is then retried)."""
+    path = str(tmp_path / "t")
+    jvm = spark._jvm
+    other = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
+    assert other.readVersion() == -1
+    delta.append(spark, _job_rows(spark, [("t", 0, 0)]), path, ["topic"], {("t", 0): 0})
+    rows = _job_rows(spark, [("t", 0, 1)])
+    other.updateMetadataForNewTable(delta._new_table_metadata(jvm, rows._jdf.schema().asNullable().json(), ["topic"]))
+    actions = list(jvm.scala.jdk.javaapi.CollectionConverters.asJava(other.writeFiles(rows._jdf)))
+    none = jvm.scala.Option.empty()
+    write = jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
+        jvm.org.apache.spark.sql.SaveMode.Append, none, none, none, none, none, none, none, none)
+    with pytest.raises(Exception, match="DELTA_PROTOCOL_CHANGED"):
+        other.commit(delta._scala_list(jvm, actions), write)
+    assert len(_commits(path)) == 1
+    assert sorted(r.offset for r in spark.read.format("delta").load(path).collect()) == [0]
 
 
 def test_a_job_behind_what_another_writer_recorded_commits_nothing(spark, tmp_path):

@@ -12,8 +12,8 @@ through Delta's transaction API on the JVM (``DeltaLog.startTransaction``, ``wri
 ``commit``): a Delta commit costs about a second of driver time on a small machine, and the
 DataFrame writer's ``txnAppId``/``txnVersion`` options carry one application per commit, which
 made a job of four partitions four commits.  That path needs the classic session (py4j) and a
-table whose schema the rows already fit (a new table is first created empty, with the rows'
-schema); otherwise (a Spark Connect master, ``merge_schema`` or rows of another shape) each
+table whose schema the rows already fit, or no table yet (its metadata, the rows' schema and
+``partition_by``, then goes in the same commit, as Delta's own writer does); otherwise (a Spark Connect master, ``merge_schema`` or rows of another shape) each
 partition is its own commit through the DataFrame writer, which evolves the table's schema or
 refuses the rows as Delta's writer does.
 
@@ -25,10 +25,10 @@ One table per (topic, consumer group): the application ids name the topic partit
 
 from __future__ import annotations
 
-import os
 import time
+import uuid
 
-from .delta_log import log_dir, transactions
+from .delta_log import transactions
 from .jars import staged_jars
 
 
@@ -88,10 +88,6 @@ def append(spark, df, table_path: str, partition_by: list[str], versions: dict[t
     one commit per partition.  ``merge_schema``: Delta's own option, new columns (fields of
     ``value``) join the table."""
     if not commits_per_partition(spark, merge_schema):
-        if not os.path.isdir(log_dir(table_path)):
-            # A new table: created empty with the rows' schema and partitioning (commit 0),
-            # so the rows themselves still go in one commit.
-            df.limit(0).write.format("delta").mode("append").partitionBy(*partition_by).save(table_path)
         if _append_one_commit(spark, df, table_path, partition_by, versions):
             return
     from pyspark.sql import functions as F
@@ -105,18 +101,23 @@ def append(spark, df, table_path: str, partition_by: list[str], versions: dict[t
 
 def _append_one_commit(spark, df, table_path: str, partition_by: list[str],
                        versions: dict[tuple[str, int], int]) -> bool:
-    """One Delta commit: the rows' files plus a ``txn`` action per partition.  False (nothing
-    done) when the rows' schema or partitioning is not the table's (the DataFrame writer then
-    evolves the table, or names the mismatch)."""
+    """One Delta commit: the rows' files plus a ``txn`` action per partition, and for a new
+    table its metadata.  False (nothing done) when the rows' schema or partitioning is not the
+    table's (the DataFrame writer then evolves the table, or names the mismatch)."""
     jvm = spark._jvm
     scala = jvm.scala
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table_path)
     txn = log.startTransaction()
-    meta = txn.metadata()
-    if (txn.readVersion() < 0
-            or meta.schema().asNullable().json() != df._jdf.schema().asNullable().json()
-            or list(scala.jdk.javaapi.CollectionConverters.asJava(meta.partitionColumns())) != list(partition_by)):
-        return False
+    schema = df._jdf.schema().asNullable().json()
+    if txn.readVersion() < 0:
+        # Two uploaders creating the table at once: Delta lets one commit version 0 and fails
+        # the other, whose job is retried against the table the first created.
+        txn.updateMetadataForNewTable(_new_table_metadata(jvm, schema, partition_by))
+    else:
+        meta = txn.metadata()
+        if (meta.schema().asNullable().json() != schema
+                or list(scala.jdk.javaapi.CollectionConverters.asJava(meta.partitionColumns())) != list(partition_by)):
+            return False
     for (topic, partition), version in sorted(versions.items()):
         # Reading the version also makes a concurrent commit of this application a conflict.
         recorded = txn.txnVersion(app_id(topic, partition))
@@ -134,6 +135,17 @@ def _append_one_commit(spark, df, table_path: str, partition_by: list[str],
         jvm.org.apache.spark.sql.SaveMode.Append, columns, none, none, none, none, none, none, none)
     txn.commit(_scala_list(jvm, actions), operation)
     return True
+
+
+def _new_table_metadata(jvm, schema_json: str, partition_by: list[str]):
+    """A new table's ``metaData`` action: the rows' (nullable) schema, ``partition_by``, no
+    table properties; Delta adds the protocol when the transaction commits it."""
+    actions = jvm.org.apache.spark.sql.delta.actions
+    defaults = getattr(getattr(actions, "Metadata$"), "MODULE$")
+    parquet = actions.Format("parquet", getattr(getattr(getattr(actions, "Format$"), "MODULE$"), "apply$default$2")())
+    created = jvm.scala.Option.apply(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
+    return actions.Metadata(str(uuid.uuid4()), None, None, parquet, schema_json, _scala_list(jvm, partition_by),
+                            getattr(defaults, "apply$default$7")(), created)
 
 
 def _scala_list(jvm, items):
