@@ -233,8 +233,9 @@ class Delivery:
             # sink drops what it already has.  A confirmation that arrives later commits only
             # partitions still assigned (``_commit``).  Waiting here for the upload in flight
             # held the whole group's rebalance (at start-up, for the uploader's cold first job).
-            log.info("revoked %d partition(s) without waiting for the upload in flight: the sink drops by offset "
-                     "what the next owner sends again", len(partitions))
+            if self._in_flight is not None or self._unflushed:
+                log.info("%d partition(s) revoked without waiting for the sink: the next owner reads from the last "
+                         "commit, and the sink drops by offset what it already has", len(partitions))
         else:
             try:
                 self.flush_and_commit(only=set(partitions))
@@ -389,10 +390,15 @@ class Delivery:
         if self.mode is Mode.FLUSHING:
             self._finish_in_flight(block=False)
         if self.mode is Mode.FLUSHING:
-            wants = getattr(self.parts.sink, "wants_flush", None)
-            if wants is not None and not wants() and self._unflushed < self.config.daemon.max_buffered_records:
-                # Only the interval is due (filtered-only progress): the flush in flight will
-                # commit soon anyway; do not stop consuming to wait for it.
+            if getattr(self.parts.sink, "wants_flush", None) is not None \
+                    and self._unflushed < self.config.daemon.max_buffered_records:
+                # A sink that sizes its own batches (and bounds its own memory: the Spark sink
+                # stages what passes its share to disk) keeps gathering while the flush in
+                # flight is made durable, and the next flush, once that one is confirmed, takes
+                # everything gathered: the longer an upload takes, the bigger the next one, so a
+                # job's fixed cost is paid for more rows exactly when the uploader is the
+                # bottleneck.  Only max_buffered_records (records not yet committed) stops the
+                # worker to wait.
                 return
             self._finish_in_flight(block=True)
         if self.mode in (Mode.REWINDING, Mode.STALLED):

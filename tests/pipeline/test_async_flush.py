@@ -9,6 +9,8 @@ with real PySpark and a real broker in tests/spark/test_spark_e2e.py.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kdaemon.config import parse
@@ -132,15 +134,33 @@ def test_consumes_while_a_batch_uploads_and_commits_it_on_confirmation(setup):
     assert consumer.commits == [30]        # the batch's own positions, not the 60 read by now
 
 
-def test_at_most_one_flush_in_flight(setup):
+def test_at_most_one_flush_in_flight_and_the_next_takes_what_gathered_meanwhile(setup):
     build, handles, sinks, durable = setup
     worker, consumer = build(1000)
     for _ in range(6):
         worker.step()
-    # The second batch was due while the first was unconfirmed: the worker waited for the first.
-    assert len(handles) == 2 and handles[0].waited == 1 and handles[1].outcome is None
+    # The second batch was due while the first was unconfirmed: the worker went on consuming
+    # into the sink instead of waiting, and sent nothing more.
+    assert len(handles) == 1 and handles[0].waited == 0 and consumer.position == 60
+    handles[0].confirm()
+    worker.step()
     assert consumer.commits == [30]
-    assert handles[1].offsets == list(range(30, 60))
+    assert len(handles) == 2 and handles[1].offsets == list(range(30, 70))   # all gathered meanwhile
+
+
+def test_a_worker_gathering_behind_a_slow_flush_stops_at_max_buffered_records(setup):
+    """max_buffered_records still bounds what is read and not committed: then the worker waits
+    for the flush in flight."""
+    build, handles, sinks, durable = setup
+    worker, consumer = build(1000)
+    worker.config = worker.delivery.config = replace(
+        worker.config, daemon=replace(worker.config.daemon, max_buffered_records=50))
+    for _ in range(7):
+        worker.step()                      # 0..29 in flight; 30..69 gathered
+    assert len(handles) == 1 and handles[0].waited == 0
+    worker.step()                          # 50 records since that flush: wait for it, then flush them
+    assert handles[0].waited == 1 and consumer.commits == [30]
+    assert len(handles) == 2 and handles[1].offsets == list(range(30, 80))
 
 
 def test_a_failed_upload_rewinds_and_loses_nothing(setup):
