@@ -121,6 +121,27 @@ def test_a_job_behind_what_another_writer_recorded_commits_nothing(spark, tmp_pa
     assert delta.committed_offsets(path) == {("t", 0): 0, ("t", 1): 0}
 
 
+def test_a_writer_recording_the_partition_during_a_job_fails_the_job(spark, tmp_path, monkeypatch):
+    """The job reads the table's offsets from the log after its transaction began; another
+    writer that records the same partition after that read makes the job's commit a conflict
+    (the application was registered as read), so nothing is written twice."""
+    path = str(tmp_path / "t")
+    delta.append(spark, _job_rows(spark, [("t", 0, 0)]), path, ["topic"], {("t", 0): 0})
+    real = delta.committed_offsets
+
+    def read_then_another_writer_commits(table_path):
+        seen = real(table_path)
+        monkeypatch.setattr(delta, "committed_offsets", real)
+        delta.append(spark, _job_rows(spark, [("t", 0, 1)]), path, ["topic"], {("t", 0): 1})
+        return seen
+
+    monkeypatch.setattr(delta, "committed_offsets", read_then_another_writer_commits)
+    with pytest.raises(Exception, match="DELTA_CONCURRENT_TRANSACTION"):
+        delta.append(spark, _job_rows(spark, [("t", 0, 1), ("t", 0, 2)]), path, ["topic"], {("t", 0): 2})
+    assert real(path) == {("t", 0): 1}
+    assert sorted(r.offset for r in spark.read.format("delta").load(path).collect()) == [0, 1]
+
+
 def test_rows_of_another_shape_take_the_dataframe_writer_which_names_the_mismatch(spark, tmp_path):
     path = str(tmp_path / "t")
     delta.append(spark, _job_rows(spark, [("t", 0, 0)]), path, ["topic"], {("t", 0): 0})

@@ -118,9 +118,18 @@ def _append_one_commit(spark, df, table_path: str, partition_by: list[str],
         if (meta.schema().asNullable().json() != schema
                 or list(scala.jdk.javaapi.CollectionConverters.asJava(meta.partitionColumns())) != list(partition_by)):
             return False
+    # What ``txn.txnVersion(app)`` does, without its cost: it registers the application as read
+    # (a concurrent commit that records it is then a conflict at ``commit``) and looks the version
+    # up in the snapshot's transactions, which Delta computes with a Spark job over the log for
+    # every new snapshot, 1-3 s a job here.  The versions are read from the log files instead
+    # (``delta_log``), after the transaction began: at or past its snapshot, so a commit the
+    # read misses came after it and is caught as a conflict.
+    read = txn.readTxn()
+    for topic, partition in sorted(versions):
+        read.addOne(app_id(topic, partition))
+    table_offsets = committed_offsets(table_path)
     for (topic, partition), version in sorted(versions.items()):
-        # Reading the version also makes a concurrent commit of this application a conflict.
-        recorded = txn.txnVersion(app_id(topic, partition))
+        recorded = table_offsets.get((topic, partition), -1)
         if recorded >= version:
             raise ConcurrentOffsets(f"the Delta table at {table_path} already records offset {recorded} of "
                                     f"{topic}[{partition}] (this job's newest is {version}): another writer got "
