@@ -187,70 +187,26 @@ class Layout:
             self.tmp / "tables" / name
 
 
-def throughput_kdaemon(broker: KafkaBroker, lay: Layout, topic: str, produced: Produced, workload: str) -> dict:
-    name = f"kdaemon_{_slug(workload)}_throughput"
+def throughput_kdaemon(broker: KafkaBroker, lay: Layout, topic: str, produced: Produced, workload: str,
+                       warm: "Warmup | None" = None) -> dict:
+    """From launch: wall time from ``kdaemon run``'s launch to every partition's end committed.
+    ``warm``: the daemon running and warm (it delivered the warm-up topic into the table), then
+    given ``topic`` as an operator would (the configuration names it, SIGHUP); wall time and
+    CPU from the SIGHUP."""
+    name = f"kdaemon_{_slug(workload)}_{'warm' if warm else 'throughput'}"
     run_dir, table = lay.run_dir(name), lay.table(name)
-    kd = Kdaemon(run_dir, broker.bootstrap, topic, WORKLOADS[workload], kdaemon_sink(lay.fmt, table, THROUGHPUT_SINK))
+    kd = Kdaemon(run_dir, broker.bootstrap, warm.topic if warm else topic, WORKLOADS[workload],
+                 kdaemon_sink(lay.fmt, table, THROUGHPUT_SINK))
     bcpu0 = broker.cpu_s()
     t0 = kd.start()
     sampler = TreeSampler(kd.proc.pid, kdaemon_kind)
     sampler.start()
     try:
-        t_done = kd.wait_committed(produced.ends, RUN_TIMEOUT_S)
-        figures = sampler.stop()
-        bcpu = broker.cpu_s() - bcpu0
-        kd.stop()
-    finally:
-        sampler._done.set()
-        kd.kill()
-    return _throughput_result("kdaemon", workload, name, table, produced, t_done - t0, figures, bcpu,
-                              log=str(kd.log_path))
-
-
-def throughput_spark(broker: KafkaBroker, lay: Layout, topic: str, produced: Produced, workload: str) -> dict:
-    name = f"spark_{_slug(workload)}_throughput"
-    run_dir, table = lay.run_dir(name), lay.table(name)
-    peer = SparkPeer(run_dir, spark_spec(lay.fmt, table, run_dir / "checkpoint", broker.bootstrap, topic, workload,
-                                         "availableNow"))
-    bcpu0 = broker.cpu_s()
-    t0 = peer.start()
-    sampler = TreeSampler(peer.proc.pid, spark_kind)
-    sampler.start()
-    try:
-        done = peer.wait_event("done", RUN_TIMEOUT_S)
-        figures = sampler.stop()
-        bcpu = broker.cpu_s() - bcpu0
-        peer.stop()
-    finally:
-        sampler._done.set()
-        peer.kill()
-    r = _throughput_result("spark", workload, name, table, produced, done["t_done"] - t0, figures, bcpu,
-                           log=str(peer.log_path))
-    r.update(session_start_s=done["t_session"] - t0, query_s=done["t_done"] - done["t_started"],
-             input_rows=done["input_rows"], batches_with_rows=done["batches_with_rows"])
-    if done["input_rows"] != produced.records:
-        r["warning"] = f"the query read {done['input_rows']} records, the topic holds {produced.records}"
-    return r
-
-
-def warm_kdaemon(broker: KafkaBroker, lay: Layout, warm: "Warmup", topic: str, produced: Produced,
-                 workload: str) -> dict:
-    """The daemon running and warm (it delivered the warm-up topic into the table), then given
-    the full topic as an operator would: the configuration names it, SIGHUP.  Wall time from
-    the SIGHUP to every partition's end committed; CPU over the same window."""
-    name = f"kdaemon_{_slug(workload)}_warm"
-    run_dir, table = lay.run_dir(name), lay.table(name)
-    kd = Kdaemon(run_dir, broker.bootstrap, warm.topic, WORKLOADS[workload],
-                 kdaemon_sink(lay.fmt, table, THROUGHPUT_SINK))
-    kd.start()
-    sampler = TreeSampler(kd.proc.pid, kdaemon_kind)
-    sampler.start()
-    try:
-        kd.wait_committed(warm.produced.ends, RUN_TIMEOUT_S)
-        sampler.rebase()
-        bcpu0 = broker.cpu_s()
-        t0 = time.time()
-        kd.switch_topic(topic)
+        if warm:
+            kd.wait_committed(warm.produced.ends, RUN_TIMEOUT_S)
+            sampler.rebase()
+            bcpu0, t0 = broker.cpu_s(), time.time()
+            kd.switch_topic(topic)
         t_done = kd.wait_committed(produced.ends, RUN_TIMEOUT_S)
         figures = sampler.stop()
         bcpu = broker.cpu_s() - bcpu0
@@ -260,29 +216,32 @@ def warm_kdaemon(broker: KafkaBroker, lay: Layout, warm: "Warmup", topic: str, p
         kd.kill()
     r = _throughput_result("kdaemon", workload, name, table, produced, t_done - t0, figures, bcpu,
                            log=str(kd.log_path))
-    r["expected"] = add_produced(warm.produced, produced).expected[workload]
+    if warm:
+        r["expected"] = add_produced(warm.produced, produced).expected[workload]
     return r
 
 
-def warm_spark(broker: KafkaBroker, lay: Layout, warm: "Warmup", topic: str, produced: Produced,
-               workload: str) -> dict:
-    """The Spark driver's session warm (an ``availableNow`` query delivered the warm-up topic
-    into the table), then the ``availableNow`` query on the full topic started in it.  Wall time
-    from that start to the query's end; CPU over the same window."""
-    name = f"spark_{_slug(workload)}_warm"
+def throughput_spark(broker: KafkaBroker, lay: Layout, topic: str, produced: Produced, workload: str,
+                     warm: "Warmup | None" = None) -> dict:
+    """From launch: wall time from the driver's launch to the end of the ``availableNow`` query.
+    ``warm``: the driver's session warm (an ``availableNow`` query delivered the warm-up topic
+    into the table), then the query on ``topic`` started in it; wall time and CPU from there."""
+    name = f"spark_{_slug(workload)}_{'warm' if warm else 'throughput'}"
     run_dir, table = lay.run_dir(name), lay.table(name)
     spec = spark_spec(lay.fmt, table, run_dir / "checkpoint", broker.bootstrap, topic, workload, "availableNow")
-    spec.update(warmup_topic=warm.topic, warmup_checkpoint=str(run_dir / "checkpoint-warmup"))
+    if warm:
+        spec.update(warmup_topic=warm.topic, warmup_checkpoint=str(run_dir / "checkpoint-warmup"))
     peer = SparkPeer(run_dir, spec)
-    peer.start()
+    bcpu0 = broker.cpu_s()
+    t0 = peer.start()
     sampler = TreeSampler(peer.proc.pid, spark_kind)
     sampler.start()
     try:
-        peer.wait_event("warm", RUN_TIMEOUT_S)
-        sampler.rebase()
-        bcpu0 = broker.cpu_s()
-        t0 = time.time()
-        peer.go()
+        if warm:
+            peer.wait_event("warm", RUN_TIMEOUT_S)
+            sampler.rebase()
+            bcpu0, t0 = broker.cpu_s(), time.time()
+            peer.go()
         done = peer.wait_event("done", RUN_TIMEOUT_S)
         figures = sampler.stop()
         bcpu = broker.cpu_s() - bcpu0
@@ -293,7 +252,11 @@ def warm_spark(broker: KafkaBroker, lay: Layout, warm: "Warmup", topic: str, pro
     r = _throughput_result("spark", workload, name, table, produced, done["t_done"] - t0, figures, bcpu,
                            log=str(peer.log_path))
     r.update(query_s=done["t_done"] - done["t_started"], input_rows=done["input_rows"],
-             expected=add_produced(warm.produced, produced).expected[workload])
+             batches_with_rows=done["batches_with_rows"])
+    if warm:
+        r["expected"] = add_produced(warm.produced, produced).expected[workload]
+    else:
+        r["session_start_s"] = done["t_session"] - t0
     if done["input_rows"] != produced.records:
         r["warning"] = f"the query read {done['input_rows']} records, the topic holds {produced.records}"
     return r
@@ -490,46 +453,29 @@ def main(argv: list[str] | None = None) -> int:
                 warm = Warmup(warm_topic, produce(broker.bootstrap, warm_topic, args.records // 10, args.workloads,
                                                   seed=7))
                 results["produce"]["warmup"] = {"topic": warm_topic, "records": warm.produced.records}
-            for w in args.workloads:
-                for side, run in (("kdaemon", throughput_kdaemon), ("spark", throughput_spark)):
-                    if side not in args.sides:
-                        continue
-                    try:
-                        r = run(broker, lay, topic, produced, w)
-                    except Exception as exc:   # noqa: BLE001 - one failed run is reported, the rest go on
-                        r = {"side": side, "workload": w, "error": str(exc)}
-                    results["throughput"][f"{side}/{w}"] = r
-                    if "error" in r:
-                        print(f"throughput {w} {side}: FAILED: {r['error']}", flush=True)
-                        continue
-                    items.append({"name": r["name"], "side": side, "format": args.format, "path": r["table"],
-                                  "expected": produced.expected[w], "kept_types_hex": kept_types(w)})
-                    print(f"throughput {w} {side}: {r['records_per_s']:,.0f} records/s ({r['wall_s']:.1f} s), "
-                          f"CPU {r['cpu_s']:.1f} s = {r['cpu_s_per_m']:.1f} s/M "
-                          f"{ {k: round(v, 1) for k, v in r['cpu_s_by_process'].items() if v >= 0.05} }, broker CPU "
-                          f"{r['broker_cpu_s']:.1f} s, peak RSS {r['rss_peak_mb']:,.0f} MB (sum of peaks "
-                          f"{r['hwm_sum_mb']:,.0f} MB) "
-                          f"{ {k: round(v) for k, v in r['rss_at_peak_mb_by_process'].items()} }" + (f"; WARNING {r['warning']}" if r.get("warning") else ""),
-                          flush=True)
-            for w in args.workloads if warm is not None else []:
-                for side, run in (("kdaemon", warm_kdaemon), ("spark", warm_spark)):
-                    if side not in args.sides:
-                        continue
-                    try:
-                        r = run(broker, lay, warm, topic, produced, w)
-                    except Exception as exc:   # noqa: BLE001
-                        r = {"side": side, "workload": w, "error": str(exc)}
-                    results["warm"][f"{side}/{w}"] = r
-                    if "error" in r:
-                        print(f"warm {w} {side}: FAILED: {r['error']}", flush=True)
-                        continue
-                    items.append({"name": r["name"], "side": side, "format": args.format, "path": r["table"],
-                                  "expected": r["expected"], "kept_types_hex": kept_types(w)})
-                    print(f"warm {w} {side}: {r['records_per_s']:,.0f} records/s ({r['wall_s']:.1f} s), "
-                          f"CPU {r['cpu_s']:.1f} s = {r['cpu_s_per_m']:.1f} s/M "
-                          f"{ {k: round(v, 1) for k, v in r['cpu_s_by_process'].items() if v >= 0.05} }, broker CPU "
-                          f"{r['broker_cpu_s']:.1f} s, peak RSS {r['rss_peak_mb']:,.0f} MB"
-                          + (f"; WARNING {r['warning']}" if r.get("warning") else ""), flush=True)
+            for run_name, warmup in (("throughput", None), ("warm", warm)):
+                for w in args.workloads if run_name == "throughput" or warm is not None else []:
+                    for side, run in (("kdaemon", throughput_kdaemon), ("spark", throughput_spark)):
+                        if side not in args.sides:
+                            continue
+                        try:
+                            r = run(broker, lay, topic, produced, w, warmup)
+                        except Exception as exc:   # noqa: BLE001 - one failed run is reported, the rest go on
+                            r = {"side": side, "workload": w, "error": str(exc)}
+                        results[run_name][f"{side}/{w}"] = r
+                        if "error" in r:
+                            print(f"{run_name} {w} {side}: FAILED: {r['error']}", flush=True)
+                            continue
+                        items.append({"name": r["name"], "side": side, "format": args.format, "path": r["table"],
+                                      "expected": r.get("expected", produced.expected[w]),
+                                      "kept_types_hex": kept_types(w)})
+                        print(f"{run_name} {w} {side}: {r['records_per_s']:,.0f} records/s ({r['wall_s']:.1f} s), "
+                              f"CPU {r['cpu_s']:.1f} s = {r['cpu_s_per_m']:.1f} s/M "
+                              f"{ {k: round(v, 1) for k, v in r['cpu_s_by_process'].items() if v >= 0.05} }, "
+                              f"broker CPU {r['broker_cpu_s']:.1f} s, peak RSS {r['rss_peak_mb']:,.0f} MB (sum of "
+                              f"peaks {r['hwm_sum_mb']:,.0f} MB) "
+                              f"{ {k: round(v) for k, v in r['rss_at_peak_mb_by_process'].items()} }"
+                              + (f"; WARNING {r['warning']}" if r.get("warning") else ""), flush=True)
             if not args.no_latency:
                 for w in args.workloads:
                     for side in args.sides:
