@@ -62,8 +62,10 @@ class FakeWriter:
             from kdaemon.sinks.spark.writer import BadValues
             raise BadValues("[USER_RAISED_EXCEPTION] kdaemon: a value does not parse as value_schema")
         tables = []
+        self.held_offsets = []
         for path, name, drop in batches:
             t = pq.read_table(path)
+            self.held_offsets.append(t.column("offset").to_pylist())
             for first, last in drop:
                 offsets = t.column("offset")
                 t = t.filter(pa.compute.invert(pa.compute.and_(pa.compute.greater_equal(offsets, first),
@@ -117,6 +119,7 @@ def test_overlapping_batches_add_only_new_rows(up, tmp_path):
     up.upload([_stage(tmp_path, 0, range(0, 100))])
     # A worker that lost its commit reads again from 50 with other batch boundaries.
     up.upload([_stage(tmp_path, 0, range(50, 150))])
+    assert up.writer.held_offsets == [list(range(100, 150))]   # the job reads only the new rows
     # The same batch again (a lost confirmation): nothing to do, no Spark job.
     jobs = up.writer.jobs
     up.upload([_stage(tmp_path, 0, range(50, 150))])

@@ -43,7 +43,6 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -332,10 +331,10 @@ class Uploader:
             except (OSError, staged.StagedFileError) as exc:
                 req.error = f"cannot read the staged batch {req.file}: {exc}"
                 continue
-            item = _inspect(req, table, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
+            item, new = _inspect(req, table, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
             if item.new_rows:
-                self._hold(req, table)
-            del table
+                self._hold(req, new)
+            del table, new
             # Later requests of this job overlapping this one drop what it brings.
             known.append((req.batch.first, req.batch.last))
             fresh.append(item)
@@ -461,9 +460,11 @@ class Fresh:
     max_ts: int | None
 
 
-def _inspect(req: Request, table, drop: list[tuple[int, int]]) -> Fresh:
-    """A staged batch's number of rows not inside ``drop`` and its timestamp range."""
-    rows = table.num_rows
+def _inspect(req: Request, table, drop: list[tuple[int, int]]) -> tuple[Fresh, object]:
+    """A staged batch's number of rows not inside ``drop`` and its timestamp range; and the
+    batch without those rows, which is what the job reads: a partition read again by its next
+    owner after a rebalance (kdaemon/worker/delivery.py ``on_revoked``) comes in batches that
+    overlap what is uploaded, and Spark need not read those rows only to drop them."""
     ts = pc.min_max(table.column("timestamp"))
     if drop:
         offsets = table.column("offset")
@@ -471,8 +472,8 @@ def _inspect(req: Request, table, drop: list[tuple[int, int]]) -> Fresh:
         for first, last in drop:
             c = pc.and_(pc.greater_equal(offsets, first), pc.less_equal(offsets, last))
             inside = c if inside is None else pc.or_(inside, c)
-        rows -= pc.sum(inside.cast(pa.int64())).as_py() or 0
-    return Fresh(req, drop, rows, ts["min"].as_py(), ts["max"].as_py())
+        table = table.filter(pc.invert(inside))
+    return Fresh(req, drop, table.num_rows, ts["min"].as_py(), ts["max"].as_py()), table
 
 
 def _unlink_quietly(path: str) -> None:
