@@ -397,8 +397,8 @@ class Delivery:
                 # flight is made durable, and the next flush, once that one is confirmed, takes
                 # everything gathered: the longer an upload takes, the bigger the next one, so a
                 # job's fixed cost is paid for more rows exactly when the uploader is the
-                # bottleneck.  Only max_buffered_records (records not yet committed) stops the
-                # worker to wait.
+                # bottleneck.  Only max_buffered_records records written since the flush in
+                # flight began make the worker wait.
                 return
             self._finish_in_flight(block=True)
         if self.mode in (Mode.REWINDING, Mode.STALLED):

@@ -13,9 +13,10 @@ through Delta's transaction API on the JVM (``DeltaLog.startTransaction``, ``wri
 DataFrame writer's ``txnAppId``/``txnVersion`` options carry one application per commit, which
 made a job of four partitions four commits.  That path needs the classic session (py4j) and a
 table whose schema the rows already fit, or no table yet (its metadata, the rows' schema and
-``partition_by``, then goes in the same commit, as Delta's own writer does); otherwise (a Spark Connect master, ``merge_schema`` or rows of another shape) each
-partition is its own commit through the DataFrame writer, which evolves the table's schema or
-refuses the rows as Delta's writer does.
+``partition_by``, then goes in the same commit, as Delta's own writer does); otherwise (a
+Spark Connect master, ``merge_schema`` or rows of another shape) each partition is its own
+commit through the DataFrame writer, which evolves the table's schema or refuses the rows as
+Delta's writer does.
 
 The rest of the exactly-once bookkeeping is shared with Iceberg (``tables.py``): the recorded
 versions are the table's committed offsets, read from its log (``delta_log.transactions``).
