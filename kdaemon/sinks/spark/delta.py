@@ -125,11 +125,9 @@ def _append_one_commit(spark, df, table_path: str, partition_by: list[str],
     # every new snapshot, 1-3 s a job here.  The versions are read from the log files instead
     # (``delta_log``), after the transaction began: at or past its snapshot, so a commit the
     # read misses came after it and is caught as a conflict.
-    read = txn.readTxn()
-    for topic, partition in sorted(versions):
-        read.addOne(app_id(topic, partition))
-    table_offsets = committed_offsets(table_path)
+    read, table_offsets = txn.readTxn(), committed_offsets(table_path)
     for (topic, partition), version in sorted(versions.items()):
+        read.addOne(app_id(topic, partition))
         recorded = table_offsets.get((topic, partition), -1)
         if recorded >= version:
             raise ConcurrentOffsets(f"the Delta table at {table_path} already records offset {recorded} of "
