@@ -1,6 +1,11 @@
 """A Spark the uploader cannot use: the daemon says why (once), commits nothing, does not run
 ahead or read anything twice while it waits, and delivers exactly once after the configuration
-is fixed and reloaded (SIGHUP)."""
+is fixed and reloaded (SIGHUP).
+
+On Apache Kafka: the reload restarts each worker, a static group member, and on Tansu a static
+member restarted after the group's first rebalance can wedge the group (its SyncGroup gets
+REBALANCE_IN_PROGRESS forever while the other member's heartbeats succeed; the stop-26 CI run).
+"""
 
 from __future__ import annotations
 
@@ -16,21 +21,21 @@ from tests.spark.support import (Produced, SizeSampler, SparkDaemon, assert_exac
 
 requires_spark()
 
-pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
 BAD_MASTER = "spark://127.0.0.1:1"
 STAGING_LIMIT = 16 * 1024 * 1024   # one staged batch of 5,000 records per worker is well under 1 MB
 
 
-def test_bad_master_commits_nothing_then_reload_delivers_exactly_once(broker, spark, tmp_path):
-    topic = new_topic(broker.bootstrap, 4)
+def test_bad_master_commits_nothing_then_reload_delivers_exactly_once(kafka, spark, tmp_path):
+    topic = new_topic(kafka.bootstrap, 4)
     produced = Produced(topic, 4)
     now_ms = int(time.time() * 1000)
     rng = random.Random(5)
-    produce(broker.bootstrap, produced, [make_record(i, rng, now_ms) for i in range(30_000)])
+    produce(kafka.bootstrap, produced, [make_record(i, rng, now_ms) for i in range(30_000)])
     out = tmp_path / "out"
     group = f"g-{topic}"
-    config = spark_config(tmp_path / "d", broker.bootstrap, topic, group, out,
+    config = spark_config(tmp_path / "d", kafka.bootstrap, topic, group, out,
                           sink={"master": BAD_MASTER, "max_records": 5000, "max_age_s": 1})
     daemon = SparkDaemon(tmp_path / "d", config)
     staging = SizeSampler(daemon.state_dir / "spark-staging")
@@ -45,7 +50,7 @@ def test_bad_master_commits_nothing_then_reload_delivers_exactly_once(broker, sp
         while time.monotonic() < observed_until:
             # -1, or 0: a worker may pin its starting position (the reset to earliest) as Java's
             # consumer does, which says nothing was consumed.  Anything above it is a loss.
-            offsets = committed(broker.bootstrap, group, topic, 4)
+            offsets = committed(kafka.bootstrap, group, topic, 4)
             assert all(off <= 0 for off, _ in offsets.values()), \
                 f"something was committed although nothing can be uploaded: {offsets}"
             time.sleep(1)
@@ -59,7 +64,7 @@ def test_bad_master_commits_nothing_then_reload_delivers_exactly_once(broker, sp
         daemon.write_config(config)
         daemon.signal(signal.SIGHUP)
         daemon.wait_log(re.escape("uploader listening on"), timeout=90)
-        daemon.wait_caught_up(broker.bootstrap, produced, timeout=120)
+        daemon.wait_caught_up(kafka.bootstrap, produced, timeout=120)
         assert daemon.stop() == 0, daemon.log_tail()
     peak = staging.stop()
 
@@ -67,7 +72,9 @@ def test_bad_master_commits_nothing_then_reload_delivers_exactly_once(broker, sp
     error_line = next(l for l in log.splitlines() if "is not reachable" in l and "kdaemon.spark.uploader" in l)
     assert "fix [sink] master and reload (SIGHUP)" in error_line
     workers = config["daemon"]["workers"]
-    assert 1 <= log.count("sink unavailable (") <= workers, log.count("sink unavailable (")
+    # Once per worker process: those before the reload, and those it started, which may find the
+    # restarting uploader not listening yet.
+    assert 1 <= log.count("sink unavailable (") <= 2 * workers, log.count("sink unavailable (")
     # A worker the reload's roll stopped while it waited never saw the sink back: at least one did.
     assert 1 <= log.count("sink available again after") <= log.count("sink unavailable (")
     assert peak < STAGING_LIMIT, f"staging grew to {peak} bytes"
