@@ -146,11 +146,24 @@ def machine_line(machine: dict) -> str:
             f"load average at start {', '.join(f'{v:.2f}' for v in machine['loadavg_at_start'])}")
 
 
-def banner(script: str, *, accelerated: bool | None = None) -> dict:
+def banner(script: str, *, accelerated: bool | None = None, require_accelerated: bool = False) -> dict:
     """Print a benchmark's header (date, Python, CPU and load, versions, the C accelerator, which
     kdaemon sources) and return what it printed, for the JSON report: ``started``, ``machine``,
-    ``versions``, ``source``."""
+    ``versions``, ``source``.
+
+    ``accelerated`` defaults to whether this process has the C record loop: the daemons a bench
+    starts import kdaemon from the same tree with the same environment (``child_env``), so they
+    have it too.  ``require_accelerated`` stops a bench that measures kdaemon's consuming when the
+    loop is missing and ``KDAEMON_PURE_PYTHON`` does not ask for that on purpose: a worktree made
+    with ``git worktree``/``checkout`` has the C source but not the built module (it is ignored
+    by git), and its figures would silently be the pure-Python fallback's."""
     from bench import _common
+    if accelerated is None:
+        from kdaemon.protocol.record_loop import ACCELERATED as accelerated
+    if require_accelerated and not accelerated and not os.environ.get("KDAEMON_PURE_PYTHON"):
+        raise SystemExit(f"{script}: the C record loop (kdaemon/protocol/_speedups.c) is not built in "
+                         f"{_common.REPO_ROOT}: run `python setup.py build_ext --inplace` there, or set "
+                         "KDAEMON_PURE_PYTHON=1 to measure the pure-Python fallback on purpose")
     machine = _common.machine_facts()
     machine["loadavg_at_start"] = os.getloadavg()
     started = datetime.now(timezone.utc)
@@ -159,8 +172,7 @@ def banner(script: str, *, accelerated: bool | None = None) -> dict:
     print(machine_line(machine))
     vers = versions()
     print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
-    if accelerated is not None:
-        print(f"C accelerator (records.ACCELERATED): {'active' if accelerated else 'NOT active'}")
+    print(f"C accelerator (records.ACCELERATED): {'active' if accelerated else 'NOT active'}")
     source = source_fingerprint()
     print(f"kdaemon from {source['path']}, sources sha256 {source['sha256']}"
           + (f", git HEAD {source['git_head']} with {source['git_dirty']} changed file(s) under kdaemon/"

@@ -548,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kdaemon.protocol import records as krecords
 
-    head = banner("bench/consume.py", accelerated=krecords.ACCELERATED)
+    head = banner("bench/consume.py", accelerated=krecords.ACCELERATED, require_accelerated=True)
     source = head["source"]
     sizes = [fetch_request_sizes(v) for v in (12, 13, 18)]
     report: dict = {"date": head["started"].isoformat(timespec="seconds"), "machine": head["machine"],

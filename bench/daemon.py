@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench import _common
 
-    head = banner("bench/daemon.py")
+    head = banner("bench/daemon.py", require_accelerated=True)
     machine, started, source = head["machine"], head["started"], head["source"]
     print(f"daemon workers publish their counters every {args.metrics_interval:g} s"
           + (" (the daemon's own cadence)" if args.metrics_interval == SHIPPED_METRICS_INTERVAL_S

@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kdaemon.protocol import records as krecords
 
-    head = banner("bench/pipeline.py", accelerated=krecords.ACCELERATED)
+    head = banner("bench/pipeline.py", accelerated=krecords.ACCELERATED, require_accelerated=True)
     source = head["source"]
     print(f"poll size {args.poll_records:,} records; flush + fsync every {args.flush_ms} ms; fetch sizes "
           f"{MAX_PARTITION_FETCH_BYTES >> 20} MiB per partition, {FETCH_MAX_BYTES >> 20} MiB per request")

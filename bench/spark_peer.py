@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.records <= 0 or args.records % RECORDS_UNIT:
         parser.error(f"--records must be a positive multiple of {RECORDS_UNIT} (a tenth of each type)")
 
-    head = _report.banner("bench/spark_peer.py")
+    head = _report.banner("bench/spark_peer.py", require_accelerated=True)
     import pyspark
     from bench._spark_peer_spark import kafka_source_jars
     jars = kafka_source_jars()   # staged before any measurement (Maven, once)
