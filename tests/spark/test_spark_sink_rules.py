@@ -188,6 +188,44 @@ def test_a_missing_staged_file_fails_only_its_own_request(up, tmp_path):
     assert layout.uploaded_ranges(up.root, TOPIC, 1) == []
 
 
+def test_a_batch_after_an_unreadable_one_of_its_partition_is_not_uploaded(up, tmp_path):
+    # A table records the newest offset it took per partition, and rows at or below it count as
+    # uploaded when they are read again: uploading 10-19 while 0-9 cannot be read would lose 0-9.
+    gone, after = _stage(tmp_path, 0, range(0, 10)), _stage(tmp_path, 0, range(10, 20))
+    other = _stage(tmp_path, 1, range(0, 10))
+    os.unlink(gone.file)
+    up.upload([after, gone, other])
+    assert "cannot read the staged batch" in gone.error
+    assert "an earlier batch of the same partition (" + gone.batch.name + ") could not be read" in after.error
+    assert other.error is None
+    assert _output_offsets(Path(up.root)) == [(1, o) for o in range(10)]
+    assert layout.uploaded_ranges(up.root, TOPIC, 0) == []
+
+
+def test_later_batches_of_that_partition_on_that_connection_are_refused(up, tmp_path):
+    """A flush bigger than one job: its partition's later batches, queued or still to come on
+    that worker's connection, are refused once an earlier one could not be read; another
+    connection (the rewound worker's new sink) is not."""
+    conn, worker_end = socket.socketpair()
+    new_conn, _new_worker_end = socket.socketpair()
+    gone = _stage(tmp_path, 0, range(0, 10))
+    queued, other = _stage(tmp_path, 0, range(10, 20)), _stage(tmp_path, 1, range(0, 10))
+    later, fresh = _stage(tmp_path, 0, range(20, 30)), _stage(tmp_path, 0, range(0, 30))
+    for r, c, i in ((gone, conn, 1), (queued, conn, 2), (other, conn, 3), (later, conn, 4), (fresh, new_conn, 5)):
+        r.conn, r.id = c, i
+    os.unlink(gone.file)
+    up._queue = [queued, other]
+    up._run_job([gone])
+    assert up._queue == [other]
+    assert up._refuses(later) and not up._refuses(fresh)
+    worker_end.settimeout(5)
+    replies = [UploadReply.decode(line) for line in worker_end.recv(65536).splitlines()]
+    assert [(r.id, r.ok) for r in replies] == [(1, False), (2, False)]
+    assert "could not be read" in replies[1].error
+    up._drop(conn)
+    assert not up._refused
+
+
 def test_a_worker_directory_removed_during_the_job_fails_nothing(up, tmp_path):
     # A dead worker's successor removes its staging directory (staging._discard_dead_staging)
     # while a job holding its batch runs: the job reads the uploader's links, so both batches

@@ -100,6 +100,9 @@ class Uploader:
         self._sel = selectors.DefaultSelector()
         self._buffers: dict[socket.socket, bytes] = {}
         self._queue: list[Request] = []
+        # Per connection, the first batch of each partition that could not be read: later
+        # batches of that partition on that connection are refused (``_fail_queued_after``).
+        self._refused: dict[socket.socket, dict[tuple[str, int], BatchId]] = {}
         self.jobs = 0
         self._careful_jobs = 0   # jobs still to prepare with the dead-letter pass (_write_rows)
 
@@ -238,8 +241,11 @@ class Uploader:
                     if isinstance(msg, dict) and isinstance(msg.get("id"), int):
                         self._send(conn, UploadReply(msg["id"], False, f"bad request: {exc}"))
                     continue
-                self._queue.append(Request(conn, wanted.id, wanted.file, wanted.topic, wanted.batch,
-                                           wanted.rows))
+                req = Request(conn, wanted.id, wanted.file, wanted.topic, wanted.batch, wanted.rows)
+                if self._refuses(req):
+                    self._refuse(req)
+                else:
+                    self._queue.append(req)
 
     def _drop(self, conn: socket.socket) -> None:
         """A worker went away: what it still had queued is nobody's to confirm."""
@@ -248,6 +254,7 @@ class Uploader:
         except (KeyError, ValueError):
             pass
         self._buffers.pop(conn, None)
+        self._refused.pop(conn, None)
         conn.close()
         self._queue = [r for r in self._queue if r.conn is not conn]
 
@@ -287,6 +294,34 @@ class Uploader:
             if req.error is not None:
                 log.error("batch %s of %s not uploaded: %s", req.batch.name, req.topic, req.error)
             self._reply(req, req.error is None, req.error)
+            if req.error is not None:
+                self._fail_queued_after(req)
+
+    def _fail_queued_after(self, req: Request) -> None:
+        """Refuse the batches of ``req``'s partition that its worker sent after it, queued or
+        still to come on that connection (a flush bigger than one job): uploading them would
+        record offsets past rows that are not in the table, and a table's recorded offset
+        counts as uploaded for the rows read again.  The worker rewinds with a new sink and so a
+        new connection, which starts clean."""
+        if req.conn is None:
+            return
+        refused = self._refused.setdefault(req.conn, {})
+        key = (req.topic, req.batch.partition)
+        if key not in refused or req.batch.first < refused[key].first:
+            refused[key] = req.batch
+        later = [r for r in self._queue if self._refuses(r)]
+        self._queue = [r for r in self._queue if r not in later]
+        for r in later:
+            self._refuse(r)
+
+    def _refuses(self, r: Request) -> bool:
+        failed = self._refused.get(r.conn, {}).get((r.topic, r.batch.partition))
+        return failed is not None and r.batch.first > failed.first
+
+    def _refuse(self, r: Request) -> None:
+        r.error = _after_failed(self._refused[r.conn][(r.topic, r.batch.partition)])
+        log.error("batch %s of %s not uploaded: %s", r.batch.name, r.topic, r.error)
+        self._reply(r, False, r.error)
 
     def upload(self, requests: list[Request]) -> tuple[int, int | None]:
         """Upload the batches; return the number of rows written (after dropping rows already
@@ -318,18 +353,25 @@ class Uploader:
     def _upload_held(self, requests: list[Request], ranges: dict, fresh: list["Fresh"]) -> tuple[int, int | None]:
         """``upload`` under the partition locks; every staged file it uses is held first."""
         root = self.root
+        failed: dict[tuple[str, int], BatchId] = {}   # the first unreadable batch of each partition
         for req in sorted(requests, key=lambda r: (r.topic, r.batch)):
-            known = ranges[(req.topic, req.batch.partition)]
+            key = (req.topic, req.batch.partition)
+            known = ranges[key]
             if (req.batch.first, req.batch.last) in known:
                 continue  # uploaded before (its confirmation was lost): nothing to do
+            if key in failed:
+                req.error = _after_failed(failed[key])
+                continue
             try:
                 table = staged.read(req.file)
             except FileNotFoundError:
                 req.error = (f"cannot read the staged batch {req.file}: it is gone, its worker ended before the "
                              "upload (the records are read again from the committed offsets)")
+                failed[key] = req.batch
                 continue
             except (OSError, staged.StagedFileError) as exc:
                 req.error = f"cannot read the staged batch {req.file}: {exc}"
+                failed[key] = req.batch
                 continue
             item, new = _inspect(req, table, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
             if item.new_rows:
@@ -474,6 +516,13 @@ def _inspect(req: Request, table, drop: list[tuple[int, int]]) -> tuple[Fresh, o
             inside = c if inside is None else pc.or_(inside, c)
         table = table.filter(pc.invert(inside))
     return Fresh(req, drop, table.num_rows, ts["min"].as_py(), ts["max"].as_py()), table
+
+
+def _after_failed(batch: BatchId) -> str:
+    # The rows of a partition go in in offset order: a table records the newest offset it took
+    # per partition, and rows at or below it count as uploaded when they are read again.
+    return (f"an earlier batch of the same partition ({batch.name}) could not be read; "
+            "the worker reads both again")
 
 
 def _unlink_quietly(path: str) -> None:
