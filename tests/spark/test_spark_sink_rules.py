@@ -226,6 +226,29 @@ def test_later_batches_of_that_partition_on_that_connection_are_refused(up, tmp_
     assert not up._refused
 
 
+def test_a_flush_read_in_pieces_is_one_job(up, tmp_path):
+    """A worker's flush arrives in two reads, the second line cut between them: the job waits
+    for the rest (a flush split over two jobs is committed only after the second)."""
+    import selectors
+    import threading
+    worker_end, conn = socket.socketpair()
+    conn.setblocking(False)
+    up._sel.register(conn, selectors.EVENT_READ, "conn")
+    up._buffers[conn] = b""
+    lines = b"".join(UploadRequest(i, f"/nowhere/{i}", TOPIC, 0, 10 * i, 10 * i + 9, 10).encode()
+                     for i in range(1, 6))
+    cut = lines.index(b"\n", lines.index(b"\n") + 1) + 5   # two whole requests and a piece
+    worker_end.sendall(lines[:cut])
+    assert up._pump(None, 1.0) and len(up._queue) == 2
+    rest = threading.Timer(0.05, worker_end.sendall, args=(lines[cut:],))
+    rest.start()
+    batch = up._gather(None)
+    rest.join()
+    assert [r.id for r in batch] == [1, 2, 3, 4, 5] and not up._queue
+    up._drop(conn)
+    worker_end.close()
+
+
 def test_a_worker_directory_removed_during_the_job_fails_nothing(up, tmp_path):
     # A dead worker's successor removes its staging directory (staging._discard_dead_staging)
     # while a job holding its batch runs: the job reads the uploader's links, so both batches

@@ -162,12 +162,16 @@ class UploaderClient:
         """Send upload requests (``UploadRequest`` fields but the id); return their ids for
         ``collect``."""
         sock = self._connect()
-        ids = set()
+        ids, lines = set(), []
+        for req in requests:
+            self._next_id += 1
+            ids.add(self._next_id)
+            lines.append(UploadRequest(id=self._next_id, **req).encode())
         try:
-            for req in requests:
-                self._next_id += 1
-                ids.add(self._next_id)
-                sock.sendall(UploadRequest(id=self._next_id, **req).encode())
+            # One write: the uploader starts a job once every worker has asked, and a flush's
+            # requests arriving in pieces were split over two jobs (the flush confirmed, and
+            # committed, only after the second).
+            sock.sendall(b"".join(lines))
         except OSError as exc:
             self.close()
             raise UploaderUnavailable(f"the Spark uploader did not take the upload: {exc}") from None

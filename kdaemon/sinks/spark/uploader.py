@@ -141,14 +141,7 @@ class Uploader:
             while not self._stop:
                 self._pump(server, 0.5)
                 if self._queue:
-                    # Gather what else arrives shortly into the same job (a job's fixed cost is
-                    # about half a second), but do not wait once every worker has asked.
-                    deadline = time.monotonic() + COALESCE_S
-                    while time.monotonic() < deadline and len(self._queue) < MAX_REQUESTS_PER_JOB \
-                            and not self._everyone_waiting():
-                        self._pump(server, max(0.0, deadline - time.monotonic()))
-                    batch, self._queue = self._queue[:MAX_REQUESTS_PER_JOB], self._queue[MAX_REQUESTS_PER_JOB:]
-                    self._run_job(batch)
+                    self._run_job(self._gather(server))
         finally:
             server.close()
             for conn in list(self._buffers):
@@ -159,6 +152,20 @@ class Uploader:
                 pass
             self.writer.stop()
         return 0
+
+    def _gather(self, server: socket.socket | None) -> list[Request]:
+        """The next job's requests: what else arrives shortly joins the queued ones (a job's
+        fixed cost is about half a second), without waiting once every worker has asked; then
+        whatever has arrived meanwhile.  A flush split over two jobs is confirmed, and
+        committed, only after the second."""
+        deadline = time.monotonic() + COALESCE_S
+        while time.monotonic() < deadline and len(self._queue) < MAX_REQUESTS_PER_JOB \
+                and not self._everyone_waiting():
+            self._pump(server, max(0.0, deadline - time.monotonic()))
+        while len(self._queue) < MAX_REQUESTS_PER_JOB and self._pump(server, 0.0):
+            pass
+        batch, self._queue = self._queue[:MAX_REQUESTS_PER_JOB], self._queue[MAX_REQUESTS_PER_JOB:]
+        return batch
 
     def _request_stop(self) -> None:
         self._stop = True
@@ -194,8 +201,9 @@ class Uploader:
         return False
 
     def _everyone_waiting(self) -> bool:
+        """Every worker has asked, and none is in the middle of a line (more of its flush to come)."""
         waiting = {r.conn for r in self._queue}
-        return all(conn in waiting for conn in self._buffers)
+        return all(conn in waiting and not pending for conn, pending in self._buffers.items())
 
     def _remove_own_tmp(self) -> None:
         shutil.rmtree(self.held_dir, ignore_errors=True)   # an earlier uploader's job's files
@@ -208,8 +216,11 @@ class Uploader:
             if name.startswith(self.tmp_owner + "-"):
                 shutil.rmtree(os.path.join(d, name), ignore_errors=True)
 
-    def _pump(self, server: socket.socket, timeout: float) -> None:
-        for key, _ in self._sel.select(timeout):
+    def _pump(self, server: socket.socket, timeout: float) -> bool:
+        """Accept connections and read requests for up to ``timeout`` seconds; False if nothing
+        was ready."""
+        ready = self._sel.select(timeout)
+        for key, _ in ready:
             if key.data is None:
                 try:
                     conn, _ = server.accept()
@@ -246,6 +257,7 @@ class Uploader:
                     self._refuse(req)
                 else:
                     self._queue.append(req)
+        return bool(ready)
 
     def _drop(self, conn: socket.socket) -> None:
         """A worker went away: what it still had queued is nobody's to confirm."""
