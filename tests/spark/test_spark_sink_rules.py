@@ -202,6 +202,18 @@ def test_a_batch_after_an_unreadable_one_of_its_partition_is_not_uploaded(up, tm
     assert layout.uploaded_ranges(up.root, TOPIC, 0) == []
 
 
+def test_another_workers_batch_of_that_partition_is_not_refused(up, tmp_path):
+    # The next owner of the partition sends it from the last commit in the same job.
+    gone, after = _stage(tmp_path, 0, range(0, 10)), _stage(tmp_path, 0, range(10, 20))
+    next_owner = _stage(tmp_path, 0, range(0, 30))
+    gone.conn = after.conn = object()
+    next_owner.conn = object()
+    os.unlink(gone.file)
+    up.upload([gone, after, next_owner])
+    assert gone.error and after.error and next_owner.error is None
+    assert _output_offsets(Path(up.root)) == [(0, o) for o in range(30)]
+
+
 def test_later_batches_of_that_partition_on_that_connection_are_refused(up, tmp_path):
     """A flush bigger than one job: its partition's later batches, queued or still to come on
     that worker's connection, are refused once an earlier one could not be read; another

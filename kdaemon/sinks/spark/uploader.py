@@ -365,13 +365,14 @@ class Uploader:
     def _upload_held(self, requests: list[Request], ranges: dict, fresh: list["Fresh"]) -> tuple[int, int | None]:
         """``upload`` under the partition locks; every staged file it uses is held first."""
         root = self.root
-        failed: dict[tuple[str, int], BatchId] = {}   # the first unreadable batch of each partition
+        # Per worker connection, the first unreadable batch of each partition.
+        failed: dict[tuple[object, str, int], BatchId] = {}
         for req in sorted(requests, key=lambda r: (r.topic, r.batch)):
-            key = (req.topic, req.batch.partition)
-            known = ranges[key]
+            known = ranges[(req.topic, req.batch.partition)]
             if (req.batch.first, req.batch.last) in known:
                 continue  # uploaded before (its confirmation was lost): nothing to do
-            if key in failed:
+            key = (req.conn, req.topic, req.batch.partition)
+            if key in failed and req.batch.first > failed[key].first:
                 req.error = _after_failed(failed[key])
                 continue
             try:
@@ -379,11 +380,11 @@ class Uploader:
             except FileNotFoundError:
                 req.error = (f"cannot read the staged batch {req.file}: it is gone, its worker ended before the "
                              "upload (the records are read again from the committed offsets)")
-                failed[key] = req.batch
+                failed.setdefault(key, req.batch)
                 continue
             except (OSError, staged.StagedFileError) as exc:
                 req.error = f"cannot read the staged batch {req.file}: {exc}"
-                failed[key] = req.batch
+                failed.setdefault(key, req.batch)
                 continue
             item, new = _inspect(req, table, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
             if item.new_rows:
