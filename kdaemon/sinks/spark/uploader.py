@@ -101,7 +101,7 @@ class Uploader:
         self._buffers: dict[socket.socket, bytes] = {}
         self._queue: list[Request] = []
         # Per connection, the first batch of each partition that could not be read: later
-        # batches of that partition on that connection are refused (``_fail_queued_after``).
+        # batches of that partition on that connection are refused (``_refuses``).
         self._refused: dict[socket.socket, dict[tuple[str, int], BatchId]] = {}
         self.jobs = 0
         self._careful_jobs = 0   # jobs still to prepare with the dead-letter pass (_write_rows)
@@ -306,31 +306,27 @@ class Uploader:
             if req.error is not None:
                 log.error("batch %s of %s not uploaded: %s", req.batch.name, req.topic, req.error)
             self._reply(req, req.error is None, req.error)
-            if req.error is not None:
-                self._fail_queued_after(req)
-
-    def _fail_queued_after(self, req: Request) -> None:
-        """Refuse the batches of ``req``'s partition that its worker sent after it, queued or
-        still to come on that connection (a flush bigger than one job): uploading them would
-        record offsets past rows that are not in the table, and a table's recorded offset
-        counts as uploaded for the rows read again.  The worker rewinds with a new sink and so a
-        new connection, which starts clean."""
-        if req.conn is None:
-            return
-        refused = self._refused.setdefault(req.conn, {})
-        key = (req.topic, req.batch.partition)
-        if key not in refused or req.batch.first < refused[key].first:
-            refused[key] = req.batch
         later = [r for r in self._queue if self._refuses(r)]
-        self._queue = [r for r in self._queue if r not in later]
-        for r in later:
-            self._refuse(r)
+        if later:
+            self._queue = [r for r in self._queue if r not in later]
+            for r in later:
+                self._refuse(r)
+
+    def _unreadable(self, req: Request, error: str) -> None:
+        """``req``'s staged file cannot be read: it fails, and so do the batches of its partition
+        that its worker sent after it, in this job, queued, or still to come on that connection
+        (a flush bigger than one job): uploading them would record offsets past rows that are
+        not in the table, and a table's recorded offset counts as uploaded for the rows read
+        again.  The worker rewinds with a new sink and so a new connection, which starts clean."""
+        req.error = error
+        self._refused.setdefault(req.conn, {}).setdefault((req.topic, req.batch.partition), req.batch)
 
     def _refuses(self, r: Request) -> bool:
         failed = self._refused.get(r.conn, {}).get((r.topic, r.batch.partition))
         return failed is not None and r.batch.first > failed.first
 
     def _refuse(self, r: Request) -> None:
+        """Fail a request ``_refuses`` and answer it at once (one not in a job)."""
         r.error = _after_failed(self._refused[r.conn][(r.topic, r.batch.partition)])
         log.error("batch %s of %s not uploaded: %s", r.batch.name, r.topic, r.error)
         self._reply(r, False, r.error)
@@ -365,26 +361,21 @@ class Uploader:
     def _upload_held(self, requests: list[Request], ranges: dict, fresh: list["Fresh"]) -> tuple[int, int | None]:
         """``upload`` under the partition locks; every staged file it uses is held first."""
         root = self.root
-        # Per worker connection, the first unreadable batch of each partition.
-        failed: dict[tuple[object, str, int], BatchId] = {}
         for req in sorted(requests, key=lambda r: (r.topic, r.batch)):
             known = ranges[(req.topic, req.batch.partition)]
             if (req.batch.first, req.batch.last) in known:
                 continue  # uploaded before (its confirmation was lost): nothing to do
-            key = (req.conn, req.topic, req.batch.partition)
-            if key in failed and req.batch.first > failed[key].first:
-                req.error = _after_failed(failed[key])
+            if self._refuses(req):
+                req.error = _after_failed(self._refused[req.conn][(req.topic, req.batch.partition)])
                 continue
             try:
                 table = staged.read(req.file)
             except FileNotFoundError:
-                req.error = (f"cannot read the staged batch {req.file}: it is gone, its worker ended before the "
-                             "upload (the records are read again from the committed offsets)")
-                failed.setdefault(key, req.batch)
+                self._unreadable(req, f"cannot read the staged batch {req.file}: it is gone, its worker ended "
+                                      "before the upload (the records are read again from the committed offsets)")
                 continue
             except (OSError, staged.StagedFileError) as exc:
-                req.error = f"cannot read the staged batch {req.file}: {exc}"
-                failed.setdefault(key, req.batch)
+                self._unreadable(req, f"cannot read the staged batch {req.file}: {exc}")
                 continue
             item, new = _inspect(req, table, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
             if item.new_rows:
