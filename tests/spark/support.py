@@ -13,6 +13,7 @@ import os
 import random
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from kafka import KafkaAdminClient, TopicPartition as KpTopicPartition
+from kafka.errors import KafkaError
 
 from tests.daemon.harness import Daemon, free_port, wait_for
 from tests.support.produce import Writer, create_topic, paced
@@ -135,21 +137,31 @@ def new_topic(bootstrap: str, partitions: int = 4, prefix: str = "spark") -> str
 # -- committed offsets ---------------------------------------------------------------------------
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, tuple[int, str | None]]:
-    """{partition: (committed offset or -1, metadata)} read with confluent-kafka.
+    """{partition: (committed offset or -1, metadata)} read with kafka-python's admin client.
 
-    Against librdkafka's mock cluster, confluent-kafka 2.16 sometimes returns the metadata with
-    stray bytes after it (and then may fail to decode it): compare metadata by prefix, retry
-    the decoding failure."""
-    for attempt in range(5):
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-        try:
-            found = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-            return {tp.partition: (tp.offset if tp.offset >= 0 else -1, tp.metadata) for tp in found}
-        except UnicodeDecodeError:
-            if attempt == 4:
-                raise
-        finally:
-            c.close()
+    Not confluent-kafka: its binding reads commit metadata as a NUL-terminated C string, so
+    metadata committed without a trailing NUL (by us, or by the Java consumer) comes back with
+    whatever bytes follow it in memory, or fails to decode (seen on Apache Kafka as well as on
+    librdkafka's mock cluster)."""
+    wanted = [KpTopicPartition(topic, p) for p in range(partitions)]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                found = admin.list_group_offsets({group: wanted})[group]
+                break
+            except KafkaError as exc:   # e.g. no coordinator yet: __consumer_offsets is new
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        admin.close()
+    out: dict[int, tuple[int, str | None]] = {p: (-1, None) for p in range(partitions)}
+    for tp, om in found.items():
+        if tp.topic == topic and om.offset >= 0:
+            out[tp.partition] = (om.offset, om.metadata)
+    return out
 
 
 def caught_up(bootstrap: str, group: str, produced: Produced) -> bool:

@@ -208,21 +208,20 @@ def test_two_daemons_share_the_group_and_the_output(kafka, spark, tmp_path, fmt)
         _assert_clean(out, d.state_dir)
 
 
-def test_commits_carry_the_uploaded_batch_as_metadata(spark, tmp_path, mock_cluster):
-    """Tansu drops commit metadata, librdkafka's mock cluster keeps it: there the committed
-    offset of every partition names the last batch uploaded ("spark:p<partition>-<first>-<last>")
-    and that batch's manifest exists."""
-    topic = "spark-metadata"
-    mock_cluster.topic_create(topic, 2)
-    bootstrap = ",".join(f"{h}:{p}" for h, p in mock_cluster.addresses)
+@pytest.mark.kafka
+def test_commits_carry_the_uploaded_batch_as_metadata(kafka, spark, tmp_path):
+    """On Apache Kafka (Tansu drops commit metadata): the committed offset of every partition
+    names the last batch uploaded ("spark:p<partition>-<first>-<last>"), read the same by
+    kafka-python and by our client, and that batch's manifest exists."""
+    bootstrap = kafka.bootstrap
+    topic = new_topic(bootstrap, 2)
     produced = Produced(topic, 2)
     rng = random.Random(4)
     now_ms = int(time.time() * 1000)
     produce(bootstrap, produced, [make_record(i, rng, now_ms) for i in range(4000)])
     out = tmp_path / "out"
-    group = "g-metadata"
-    # Static assignment: the mock closes the connection on a JoinGroup with static membership.
-    config = spark_config(tmp_path / "d", bootstrap, topic, group, out, workers=2, assignment="static")
+    group = f"g-{topic}"
+    config = spark_config(tmp_path / "d", bootstrap, topic, group, out, workers=2)
     with SparkDaemon(tmp_path / "d", config) as daemon:
         daemon.wait_caught_up(bootstrap, produced, timeout=90)
         assert daemon.stop() == 0, daemon.log_tail()
@@ -231,8 +230,8 @@ def test_commits_carry_the_uploaded_batch_as_metadata(spark, tmp_path, mock_clus
         ours = c.committed([KdaemonTP(topic, p) for p in range(2)], timeout_ms=10_000)
     for p, (offset, metadata) in committed(bootstrap, group, topic, 2).items():
         assert offset == produced.ends()[p]
-        m = re.match(rf"spark:p{p}-(\d{{19}})-(\d{{19}})", metadata)   # see committed(): a prefix
+        m = re.fullmatch(rf"spark:p{p}-(\d{{19}})-(\d{{19}})", metadata)   # as kafka-python reads it
         assert m, metadata
-        assert ours[KdaemonTP(topic, p)].metadata == m.group(0)       # exactly that, read by our client
+        assert ours[KdaemonTP(topic, p)].metadata == metadata         # and as our client reads it
         assert (out / "_kdaemon" / "manifests" / topic / str(p) / f"{m.group(1)}-{m.group(2)}.json").exists()
     assert_exact(read_output(spark, out), produced.expected())
