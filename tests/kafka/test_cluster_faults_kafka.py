@@ -125,6 +125,11 @@ class SteadyWriter(threading.Thread):
             f"writer: {self.left} record(s) never acknowledged, errors {self.errors[:5]}"
         return dict(self.delivered)
 
+    def acked_per_partition(self) -> dict[int, int]:
+        """How many delivery reports each partition has had (for failure messages)."""
+        with self._lock:
+            return dict(Counter(p for p, _ in self.acked_at))
+
     def first_acked_after(self, t0: float) -> dict[int, int]:
         """Per partition, the lowest offset acknowledged after ``t0`` (written after the fault)."""
         out: dict[int, int] = {}
@@ -296,7 +301,8 @@ class Scenario:
                     f"{label}: readers did not deliver records written after the fault within "
                     f"{timeout:.0f} s: written-after {first_after}, read "
                     f"{ {r.name: dict(r.high) for r in self.readers} }, commit errors "
-                    f"{ {r.name: r.commit_errors[-3:] for r in self.readers} }\n"
+                    f"{ {r.name: r.commit_errors[-3:] for r in self.readers} }; writer: acked per "
+                    f"partition {self.writer.acked_per_partition()}, errors {self.writer.errors[-3:]}\n"
                     f"{self.cluster.log_tail(30)}")
             time.sleep(0.1)
 
