@@ -69,7 +69,10 @@ class Sink(Protocol):
     a sink that remembers what it stored per partition (jsonl's ``dedupe``) reads it afresh
     (docs/PLUGINS.md, "Sinks").  A class attribute ``deduplicates_by_offset = True`` (a sink
     that stores each topic-partition-offset once, whoever sends it) lets a revocation release
-    partitions without waiting for the flush in flight.
+    partitions without waiting for the flush in flight; such a sink may also offer
+    ``ask_resume(positions)`` and ``resume_answers()`` (non-blocking: {partition: offset or
+    None}), and a partition given to the worker then starts where the output already is
+    (kdaemon/worker/resume.py).
 
     While the sink cannot take records (a write or flush failed), the worker pauses every
     partition and tries again with backoff; ``probe()``, if the sink has it, is a cheap check

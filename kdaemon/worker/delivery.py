@@ -247,6 +247,14 @@ class Delivery:
         if self.mode in PAUSED_MODES and partitions:
             self.consumer.pause(*partitions)
 
+    def start_at(self, tp: TopicPartition, offset: int) -> None:
+        """A partition just given to this worker starts at ``offset`` instead, where the sink
+        says its output already is (``resume.ResumeAtOutput``): seek, and commit it, since
+        every record before it is in the output or was filtered."""
+        self.consumer.seek(tp, offset)
+        self._written[tp] = self._origin[tp] = offset
+        self._commit({tp: offset}, only={tp})
+
     def on_lost(self, partitions: set[TopicPartition]) -> None:
         self._forget(partitions)
 

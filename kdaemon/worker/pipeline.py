@@ -29,12 +29,15 @@ from .delivery import Delivery
 from .health import HealthWatch, observe
 from .memory import MemoryWatch, relieve
 from .modes import Mode
+from .resume import ResumeAtOutput
 from .stages import Pipeline, StageObserver, WorkerStats, WorkerStop
 
 __all__ = ["EXIT_OK", "EXIT_STOPPED_ON_ERROR", "Mode", "Pipeline", "StageObserver",
            "Worker", "WorkerStats", "WorkerStop"]
 
 log = logging.getLogger(__name__)
+
+RESUME_POLL_MS = 50   # the longest poll while a partition waits for the sink's answer (resume.py)
 
 
 class Worker:
@@ -56,6 +59,7 @@ class Worker:
         self.stats = WorkerStats()
         self.pipeline = Pipeline(config, parts, self.stats, observer)
         self.delivery = Delivery(config, parts, consumer, self.stats, self.pipeline.on_commit, clock=clock)
+        self.resume = ResumeAtOutput(consumer, lambda: self.parts.sink, self.delivery.start_at, clock=clock)
         self._subscribe_or_assign = subscribe_or_assign
         self.memory = memory
         self.health = HealthWatch("worker", clock=clock)
@@ -96,6 +100,9 @@ class Worker:
     def run(self) -> int:
         self._subscribe_or_assign(self.consumer, self)
         self._assigned_once = True
+        if not self.consumer.subscription():
+            # A fixed assignment: no listener call, but the same start where the output is.
+            self.resume.assigned(self.consumer.assignment())
         if self.memory is not None:
             self.memory.started(f"the {self.config.sink.type} sink")
         code = EXIT_OK
@@ -177,8 +184,12 @@ class Worker:
             if self._on_tick:
                 self._on_tick(self)
             return
+        self.resume.step()
+        poll_ms = self.config.daemon.poll_timeout_ms
+        if self.resume.waiting:
+            poll_ms = min(poll_ms, RESUME_POLL_MS)   # the sink's answer does not end a poll
         before = self.consumer.positions()
-        polled = self.consumer.poll(self.config.daemon.poll_timeout_ms)
+        polled = self.consumer.poll(poll_ms)
         positions = self.consumer.positions()
         raw: list[ConsumerRecord] = []
         fetched = self.stats.fetched
@@ -226,10 +237,12 @@ class Worker:
     # -- rebalance listener (the consumer calls these inside poll) -------------------------------
 
     def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        self.resume.forget(partitions)
         self.delivery.on_revoked(partitions)
 
     def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
         self.delivery.on_assigned(partitions)
+        self.resume.assigned(partitions)
         # A sink that keeps what it stored per partition (jsonl's dedupe) reads it again: the
         # partitions may have been written by another worker since this one last held them.
         for sink in (self.parts.sink, self.parts.dlq):
@@ -238,4 +251,5 @@ class Worker:
                 hook(partitions)
 
     def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
+        self.resume.forget(partitions)
         self.delivery.on_lost(partitions)

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from kdaemon.sinks.spark import tables
 from tests.spark.support import (SizeSampler, SparkDaemon, make_record, new_topic, produce, Produced,
                                  read_output, requires_spark, row_key, spark_config, assert_exact,
                                  committed, ts_of)
@@ -235,3 +236,30 @@ def test_commits_carry_the_uploaded_batch_as_metadata(kafka, spark, tmp_path):
         assert ours[KdaemonTP(topic, p)].metadata == metadata         # and as our client reads it
         assert (out / "_kdaemon" / "manifests" / topic / str(p) / f"{m.group(1)}-{m.group(2)}.json").exists()
     assert_exact(read_output(spark, out), produced.expected())
+
+
+def test_a_new_group_starts_where_the_table_already_is(broker, spark, tmp_path):
+    """A second daemon in a new group (no commits) delivering the same topic into the same
+    Delta table: its workers ask the uploader where each partition starts, begin after the
+    offsets the table recorded, and commit there; nothing is read into an upload again (a
+    re-read would show as uploads of 0 new rows)."""
+    topic = new_topic(broker.bootstrap, 2)
+    produced = Produced(topic, 2)
+    rng = random.Random(5)
+    now_ms = int(time.time() * 1000)
+    produce(broker.bootstrap, produced, [make_record(i, rng, now_ms) for i in range(20_000)])
+    out = tmp_path / "table"
+    for name in ("first", "second"):
+        config = spark_config(tmp_path / name, broker.bootstrap, topic, f"g-{name}-{topic}", out, daemon_id=name,
+                              sink={"format": "delta"})
+        with SparkDaemon(tmp_path / name, config) as daemon:
+            daemon.wait_caught_up(broker.bootstrap, produced, timeout=120)
+            assert daemon.stop() == 0, daemon.log_tail()
+        if name == "first":
+            assert "uploaded " in daemon.log()
+    log = daemon.log()
+    starts = re.findall(rf"{re.escape(topic)}-(\d) starts at offset (\d+), where the sink's output already is", log)
+    recorded = tables.FORMATS["delta"].committed_offsets(str(out))
+    assert sorted(starts) == sorted((str(p), str(recorded[(topic, p)] + 1)) for p in range(2)), log
+    assert "uploaded " not in log, log
+    assert_exact(read_output(spark, out, "delta"), produced.expected())

@@ -189,3 +189,36 @@ def remove_durably(path: str) -> None:
     except FileNotFoundError:
         return
     fsync_dir(os.path.dirname(path))
+
+
+def move_durably(moves: dict[str, list[tuple[str, str]]]) -> None:
+    """Move each (src, target) of ``moves`` into place, the file synced first and each target
+    directory after (``plan_moves`` makes the plan)."""
+    dirs = set()
+    for pairs in moves.values():
+        for src, target in pairs:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(src, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(src, target)
+            dirs.add(os.path.dirname(target))
+    for d in dirs:
+        fsync_dir(d)
+
+
+def plan_moves(src: str, dest_root: str, moves: dict[str, list[tuple[str, str]]]) -> None:
+    """Spark's ``src/<partition dirs>/_batch=<id>/part-*.parquet`` go to
+    ``dest_root/<partition dirs>/part-<id>-<n>.parquet``: names from the batch identity."""
+    for dirpath, _, filenames in os.walk(src):
+        parts = [f for f in sorted(filenames) if f.endswith(".parquet")]
+        if not parts:
+            continue
+        segments = os.path.relpath(dirpath, src).split(os.sep)
+        batch_seg = [s for s in segments if s.startswith("_batch=")]
+        if not batch_seg:
+            continue
+        batch_name = batch_seg[0][len("_batch="):]
+        target_dir = os.path.join(dest_root, *[s for s in segments if not s.startswith("_batch=")])
+        for n, name in enumerate(parts):
+            moves[batch_name].append((os.path.join(dirpath, name),
+                                      os.path.join(target_dir, f"part-{batch_name}-{n:03d}.parquet")))

@@ -27,13 +27,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from ...plugins.types import Record, SinkUnavailable
+from ...plugins.types import Record, TopicPartition
 from . import iceberg, staged, tables
 from .jars import JarsMissing, staged_jars
 from .layout import BatchId
 from .staged import as_bytes
 from ...suggest import unknown_keys
-from .wire import UploadReply, UploadRequest, socket_path, staging_root
+from .uplink import SparkUploadError, UploaderClient, UploaderUnavailable
+from .wire import UploadReply, socket_path, staging_root
 
 SETTINGS = {"type", "master", "conf", "path", "format", "table", "max_records", "max_bytes", "max_age_s",
             "value_format", "value_schema", "partition_by", "socket", "upload_timeout_s", "state_dir",
@@ -107,16 +108,6 @@ def validate_settings(settings: dict) -> None:
         raise ValueError("; ".join(problems))
 
 
-class SparkUploadError(Exception):
-    """The uploader did not confirm a batch: nothing of it may be committed."""
-
-
-class UploaderUnavailable(SparkUploadError, SinkUnavailable):
-    """The uploader could not be reached, went away before confirming, or its Spark job failed
-    (a master down, say): the staged files are kept and ``PendingUpload.retry`` sends them
-    again.  Re-sending a batch the uploader did write is harmless: its manifest says so."""
-
-
 @dataclass
 class _Buffer:
     topic: str
@@ -133,88 +124,6 @@ class _Buffer:
     # An offset at or below one already buffered: the partition was read again from an earlier
     # position (it was lost and came back) while this buffer still held records of it.
     reread: bool = False
-
-
-class UploaderClient:
-    """One worker's connection to the uploader: ``wire.UploadRequest`` lines out,
-    ``wire.UploadReply`` lines back."""
-
-    def __init__(self, path: str, timeout_s: float) -> None:
-        self.path = path
-        self.timeout = timeout_s
-        self._sock: socket.socket | None = None
-        self._buf = b""
-        self._next_id = 0
-
-    def _connect(self) -> socket.socket:
-        if self._sock is None:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.settimeout(self.timeout)
-            try:
-                s.connect(self.path)
-            except OSError as exc:
-                s.close()
-                raise UploaderUnavailable(f"the Spark uploader is not reachable at {self.path}: {exc.strerror or exc}") from None
-            self._sock = s
-        return self._sock
-
-    def send(self, requests: list[dict]) -> set[int]:
-        """Send upload requests (``UploadRequest`` fields but the id); return their ids for
-        ``collect``."""
-        sock = self._connect()
-        ids, lines = set(), []
-        for req in requests:
-            self._next_id += 1
-            ids.add(self._next_id)
-            lines.append(UploadRequest(id=self._next_id, **req).encode())
-        try:
-            # One write: the uploader starts a job once every worker has asked, and a flush's
-            # requests arriving in pieces were split over two jobs (the flush confirmed, and
-            # committed, only after the second).
-            sock.sendall(b"".join(lines))
-        except OSError as exc:
-            self.close()
-            raise UploaderUnavailable(f"the Spark uploader did not take the upload: {exc}") from None
-        return ids
-
-    def collect(self, ids: set[int], errors: list[UploadReply], timeout_s: float) -> None:
-        """Read confirmations for up to ``timeout_s`` (0: only what has arrived), removing the
-        confirmed ids from ``ids`` and adding the replies that say a batch failed to ``errors``."""
-        sock = self._sock
-        if sock is None:
-            raise UploaderUnavailable("the connection to the Spark uploader was closed before it confirmed")
-        deadline = time.monotonic() + timeout_s
-        try:
-            while ids:
-                # A timeout of 0 makes the socket non-blocking: only what has arrived is read.
-                sock.settimeout(max(0.0, deadline - time.monotonic()))
-                try:
-                    chunk = sock.recv(65536)
-                except (BlockingIOError, TimeoutError):
-                    return
-                finally:
-                    sock.settimeout(self.timeout)
-                if not chunk:
-                    raise UploaderUnavailable("the Spark uploader closed the connection before confirming")
-                self._buf += chunk
-                *lines, self._buf = self._buf.split(b"\n")
-                for line in lines:
-                    reply = UploadReply.decode(line)
-                    ids.discard(reply.id)
-                    if not reply.ok:
-                        errors.append(reply)
-        except (OSError, ValueError) as exc:
-            self.close()
-            raise UploaderUnavailable(f"the Spark uploader did not confirm the upload: {exc}") from None
-        except SparkUploadError:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        self._buf = b""
 
 
 class SparkSink:
@@ -252,6 +161,7 @@ class SparkSink:
         self._seq = 0
         self._closed = False
         self._pending: PendingUpload | None = None
+        self._questions: dict[int, tuple[str, dict[int, int]]] = {}   # ask_resume's, unanswered
 
     @classmethod
     def from_settings(cls, settings: dict, state_dir: str = "./var/kdaemon") -> "SparkSink":
@@ -380,6 +290,34 @@ class SparkSink:
         """Stored with every commit: ``spark:`` and the last batch this sink uploaded for the
         partition (``spark:`` alone if it uploaded none: only filtered records since)."""
         return f"spark:{self._last_batch.get((topic, partition), '')}"
+
+    def ask_resume(self, positions: dict[TopicPartition, int]) -> None:
+        """Ask the uploader where partitions just given to this worker may start instead of
+        ``positions`` (``resume.py``: after what the output already has); ``resume_answers``
+        hands the answers over as they arrive."""
+        self._refuse_if_closed("ask")
+        by_topic: dict[str, dict[int, int]] = {}
+        for tp, position in positions.items():
+            by_topic.setdefault(tp.topic, {})[tp.partition] = position
+        for topic, asked in by_topic.items():
+            self._questions[self.client.ask(topic, asked)] = (topic, asked)
+
+    def resume_answers(self) -> dict[TopicPartition, int | None]:
+        """The answers arrived since the last call: partition -> where to start, or None where
+        the uploader could not say (or the connection closed): start at the position."""
+        out: dict[TopicPartition, int | None] = {}
+        for query_id, (topic, asked) in list(self._questions.items()):
+            try:
+                reply = self.client.answer(query_id)
+            except UploaderUnavailable:
+                reply = UploadReply(query_id, False, "the connection closed")
+            if reply is None and self.client.connected:
+                continue
+            del self._questions[query_id]
+            where = (reply.resume or {}) if reply is not None and reply.ok else {}
+            for partition in asked:
+                out[TopicPartition(topic, partition)] = where.get(partition)
+        return out
 
     def close(self) -> None:
         self._closed = True

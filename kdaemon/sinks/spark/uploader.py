@@ -52,7 +52,8 @@ from ...backoff import Backoff
 from ...durations import duration
 from . import staged
 from .writer import BadValues, SparkStartError, SparkWriter, check_master_reachable, first_line
-from .wire import UploadReply, UploadRequest, parse_line, socket_path, staging_root
+from .resume import resume_points
+from .wire import ResumeQuery, UploadReply, decode_request, parse_line, socket_path, staging_root
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
@@ -103,6 +104,7 @@ class Uploader:
         # Per connection, the first batch of each partition that could not be read: later
         # batches of that partition on that connection are refused (``_refuses``).
         self._refused: dict[socket.socket, dict[tuple[str, int], BatchId]] = {}
+        self._questions: list[tuple[socket.socket, ResumeQuery]] = []   # answered between jobs
         self.jobs = 0
         self._careful_jobs = 0   # jobs still to prepare with the dead-letter pass (_write_rows)
 
@@ -139,9 +141,7 @@ class Uploader:
             log.info("uploader listening on %s, writing to %s%s", self.socket_path, self.root,
                      f" (an {self.writer.format} table)" if self.writer.format in tables.FORMATS else "")
             while not self._stop:
-                self._pump(server, 0.5)
-                if self._queue:
-                    self._run_job(self._gather(server))
+                self._turn(server, 0.5)
         finally:
             server.close()
             for conn in list(self._buffers):
@@ -152,6 +152,15 @@ class Uploader:
                 pass
             self.writer.stop()
         return 0
+
+    def _turn(self, server: socket.socket | None, timeout: float) -> None:
+        """Read what arrives within ``timeout``, run a job if anything is queued, and answer the
+        resume questions once nothing is: an answer then counts every batch sent before it."""
+        self._pump(server, timeout)
+        if self._queue:
+            self._run_job(self._gather(server))
+        if self._questions and not self._queue:
+            self._answer_questions()
 
     def _gather(self, server: socket.socket | None) -> list[Request]:
         """The next job's requests: what else arrives shortly joins the queued ones (a job's
@@ -246,11 +255,14 @@ class Uploader:
                 msg = None
                 try:
                     msg = parse_line(line)
-                    wanted = UploadRequest.decode(msg)
+                    wanted = decode_request(msg)
                 except (ValueError, KeyError, TypeError) as exc:
                     log.error("bad request from a worker (%s: %s): %.200r", type(exc).__name__, exc, line)
                     if isinstance(msg, dict) and isinstance(msg.get("id"), int):
                         self._send(conn, UploadReply(msg["id"], False, f"bad request: {exc}"))
+                    continue
+                if isinstance(wanted, ResumeQuery):
+                    self._questions.append((conn, wanted))
                     continue
                 req = Request(conn, wanted.id, wanted.file, wanted.topic, wanted.batch, wanted.rows)
                 if self._refuses(req):
@@ -267,6 +279,7 @@ class Uploader:
             pass
         self._buffers.pop(conn, None)
         self._refused.pop(conn, None)
+        self._questions = [q for q in self._questions if q[0] is not conn]
         conn.close()
         self._queue = [r for r in self._queue if r.conn is not conn]
 
@@ -282,6 +295,20 @@ class Uploader:
         if req.conn is None or req.conn.fileno() < 0:
             return
         self._send(req.conn, UploadReply(req.id, ok, error, transient))
+
+    def _answer_questions(self) -> None:
+        """Where may a worker start the partitions it was given (``wire.ResumeQuery``)?  Asked
+        after the queue ran dry, so the answer includes every batch sent before the question."""
+        questions, self._questions = self._questions, []
+        for conn, q in questions:
+            try:
+                where = resume_points(self.root, self.writer.format, q.topic, q.positions)
+            except Exception as exc:   # the worker then reads from its position, as without asking
+                log.warning("cannot tell where %s's partitions %s resume: %s: %s", q.topic, sorted(q.positions),
+                            type(exc).__name__, first_line(exc))
+                self._send(conn, UploadReply(q.id, False, f"{type(exc).__name__}: {first_line(exc)}"))
+                continue
+            self._send(conn, UploadReply(q.id, True, resume=where))
 
     # -- one job --------------------------------------------------------------------------------
 
@@ -438,14 +465,14 @@ class Uploader:
         try:
             moves: dict[str, list[tuple[str, str]]] = defaultdict(list)
             if self.writer.format == "parquet":
-                _plan_moves(self.writer.write_parquet(job), root, moves)
+                layout.plan_moves(self.writer.write_parquet(job), root, moves)
                 for f in fresh:
                     if not moves.get(f.req.batch.name):
                         raise RuntimeError(
                             f"Spark wrote no file for batch {f.req.batch.name} under {tmp}: in path mode the "
                             "output path must be on a filesystem the uploader sees (local mode or a shared mount)")
             if job.dlq_dir is not None:
-                _plan_moves(job.dlq_dir, layout.dlq_root(root), moves)
+                layout.plan_moves(job.dlq_dir, layout.dlq_root(root), moves)
             versions: dict[tuple[str, int], int] = {}
             for f in fresh:
                 key = (f.req.topic, f.req.batch.partition)
@@ -456,7 +483,7 @@ class Uploader:
                     record["table"] = tables.pending_entry(self.writer.format, f.req.topic, f.req.batch.partition,
                                                            versions[(f.req.topic, f.req.batch.partition)])
                 layout.write_durably(layout.pending_path(root, f.req.topic, f.req.batch), json.dumps(record).encode())
-            _move_durably(moves)
+            layout.move_durably(moves)
             if self.writer.format in tables.FORMATS:
                 self.writer.append_table(job, versions)
         finally:
@@ -534,37 +561,6 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def _move_durably(moves: dict[str, list[tuple[str, str]]]) -> None:
-    dirs = set()
-    for pairs in moves.values():
-        for src, target in pairs:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with open(src, "rb") as fh:
-                os.fsync(fh.fileno())
-            os.replace(src, target)
-            dirs.add(os.path.dirname(target))
-    for d in dirs:
-        layout.fsync_dir(d)
-
-
-def _plan_moves(src: str, dest_root: str, moves: dict[str, list[tuple[str, str]]]) -> None:
-    """Spark's ``src/<partition dirs>/_batch=<id>/part-*.parquet`` go to
-    ``dest_root/<partition dirs>/part-<id>-<n>.parquet``: names from the batch identity."""
-    for dirpath, _, filenames in os.walk(src):
-        parts = [f for f in sorted(filenames) if f.endswith(".parquet")]
-        if not parts:
-            continue
-        segments = os.path.relpath(dirpath, src).split(os.sep)
-        batch_seg = [s for s in segments if s.startswith("_batch=")]
-        if not batch_seg:
-            continue
-        batch_name = batch_seg[0][len("_batch="):]
-        target_dir = os.path.join(dest_root, *[s for s in segments if not s.startswith("_batch=")])
-        for n, name in enumerate(parts):
-            moves[batch_name].append((os.path.join(dirpath, name),
-                                      os.path.join(target_dir, f"part-{batch_name}-{n:03d}.parquet")))
 
 
 def run(settings: dict, state_dir: str) -> int:

@@ -2,8 +2,10 @@
 
 A worker (``staging.UploaderClient``) connects to the uploader's Unix socket and writes one
 ``UploadRequest`` per staged batch, a JSON line each; the uploader (``uploader.Uploader``)
-answers each with one ``UploadReply`` once the batch is in the output, or failed.  Several
-requests may be in flight on one connection; ``id`` pairs a reply with its request.
+answers each with one ``UploadReply`` once the batch is in the output, or failed.  A worker
+given partitions asks with a ``ResumeQuery`` where they may start; the ``UploadReply`` to it
+carries ``resume``.  Several requests may be in flight on one connection; ``id`` pairs a reply
+with its request.
 """
 
 from __future__ import annotations
@@ -64,23 +66,57 @@ class UploadRequest:
 
 
 @dataclass(frozen=True)
+class ResumeQuery:
+    """A worker was given these partitions of ``topic`` and would start reading them at
+    ``positions`` (partition -> offset, the group's commit): where may it start instead?  The
+    uploader answers between jobs, once the batches queued before the question are in, with
+    the first offset from each position on that is not known to be in the output
+    (``resume.resume_point``): Kafka Connect's ``SinkTask.open`` and ``context.offset()``."""
+
+    id: int
+    topic: str
+    positions: dict[int, int]
+
+    def encode(self) -> bytes:
+        return json.dumps({"op": "resume", "id": self.id, "topic": self.topic,
+                           "positions": {str(p): o for p, o in self.positions.items()}}).encode() + b"\n"
+
+    @classmethod
+    def decode(cls, msg: dict) -> "ResumeQuery":
+        positions = msg["positions"]
+        if not isinstance(positions, dict):
+            raise TypeError(f"positions is a JSON object, not {type(positions).__name__}")
+        return cls(int(msg["id"]), str(msg["topic"]), {int(p): int(o) for p, o in positions.items()})
+
+
+def decode_request(msg: dict) -> "UploadRequest | ResumeQuery":
+    """A parsed request line, by its ``op`` (``upload`` if absent); ValueError, KeyError or
+    TypeError name what is missing or wrong."""
+    return ResumeQuery.decode(msg) if msg.get("op") == "resume" else UploadRequest.decode(msg)
+
+
+@dataclass(frozen=True)
 class UploadReply:
     """The batch of request ``id`` is in the output (``ok``), or ``error`` says why not.
     ``transient``: the job failed, not this batch (Spark's master or executors): the worker
     keeps the staged file and sends it again; otherwise the batch itself cannot be uploaded
-    (its file unreadable) and the worker reads its records again."""
+    (its file unreadable) and the worker reads its records again.  ``resume``: the answer to a
+    ``ResumeQuery`` (partition -> offset)."""
 
     id: int
     ok: bool
     error: str | None = None
     transient: bool = False
+    resume: dict[int, int] | None = None
 
     def encode(self) -> bytes:
-        msg = {"id": self.id, "ok": self.ok}
+        msg: dict = {"id": self.id, "ok": self.ok}
         if self.error:
             msg["error"] = self.error
         if self.transient:
             msg["transient"] = True
+        if self.resume is not None:
+            msg["resume"] = {str(p): o for p, o in self.resume.items()}
         return json.dumps(msg).encode() + b"\n"
 
     @classmethod
@@ -88,7 +124,9 @@ class UploadReply:
         msg = json.loads(line)
         if not isinstance(msg, dict) or "id" not in msg or "ok" not in msg:
             raise ValueError(f"not an upload reply: {line[:200]!r}")
-        return cls(int(msg["id"]), bool(msg["ok"]), msg.get("error"), bool(msg.get("transient", False)))
+        resume = msg.get("resume")
+        return cls(int(msg["id"]), bool(msg["ok"]), msg.get("error"), bool(msg.get("transient", False)),
+                   None if resume is None else {int(p): int(o) for p, o in resume.items()})
 
 
 def parse_line(line: bytes) -> dict:
