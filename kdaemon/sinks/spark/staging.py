@@ -288,7 +288,8 @@ class SparkSink:
 
     def commit_metadata(self, topic: str, partition: int) -> str:
         """Stored with every commit: ``spark:`` and the last batch this sink uploaded for the
-        partition (``spark:`` alone if it uploaded none: only filtered records since)."""
+        partition (``spark:`` alone if it uploaded none: only filtered records since, or the
+        partition was started where the output already was, worker/resume.py)."""
         return f"spark:{self._last_batch.get((topic, partition), '')}"
 
     def ask_resume(self, positions: dict[TopicPartition, int]) -> None:
