@@ -176,3 +176,53 @@ def test_answers_for_a_closed_connection_are_none(tmp_path):
     finally:
         sink.close()
         server.close()
+
+
+class _SlowStartWriter(_ServingWriter):
+    """A session start that lasts until the test lets it end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def start(self) -> None:
+        assert self.release.wait(10), "the test never let the session start"
+
+
+def test_questions_are_answered_while_the_session_starts(tmp_path, monkeypatch):
+    """The session takes 10-20 s to start: a worker given partitions meanwhile hears at once
+    (from the output's files), and its uploads wait for the session."""
+    from kdaemon.sinks.spark import uploader as uploader_mod
+    monkeypatch.setattr(uploader_mod.signal, "signal", lambda *_: None)
+    settings = {"type": "spark", "path": str(tmp_path / "out"), "socket": str(tmp_path / "up.sock")}
+    _manifest(settings["path"], 0, 0, 41)
+    up = Uploader(settings, str(tmp_path / "state"))
+    up.writer = _SlowStartWriter()
+    serving = threading.Thread(target=up.serve, daemon=True)
+    serving.start()
+    sink = SparkSink(settings, str(tmp_path / "state"))
+    try:
+        deadline = time.monotonic() + 5
+        while sink.probe() is not None:
+            assert time.monotonic() < deadline, "the uploader did not listen"
+            time.sleep(0.02)
+        sink.ask_resume({TopicPartition(TOPIC, 0): 0})
+        answers: dict = {}
+        while not answers:
+            assert time.monotonic() < deadline, "no answer while the session starts"
+            answers = sink.resume_answers()
+            time.sleep(0.02)
+        assert answers == {TopicPartition(TOPIC, 0): 42}
+        assert not up.writer.release.is_set() and up.jobs == 0
+        sink.write(_records(0, range(42, 50)))
+        pending = sink.flush_async()
+        time.sleep(0.3)
+        assert not pending.done()   # queued until the session is up
+        up.writer.release.set()
+        pending.wait()
+        assert up.jobs == 1
+    finally:
+        up.writer.release.set()
+        sink.close()
+        up._request_stop()
+        serving.join(5)

@@ -38,6 +38,7 @@ import selectors
 import shutil
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -48,17 +49,14 @@ import pyarrow.parquet as pq
 
 from . import layout, tables
 from .layout import BatchId
-from ...backoff import Backoff
-from ...durations import duration
 from . import staged
-from .writer import BadValues, SparkStartError, SparkWriter, check_master_reachable, first_line
+from .writer import BadValues, SparkStartError, SparkWriter, first_line, wait_for_master
 from .resume import resume_points
 from .wire import ResumeQuery, UploadReply, decode_request, parse_line, socket_path, staging_root
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
 COALESCE_S = 0.2
-MASTER_CHECK_MAX_S = 5.0
 MAX_REQUESTS_PER_JOB = 256
 # After a job met a value that does not parse, this many more run with the dead-letter pass
 # (bad values tend to come in runs; each one found the optimistic way costs a failed write).
@@ -131,13 +129,14 @@ class Uploader:
         server.listen(64)   # workers may connect and send while the session starts
         server.setblocking(False)
         try:
+            self._sel.register(server, selectors.EVENT_READ, None)
             try:
-                self.writer.start()
+                if not self._start_session(server):
+                    return 0
             except SparkStartError as exc:
                 log.error("the uploader cannot start: %s", exc)
                 return EXIT_CANNOT_START
             self._remove_own_tmp()
-            self._sel.register(server, selectors.EVENT_READ, None)
             log.info("uploader listening on %s, writing to %s%s", self.socket_path, self.root,
                      f" (an {self.writer.format} table)" if self.writer.format in tables.FORMATS else "")
             while not self._stop:
@@ -152,6 +151,30 @@ class Uploader:
                 pass
             self.writer.stop()
         return 0
+
+    def _start_session(self, server: socket.socket) -> bool:
+        """Start the SparkSession (10-20 s here) in a thread while this one reads requests and
+        answers resume questions, which need only the output's files: a worker given partitions
+        meanwhile waited the whole start, then the cold first job.  Uploads wait in the queue
+        (an answer now does not count them: early, never late).  False if asked to stop;
+        raises what the start raised."""
+        failed: list[BaseException] = []
+
+        def start() -> None:
+            try:
+                self.writer.start()
+            except BaseException as exc:   # handed to this thread
+                failed.append(exc)
+
+        starting = threading.Thread(target=start, name="spark-session-start", daemon=True)
+        starting.start()
+        while starting.is_alive():
+            self._pump(server, 0.2)
+            if self._questions:
+                self._answer_questions()
+        if failed:
+            raise failed[0]
+        return not self._stop
 
     def _turn(self, server: socket.socket | None, timeout: float) -> None:
         """Read what arrives within ``timeout``, run a job if anything is queued, and answer the
@@ -180,34 +203,8 @@ class Uploader:
         self._stop = True
 
     def _wait_for_master(self) -> bool:
-        """A ``spark://`` or ``sc://`` master nobody answers at: wait for it here, without a
-        socket, so the workers' probes fail and they hold their batches quietly; exiting
-        instead had the supervisor start a new uploader (and log two errors) every 30 s for
-        as long as the master was down.  Checked every ``MASTER_CHECK_MAX_S`` at most, so
-        uploads resume within seconds of the master's return.  False if asked to stop."""
-        backoff = Backoff(0.5, MASTER_CHECK_MAX_S)
-        since = time.monotonic()
-        next_summary = since + 60.0
-        while not self._stop:
-            try:
-                check_master_reachable(self.writer.master)
-            except SparkStartError as exc:
-                now = time.monotonic()
-                if backoff.failures == 0:
-                    log.error("%s; waiting for it (the workers hold their batches meanwhile)", exc)
-                elif now >= next_summary:
-                    next_summary = now + 60.0
-                    log.warning("the Spark master %s is still not reachable after %s", self.writer.master,
-                                duration(now - since))
-                deadline = now + backoff.failure()
-                while not self._stop and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                continue
-            if backoff.failures:
-                log.info("the Spark master %s is reachable again after %s", self.writer.master,
-                         duration(time.monotonic() - since))
-            return True
-        return False
+        """``writer.wait_for_master``, until it answers or the uploader is asked to stop."""
+        return wait_for_master(self.writer.master, lambda: self._stop)
 
     def _everyone_waiting(self) -> bool:
         """Every worker has asked, and none is in the middle of a line (more of its flush to come)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -17,6 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import tables
+from ...backoff import Backoff
+from ...durations import duration
 from .staging import validate_settings
 
 log = logging.getLogger("kdaemon.spark.uploader")
@@ -99,6 +103,38 @@ def check_master_reachable(master: str) -> None:
             errors.append(f"{hp}: {getattr(exc, 'strerror', None) or exc}")
     raise SparkStartError(f"the Spark master {master} is not reachable ({'; '.join(errors)}); "
                           "fix [sink] master and reload (SIGHUP)")
+
+
+MASTER_CHECK_MAX_S = 5.0
+
+
+def wait_for_master(master: str, stopped: Callable[[], bool]) -> bool:
+    """A ``spark://`` or ``sc://`` master nobody answers at: the uploader waits for it, without a
+    socket, so the workers' probes fail and they hold their batches quietly; exiting instead
+    had the supervisor start a new uploader (and log two errors) every 30 s for as long as the
+    master was down.  Checked every ``MASTER_CHECK_MAX_S`` at most, so uploads resume within
+    seconds of the master's return.  False if ``stopped()`` first."""
+    backoff = Backoff(0.5, MASTER_CHECK_MAX_S)
+    since = time.monotonic()
+    next_summary = since + 60.0
+    while not stopped():
+        try:
+            check_master_reachable(master)
+        except SparkStartError as exc:
+            now = time.monotonic()
+            if backoff.failures == 0:
+                log.error("%s; waiting for it (the workers hold their batches meanwhile)", exc)
+            elif now >= next_summary:
+                next_summary = now + 60.0
+                log.warning("the Spark master %s is still not reachable after %s", master, duration(now - since))
+            deadline = now + backoff.failure()
+            while not stopped() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            continue
+        if backoff.failures:
+            log.info("the Spark master %s is reachable again after %s", master, duration(time.monotonic() - since))
+        return True
+    return False
 
 
 def first_line(exc: BaseException) -> str:
