@@ -98,9 +98,12 @@ class ResumeAtOutput:
                           f"the sink's answer failed ({type(exc).__name__}: {exc})")
             answers = {}
         for tp, offset in answers.items():
-            w = self._waiting.pop(tp, None)
+            w = self._waiting.get(tp)
             if w is None or w.asked_at is None:
-                continue   # revoked meanwhile, or asked of an earlier sink
+                # Revoked meanwhile; or revoked and given again, not yet asked: its own
+                # question is still to come, and this answer is not the one it waits for.
+                continue
+            del self._waiting[tp]
             if offset is not None and offset > w.asked_at and self.consumer.positions().get(tp) == w.asked_at:
                 log.info("%s-%d starts at offset %d, where the sink's output already is (the group's commit "
                          "was %d): %d record(s) not read again", tp.topic, tp.partition, offset, w.asked_at,

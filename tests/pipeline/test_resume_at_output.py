@@ -110,6 +110,27 @@ def test_a_revoked_partition_ignores_its_late_answer():
     assert started == [(B, 60)] and A not in consumer.paused
 
 
+def test_a_partition_given_again_waits_for_its_own_question():
+    """Revoked and given again before the first answer came, its position not known yet: the
+    late answer neither resumes it nor drops it; the next question does."""
+    r, consumer, holder, started, _ = _make()
+    r.assigned({A})
+    consumer.known = {A: 5}
+    r.step()
+    r.forget({A})
+    consumer.known = {}
+    r.assigned({A})
+    holder["sink"].ready = {A: 50}
+    r.step()
+    assert consumer.paused == {A} and r.waiting and started == []
+    consumer.known = {A: 5}
+    r.step()
+    assert holder["sink"].asked == [{A: 5}, {A: 5}]
+    holder["sink"].ready = {A: 60}
+    r.step()
+    assert started == [(A, 60)] and consumer.paused == set() and not r.waiting
+
+
 def test_a_sink_that_cannot_be_asked_releases_at_once():
     sink = FakeSink()
     sink.refuse = ConnectionError("uploader down")
