@@ -9,8 +9,9 @@ duplicate, after the batch has waited ``max_age_s``.  Starting after them instea
 Connect's sinks do (``SinkTask.open`` and ``SinkTaskContext.offset``).
 
 What counts as "in the output" is exactly what the uploader already drops as duplicates
-(``uploader.Uploader.upload``): every manifest's range, and for a Delta or Iceberg table every
-offset up to the one the table recorded for the partition.  So skipping is never less safe
+(``uploader.Uploader.upload``), one definition for both: ``tables.uploaded_ranges``, every
+manifest's range, and for a Delta or Iceberg table every offset up to the one the table
+recorded for the partition.  So skipping is never less safe
 than reading again: the records skipped are the ones a re-read would have dropped.  A gap
 between two manifests (records the workers filtered out, never in a batch) ends the walk: the
 answer can only be early, never late.
@@ -18,7 +19,7 @@ answer can only be early, never late.
 
 from __future__ import annotations
 
-from . import layout, tables
+from . import tables
 
 
 def resume_point(ranges: list[tuple[int, int]], start: int) -> int:
@@ -36,11 +37,5 @@ def resume_point(ranges: list[tuple[int, int]], start: int) -> int:
 def resume_points(root: str, fmt: str, topic: str, positions: dict[int, int]) -> dict[int, int]:
     """Per partition of ``topic``, where its next owner may start instead of ``positions``:
     never before the position itself."""
-    recorded = tables.FORMATS[fmt].committed_offsets(root) if fmt in tables.FORMATS else {}
-    out = {}
-    for partition, start in positions.items():
-        ranges = list(layout.uploaded_ranges(root, topic, partition))
-        if recorded.get((topic, partition), -1) >= 0:
-            ranges.append((0, recorded[(topic, partition)]))
-        out[partition] = resume_point(ranges, start)
-    return out
+    ranges = tables.uploaded_ranges(root, fmt, [(topic, p) for p in positions])
+    return {p: resume_point(ranges[(topic, p)], start) for p, start in positions.items()}

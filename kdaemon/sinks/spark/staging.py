@@ -310,8 +310,8 @@ class SparkSink:
         for query_id, (topic, asked) in list(self._questions.items()):
             try:
                 reply = self.client.answer(query_id)
-            except UploaderUnavailable:
-                reply = UploadReply(query_id, False, "the connection closed")
+            except UploaderUnavailable:   # the client closed the connection: no answer is coming
+                reply = None
             if reply is None and self.client.connected:
                 continue
             del self._questions[query_id]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import delta, iceberg
+from . import delta, iceberg, layout
 
 FORMATS: dict[str, ModuleType] = {"delta": delta, "iceberg": iceberg}
 
@@ -33,3 +33,17 @@ def committed(table_path: str, entry: dict) -> bool:
     """Did the commit a pending record announced happen?"""
     offsets = FORMATS[entry["format"]].committed_offsets(table_path)
     return offsets.get((entry["topic"], int(entry["partition"])), -1) >= int(entry["version"])
+
+
+def uploaded_ranges(root: str, fmt: str, keys) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """What counts as uploaded, per (topic, partition) of ``keys``: every manifest's range
+    (inclusive), and in a table every offset up to the one the table recorded (it may know of
+    commits whose manifest was never written).  A job drops rows inside these
+    (``uploader.Uploader.upload``); a partition's next owner starts after them (``resume.py``)."""
+    out = {key: list(layout.uploaded_ranges(root, *key)) for key in keys}
+    if fmt in FORMATS:
+        recorded = FORMATS[fmt].committed_offsets(root)
+        for key, ranges in out.items():
+            if recorded.get(key, -1) >= 0:
+                ranges.append((0, recorded[key]))
+    return out

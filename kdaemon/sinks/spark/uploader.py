@@ -363,16 +363,9 @@ class Uploader:
         root = self.root
         partitions = {(r.topic, r.batch.partition) for r in requests}
         with layout.partition_locks(root, partitions):
-            ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
             for topic, partition in sorted(partitions):
                 self._finish_interrupted(topic, partition)
-                ranges[(topic, partition)] = layout.uploaded_ranges(root, topic, partition)
-            if self.writer.format in tables.FORMATS:
-                # What the table has recorded counts as uploaded, manifest or not.
-                recorded = tables.FORMATS[self.writer.format].committed_offsets(root)
-                for key in partitions:
-                    if recorded.get(key, -1) >= 0:
-                        ranges[key].append((0, recorded[key]))
+            ranges = tables.uploaded_ranges(root, self.writer.format, partitions)
             fresh: list[Fresh] = []
             try:
                 return self._upload_held(requests, ranges, fresh)
