@@ -26,9 +26,12 @@ One table per (topic, consumer group): the application ids name the topic partit
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from typing import Callable
 
+from .delta_files import write_files
 from .delta_log import transactions
 from .jars import staged_jars
 
@@ -89,7 +92,10 @@ def append(spark, df, table_path: str, partition_by: list[str], versions: dict[t
     one commit per partition.  ``merge_schema``: Delta's own option, new columns (fields of
     ``value``) join the table."""
     if not commits_per_partition(spark, merge_schema):
-        if _append_one_commit(spark, df, table_path, partition_by, versions):
+        schema = df._jdf.schema().asNullable().json()
+        files = lambda txn: list(spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(  # noqa: E731
+            txn.writeFiles(df._jdf)))
+        if _append_one_commit(spark, table_path, partition_by, versions, schema, files):
             return
     from pyspark.sql import functions as F
     for (topic, partition), version in sorted(versions.items()):
@@ -100,16 +106,41 @@ def append(spark, df, table_path: str, partition_by: list[str], versions: dict[t
          .partitionBy(*partition_by).save(table_path))
 
 
-def _append_one_commit(spark, df, table_path: str, partition_by: list[str],
-                       versions: dict[tuple[str, int], int]) -> bool:
-    """One Delta commit: the rows' files plus a ``txn`` action per partition, and for a new
-    table its metadata.  False (nothing done) when the rows' schema or partitioning is not the
-    table's (the DataFrame writer then evolves the table, or names the mismatch)."""
+def append_files(spark, rows, table_path: str, partition_by: list[str], versions: dict[tuple[str, int], int],
+                 schema) -> bool:
+    """The direct path's append: ``rows`` (``arrow_rows.job_rows``) written as Parquet files by
+    ``delta_files`` and committed as ``append`` commits the DataFrame's (one commit, a ``txn``
+    action per partition).  ``schema``: the rows' Spark schema (pyspark), which must be the
+    table's.  False (nothing written) when it is not, or over Spark Connect: the caller then
+    takes the Spark path, which evolves the table or names the mismatch."""
+    if commits_per_partition(spark, False):
+        return False
+    jvm = spark._jvm
+    schema_json = spark._jsparkSession.parseDataType(schema.json()).asNullable().json()
+    action = jvm.org.apache.spark.sql.delta.actions.Action
+
+    def files(txn) -> list | None:
+        # Delta's writer checks a table's CHECK constraints on every row; this path does not.
+        # (Generated, identity and column-mapped columns carry field metadata, so such a table's
+        # schema is not the rows' and never gets this far.)
+        config = jvm.scala.jdk.javaapi.CollectionConverters.asJava(txn.metadata().configuration())
+        if any(str(key).startswith("delta.constraints.") for key in config.keySet()):
+            return None
+        return [action.fromJson(json.dumps({"add": add})) for add in write_files(rows, table_path, partition_by)]
+    return _append_one_commit(spark, table_path, partition_by, versions, schema_json, files)
+
+
+def _append_one_commit(spark, table_path: str, partition_by: list[str], versions: dict[tuple[str, int], int],
+                       schema: str, files: Callable[[object], list | None]) -> bool:
+    """One Delta commit: the rows' files (``files(txn)`` writes them and gives their actions,
+    or None: not for this table)
+    plus a ``txn`` action per partition, and for a new table its metadata.  False (nothing
+    done) when the rows' schema (``schema``, Spark's JSON of it, all nullable) or partitioning
+    is not the table's (the DataFrame writer then evolves the table, or names the mismatch)."""
     jvm = spark._jvm
     scala = jvm.scala
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table_path)
     txn = log.startTransaction()
-    schema = df._jdf.schema().asNullable().json()
     if txn.readVersion() < 0:
         # Two uploaders creating the table at once: Delta lets one commit version 0 and fails
         # the other, whose job is retried against the table the first created.
@@ -133,7 +164,9 @@ def _append_one_commit(spark, df, table_path: str, partition_by: list[str],
             raise ConcurrentOffsets(f"the Delta table at {table_path} already records offset {recorded} of "
                                     f"{topic}[{partition}] (this job's newest is {version}): another writer got "
                                     "there first; the job is retried without what the table holds")
-    actions = list(scala.jdk.javaapi.CollectionConverters.asJava(txn.writeFiles(df._jdf)))
+    actions = files(txn)
+    if actions is None:
+        return False
     now = scala.Option.apply(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
     for (topic, partition), version in sorted(versions.items()):
         actions.append(jvm.org.apache.spark.sql.delta.actions.SetTransaction(app_id(topic, partition), version, now))

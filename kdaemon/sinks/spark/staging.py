@@ -38,7 +38,7 @@ from .wire import UploadReply, socket_path, staging_root
 
 SETTINGS = {"type", "master", "conf", "path", "format", "table", "max_records", "max_bytes", "max_age_s",
             "value_format", "value_schema", "partition_by", "socket", "upload_timeout_s", "state_dir",
-            "merge_schema"}
+            "merge_schema", "direct_writes"}
 VALUE_FORMATS = ("binary", "string", "json")
 FORMATS = ("parquet", *tables.FORMATS)   # path mode's own Parquet layout, or a table (tables.py)
 PARTITION_COLUMNS = ("topic", "partition", "date", "timestamp_type")
@@ -80,6 +80,8 @@ def validate_settings(settings: dict) -> None:
         elif settings["merge_schema"] and settings.get("format", "parquet") == "parquet":
             problems.append("merge_schema applies to format = \"delta\" or \"iceberg\" (Parquet files each keep "
                             "their own schema: read them with Spark's mergeSchema option)")
+    if "direct_writes" in settings and not isinstance(settings["direct_writes"], bool):
+        problems.append(f"direct_writes must be true or false, not {settings['direct_writes']!r}")
     for name in ("max_records", "max_bytes", "max_age_s", "upload_timeout_s"):
         if name in settings:
             try:

@@ -394,10 +394,8 @@ class Uploader:
             except (OSError, staged.StagedFileError) as exc:
                 self._unreadable(req, f"cannot read the staged batch {req.file}: {exc}")
                 continue
-            item, new = _inspect(req, table, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
-            if item.new_rows:
-                self._hold(req, new)
-            del table, new
+            item = _inspect(req, table, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
+            del table
             # Later requests of this job overlapping this one drop what it brings.
             known.append((req.batch.first, req.batch.last))
             fresh.append(item)
@@ -430,10 +428,19 @@ class Uploader:
         req.held = held
 
     def _write_rows(self, fresh: list["Fresh"]) -> None:
-        """One Spark job for the rows of every fresh batch, without the dead-letter pass
-        (``SparkWriter.prepare``) unless a recent job met values that do not parse: such a job
-        fails before anything is committed, and runs again carefully at once."""
+        """The rows of every fresh batch into the output: written by the uploader itself where
+        the writer can (``SparkWriter.append_direct``), else one Spark job, without the
+        dead-letter pass (``SparkWriter.prepare``) unless a recent job met values that do not
+        parse: such a job fails before anything is committed, and runs again carefully at once."""
         careful = self._careful_jobs > 0
+        if not careful:
+            versions = _versions(fresh)
+            self._announce(fresh, versions, {})
+            if self.writer.append_direct([f.rows for f in fresh], versions):
+                return
+        for f in fresh:
+            self._hold(f.req, f.rows)
+            f.rows = None
         try:
             self._write_rows_once(fresh, careful)
         except BadValues:
@@ -463,22 +470,25 @@ class Uploader:
                             "output path must be on a filesystem the uploader sees (local mode or a shared mount)")
             if job.dlq_dir is not None:
                 layout.plan_moves(job.dlq_dir, layout.dlq_root(root), moves)
-            versions: dict[tuple[str, int], int] = {}
-            for f in fresh:
-                key = (f.req.topic, f.req.batch.partition)
-                versions[key] = max(versions.get(key, -1), f.req.batch.last)
-            for f in fresh:
-                record: dict = {"files": [os.path.relpath(target, root) for _, target in moves[f.req.batch.name]]}
-                if self.writer.format in tables.FORMATS:
-                    record["table"] = tables.pending_entry(self.writer.format, f.req.topic, f.req.batch.partition,
-                                                           versions[(f.req.topic, f.req.batch.partition)])
-                layout.write_durably(layout.pending_path(root, f.req.topic, f.req.batch), json.dumps(record).encode())
+            versions = _versions(fresh)
+            self._announce(fresh, versions, moves)
             layout.move_durably(moves)
             if self.writer.format in tables.FORMATS:
                 self.writer.append_table(job, versions)
         finally:
             self.writer.finish(job)
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def _announce(self, fresh: list["Fresh"], versions: dict[tuple[str, int], int],
+                  moves: dict[str, list[tuple[str, str]]]) -> None:
+        """Each batch's pending record (``layout`` invariant 2): the files about to be moved into
+        place, and in a table the commit about to record ``versions``."""
+        for f in fresh:
+            record: dict = {"files": [os.path.relpath(target, self.root) for _, target in moves.get(f.req.batch.name, ())]}
+            if self.writer.format in tables.FORMATS:
+                record["table"] = tables.pending_entry(self.writer.format, f.req.topic, f.req.batch.partition,
+                                                       versions[(f.req.topic, f.req.batch.partition)])
+            layout.write_durably(layout.pending_path(self.root, f.req.topic, f.req.batch), json.dumps(record).encode())
 
     def _write_manifest(self, topic: str, batch: BatchId, **extra) -> None:
         """The batch's commit point (``layout`` invariant 2): who uploaded which range, when."""
@@ -521,13 +531,23 @@ class Fresh:
     new_rows: int
     min_ts: int | None
     max_ts: int | None
+    rows: object = None   # the batch without the rows in ``drop`` (a pyarrow Table), until held
 
 
-def _inspect(req: Request, table, drop: list[tuple[int, int]]) -> tuple[Fresh, object]:
-    """A staged batch's number of rows not inside ``drop`` and its timestamp range; and the
-    batch without those rows, which is what the job reads: a partition read again by its next
-    owner after a rebalance (kdaemon/worker/delivery.py ``on_revoked``) comes in batches that
-    overlap what is uploaded, and Spark need not read those rows only to drop them."""
+def _versions(fresh: list[Fresh]) -> dict[tuple[str, int], int]:
+    """Each (topic, partition)'s newest offset among the job's batches: what a table records."""
+    versions: dict[tuple[str, int], int] = {}
+    for f in fresh:
+        key = (f.req.topic, f.req.batch.partition)
+        versions[key] = max(versions.get(key, -1), f.req.batch.last)
+    return versions
+
+
+def _inspect(req: Request, table, drop: list[tuple[int, int]]) -> Fresh:
+    """A staged batch's number of rows not inside ``drop``, its timestamp range, and the batch
+    without those rows, which is what the job writes: a partition read again by its next owner
+    after a rebalance (kdaemon/worker/delivery.py ``on_revoked``) comes in batches that overlap
+    what is uploaded, and the job need not read those rows only to drop them."""
     ts = pc.min_max(table.column("timestamp"))
     if drop:
         offsets = table.column("offset")
@@ -536,7 +556,7 @@ def _inspect(req: Request, table, drop: list[tuple[int, int]]) -> tuple[Fresh, o
             c = pc.and_(pc.greater_equal(offsets, first), pc.less_equal(offsets, last))
             inside = c if inside is None else pc.or_(inside, c)
         table = table.filter(pc.invert(inside))
-    return Fresh(req, drop, table.num_rows, ts["min"].as_py(), ts["max"].as_py()), table
+    return Fresh(req, drop, table.num_rows, ts["min"].as_py(), ts["max"].as_py(), table)
 
 
 def _after_failed(batch: BatchId) -> str:

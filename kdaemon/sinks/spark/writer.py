@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import tables
+from . import arrow_rows, tables
 from ...backoff import Backoff
 from ...durations import duration
 from .staging import validate_settings
@@ -163,6 +163,9 @@ class SparkWriter:
         self._value_struct = None  # value_schema plus the corrupt-record column
         # Local mode runs on this machine: Spark can read the uploader's held Parquet files itself.
         self.direct = self.master.startswith("local")
+        # ...and the uploader can write a Delta table's data files itself (arrow_rows): set in
+        # start(), with the rows' types.
+        self._direct_rows: tuple | None = None   # (the value's Arrow type, the rows' Spark schema)
 
     def start(self) -> None:
         check_master_reachable(self.master)
@@ -198,7 +201,54 @@ class SparkWriter:
             self.spark.sparkContext.setLogLevel("WARN")
         if self.value_schema:
             self._value_struct = self._parse_value_schema(self.value_schema)
-        log.info("Spark session ready (master %s, Spark %s)", self.master, self.spark.version)
+        self._direct_rows = self._direct_rows_types()
+        log.info("Spark session ready (master %s, Spark %s); %s", self.master, self.spark.version,
+                 "the uploader writes the table's data files itself where it can (direct_writes)"
+                 if self._direct_rows else "Spark writes every job")
+
+    def _direct_rows_types(self) -> tuple | None:
+        """(the value's Arrow type, the rows' Spark schema) where ``append_direct`` may write
+        this sink's jobs; None where every job goes through Spark: a cluster (its executors
+        write where the uploader may not see), Parquet path mode and Iceberg (not yet),
+        ``merge_schema`` (Delta's writer evolves the table), a ``value_schema`` type that only
+        Spark reads, or ``direct_writes = false``."""
+        if not (self.direct and self.format == "delta" and self.settings.get("direct_writes", True)
+                and not self.settings.get("merge_schema", False)):
+            return None
+        from pyspark.sql import types as T
+        value_type, arrow_value = {"binary": (T.BinaryType(), None), "string": (T.StringType(), None)}.get(
+            self.value_format, (None, None))
+        if self.value_format == "json":
+            value_type = T.StructType([f for f in self._value_struct.fields if f.name != _CORRUPT])
+            try:
+                arrow_value = arrow_rows.value_arrow_type(value_type)
+            except arrow_rows.NotDirect as exc:
+                log.info("every job goes through Spark: %s", exc)
+                return None
+        schema = T.StructType([
+            T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
+            T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
+            T.StructField("timestamp_type", T.ByteType()), T.StructField("key", T.BinaryType()),
+            T.StructField("value", value_type), T.StructField("headers", T.MapType(T.StringType(), T.BinaryType())),
+            T.StructField("date", T.StringType())])
+        return arrow_value, schema
+
+    def append_direct(self, batches: list, versions: dict[tuple[str, int], int]) -> bool:
+        """Table mode without a Spark job: the rows built by ``arrow_rows`` from ``batches``
+        (``staged.schema()`` tables without the rows the output holds), their files written by
+        the uploader and committed through the format's transaction API, as ``append_table``
+        commits a job.  False, with nothing written, where this job needs Spark (the reason is
+        logged at DEBUG): the caller then runs it through ``prepare``/``append_table``."""
+        if self._direct_rows is None:
+            return False
+        arrow_value, schema = self._direct_rows
+        try:
+            rows = arrow_rows.job_rows(batches, self.value_format, arrow_value)
+        except arrow_rows.NotDirect as exc:
+            log.debug("this job goes through Spark: %s", exc)
+            return False
+        return tables.FORMATS[self.format].append_files(self.spark, rows, self.path, self.partition_by, versions,
+                                                        schema)
 
     def _parse_value_schema(self, ddl: str):
         from pyspark.sql.types import DataType, StringType, StructField, StructType
