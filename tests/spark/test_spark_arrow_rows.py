@@ -247,7 +247,7 @@ def test_job_rows_are_the_rows_spark_prepares(spark, tmp_path, value_format):
     held = [_stage(tmp_path, *b) for b in BATCHES]
     job = w.prepare([(path, name, []) for path, name, _ in held], str(tmp_path / "tmp"), careful=False)
     want = job.df.drop("_batch").toArrow().sort_by([("partition", "ascending"), ("offset", "ascending")])
-    got = job_rows([t for _, _, t in held], value_format, _value_type() if schema else None)
+    got = pa.concat_tables([job_rows(t, value_format, _value_type() if schema else None) for _, _, t in held])
     got = got.sort_by([("partition", "ascending"), ("offset", "ascending")])
     assert got.column_names == list(arrow_rows.COLUMNS) == want.column_names
     for name in got.column_names:
@@ -267,13 +267,13 @@ def test_job_rows_are_the_rows_spark_prepares(spark, tmp_path, value_format):
 def test_rows_spark_must_build_are_not_direct(spark, tmp_path, timestamp, headers):
     rows = [(1_700_000_000_000, b"k", b"{}", [("ok", b"1")]), (timestamp, None, b'{"i":1}', headers)]
     _, _, table = _stage(tmp_path, 0, 0, rows)
-    assert job_rows([table.slice(0, 1)], "json", _value_type()).num_rows == 1   # the first row alone is direct
+    assert job_rows(table.slice(0, 1), "json", _value_type()).num_rows == 1   # the first row alone is direct
     with pytest.raises(NotDirect):
-        job_rows([table], "json", _value_type())
+        job_rows(table, "json", _value_type())
 
 
 def test_invalid_utf8_is_not_direct_as_a_string(spark, tmp_path):
     _, _, table = _stage(tmp_path, 0, 0, [(0, None, b"ok", []), (0, None, b"\xff", [])])
-    assert job_rows([table], "binary", None).column("value").to_pylist() == [b"ok", b"\xff"]
+    assert job_rows(table, "binary", None).column("value").to_pylist() == [b"ok", b"\xff"]
     with pytest.raises(NotDirect):
-        job_rows([table], "string", None)
+        job_rows(table, "string", None)

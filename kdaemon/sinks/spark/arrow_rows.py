@@ -28,6 +28,8 @@ to the dead letters.  The rules that make the two the same:
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
@@ -115,10 +117,10 @@ def _within_jackson_limits(text: pa.Array) -> None:
         raise NotDirect("a value may hold a number longer than Spark's JSON parser reads (1,000 digits)")
 
 
-def job_rows(batches: list[pa.Table], value_format: str, value_type: pa.StructType | None) -> pa.Table:
-    """The rows of one job (``staged.schema()`` tables, already without the rows the output
-    holds) as the output's columns (``COLUMNS``); NotDirect for rows Spark must build."""
-    rows = pa.concat_tables(batches).combine_chunks()
+def job_rows(batch: pa.Table, value_format: str, value_type: pa.StructType | None) -> pa.Table:
+    """The rows of a job's batch (a ``staged.schema()`` table, already without the rows the
+    output holds) as the output's columns (``COLUMNS``); NotDirect for rows Spark must build."""
+    rows = batch.combine_chunks()
     ms = rows.column("timestamp")
     if len(ms) and pc.max(ms).as_py() >= _YEAR_10000_MS:
         raise NotDirect("a record's timestamp is past the year 9999")
@@ -163,3 +165,80 @@ def _spread(parsed: pa.Array, valid: pa.Array) -> pa.Array:
     # The n-th valid position takes parsed[n]: a running count of the valid ones, masked.
     counted = pc.subtract(pc.cumulative_sum(valid.cast(pa.int64())), 1)
     return parsed.take(pc.if_else(valid, counted, None))
+
+
+def split_by(rows: pa.Table, columns: list[str]) -> list[tuple[tuple[str, ...], pa.Table]]:
+    """``rows`` by their values of ``columns`` (partition columns, never null here), each
+    group's values as strings, as table formats spell partition values."""
+    if not columns:
+        return [((), rows)]
+    keys = rows.select(columns).group_by(columns).aggregate([])
+    out = []
+    for key in keys.to_pylist():
+        mask = None
+        for c in columns:
+            m = pc.equal(rows.column(c), pa.scalar(key[c], rows.schema.field(c).type))
+            mask = m if mask is None else pc.and_(mask, m)
+        out.append((tuple(str(key[c]) for c in columns), rows.filter(mask)))
+    return out
+
+
+class PartitionedFiles:
+    """A job's rows written piece by piece (a batch at a time, so that a job holds one batch's
+    rows in memory, not all of them) as one Parquet file per partition value.
+
+    ``path_for(values)`` names a new file for the partition values (strings); ``shape(rows)``
+    gives the columns a file holds (a format drops or casts columns).  ``close`` syncs the files
+    (a table commit that names them must not outlive them) and gives (values, path, size) per
+    file; ``abort`` removes them: a job that turns out ``NotDirect`` halfway leaves nothing."""
+
+    def __init__(self, partition_by: list[str], path_for, shape, compression: str) -> None:
+        self.partition_by, self.path_for, self.shape, self.compression = partition_by, path_for, shape, compression
+        self._open: dict[tuple[str, ...], tuple[str, object]] = {}
+
+    def write(self, rows: pa.Table) -> None:
+        import pyarrow.parquet as pq
+        for values, part in split_by(rows, self.partition_by):
+            data = self.shape(part)
+            if values not in self._open:
+                path = self.path_for(values)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                self._open[values] = (path, pq.ParquetWriter(path, data.schema, compression=self.compression))
+            self._open[values][1].write_table(data)
+
+    def close(self) -> list[tuple[tuple[str, ...], str, int]]:
+        out = []
+        for values, (path, writer) in self._open.items():
+            writer.close()
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                out.append((values, path, os.fstat(fd).st_size))
+            finally:
+                os.close(fd)
+        self._open = {}
+        return out
+
+    def abort(self) -> None:
+        for path, writer in self._open.values():
+            try:
+                writer.close()
+            finally:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+        self._open = {}
+
+
+def write_pieces(pieces, files: PartitionedFiles) -> list[tuple[tuple[str, ...], str, int]]:
+    """Every piece of ``pieces`` (an iterable of tables; building one may raise NotDirect)
+    through ``files``; the files, closed.  On any error the files written so far are removed."""
+    try:
+        for rows in pieces:
+            files.write(rows)
+        return files.close()
+    except BaseException:
+        files.abort()
+        raise
+

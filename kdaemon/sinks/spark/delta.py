@@ -106,9 +106,9 @@ def append(spark, df, table_path: str, partition_by: list[str], versions: dict[t
          .partitionBy(*partition_by).save(table_path))
 
 
-def append_files(spark, rows, table_path: str, partition_by: list[str], versions: dict[tuple[str, int], int],
+def append_files(spark, pieces, table_path: str, partition_by: list[str], versions: dict[tuple[str, int], int],
                  schema) -> bool:
-    """The direct path's append: ``rows`` (``arrow_rows.job_rows``) written as Parquet files by
+    """The direct path's append: ``pieces`` (``arrow_rows.job_rows`` of each batch) written as Parquet files by
     ``delta_files`` and committed as ``append`` commits the DataFrame's (one commit, a ``txn``
     action per partition).  ``schema``: the rows' Spark schema (pyspark), which must be the
     table's.  False (nothing written) when it is not, or over Spark Connect: the caller then
@@ -126,7 +126,7 @@ def append_files(spark, rows, table_path: str, partition_by: list[str], versions
         config = jvm.scala.jdk.javaapi.CollectionConverters.asJava(txn.metadata().configuration())
         if any(str(key).startswith("delta.constraints.") for key in config.keySet()):
             return None
-        return [action.fromJson(json.dumps({"add": add})) for add in write_files(rows, table_path, partition_by)]
+        return [action.fromJson(json.dumps({"add": add})) for add in write_files(pieces, table_path, partition_by)]
     return _append_one_commit(spark, table_path, partition_by, versions, schema_json, files)
 
 

@@ -16,15 +16,16 @@ files are never skipped, never wrongly skipped.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import time
 import urllib.parse
 import uuid
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from .arrow_rows import PartitionedFiles, write_pieces
 
 STATS_COLUMNS = ("partition", "offset", "timestamp_type", "timestamp")
 # Hive's escapePathName: characters a partition directory name writes as %XX.
@@ -38,66 +39,53 @@ def escape_partition_value(value: str) -> str:
     return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
 
 
-def write_files(rows: pa.Table, table_path: str, partition_by: list[str]) -> list[dict]:
-    """Write ``rows`` (``arrow_rows.COLUMNS``) into the table's directory; return the ``add``
-    actions (as Delta's log spells them) for the files written.  The files are synced before
-    this returns: the commit that names them must not outlive them."""
-    groups = [((), rows)] if not partition_by else _split(rows, partition_by)
+def write_files(pieces, table_path: str, partition_by: list[str]) -> list[dict]:
+    """Write the rows of ``pieces`` (tables of ``arrow_rows.COLUMNS``, a batch each) into the
+    table's directory; return the ``add`` actions (as Delta's log spells them) for the files,
+    synced.  An error (NotDirect from building a piece) leaves no file behind."""
+    def path_for(values: tuple[str, ...]) -> str:
+        rel = [f"{c}={escape_partition_value(v)}" for c, v in zip(partition_by, values)]
+        return os.path.join(table_path, *rel, f"part-00000-{uuid.uuid4()}.c000.snappy.parquet")
+
+    # Delta keeps partition values in the log, not in the files.
+    files = PartitionedFiles(partition_by, path_for, lambda part: part.drop_columns(list(partition_by)), "snappy")
     actions = []
-    for values, part in groups:
-        rel_dir = "/".join(f"{c}={escape_partition_value(v)}" for c, v in zip(partition_by, values))
-        name = f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"
-        rel = f"{rel_dir}/{name}" if rel_dir else name
-        path = os.path.join(table_path, *rel.split("/"))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        data = part.drop_columns(list(partition_by))
-        pq.write_table(data, path, compression="snappy")
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            size = os.fstat(fd).st_size
-        finally:
-            os.close(fd)
-        actions.append({"path": urllib.parse.quote(rel, safe=_URI_PATH_SAFE), "partitionValues": dict(zip(partition_by, values)),
-                        "size": size, "modificationTime": int(time.time() * 1000), "dataChange": True,
-                        "stats": json.dumps(file_stats(data), separators=(",", ":"))})
+    for values, path, size in write_pieces(pieces, files):
+        rel = os.path.relpath(path, table_path).replace(os.sep, "/")
+        actions.append({"path": urllib.parse.quote(rel, safe=_URI_PATH_SAFE),
+                        "partitionValues": dict(zip(partition_by, values)), "size": size,
+                        "modificationTime": int(time.time() * 1000), "dataChange": True,
+                        "stats": json.dumps(file_stats(path), separators=(",", ":"))})
     return actions
 
 
-def file_stats(data: pa.Table) -> dict:
-    """Delta's statistics of one file's rows (``STATS_COLUMNS`` that the file holds)."""
-    stats: dict = {"numRecords": data.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+def file_stats(path: str) -> dict:
+    """Delta's statistics of one data file (``STATS_COLUMNS`` that it holds), from its footer."""
+    meta = pq.ParquetFile(path).metadata
+    stats: dict = {"numRecords": meta.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
     for name in STATS_COLUMNS:
-        if name not in data.column_names:
+        if name not in names:
             continue
-        col = data.column(name)
-        stats["nullCount"][name] = col.null_count
-        bounds = pc.min_max(col)
-        lo, hi = bounds["min"], bounds["max"]
-        if not lo.is_valid:
+        col = names.index(name)
+        groups = [meta.row_group(g).column(col).statistics for g in range(meta.num_row_groups)]
+        if any(g is None or not g.has_null_count for g in groups):
             continue
-        if name == "timestamp":
-            # Delta's JSON statistics spell a timestamp in the session time zone (UTC here) to
-            # the millisecond; kdaemon's timestamps are whole milliseconds, so nothing is cut.
-            lo, hi = (_iso_millis(v) for v in (lo, hi))
-        else:
-            lo, hi = lo.as_py(), hi.as_py()
-        stats["minValues"][name], stats["maxValues"][name] = lo, hi
+        stats["nullCount"][name] = sum(g.null_count for g in groups)
+        bounded = [g for g in groups if g.has_min_max]
+        if len(bounded) != len([g for g in groups if g.null_count < g.num_values]):
+            continue   # a row group with values but no bounds: leave the column's bounds unknown
+        if bounded:
+            lo, hi = min(g.min for g in bounded), max(g.max for g in bounded)
+            if name == "timestamp":
+                # Delta's JSON statistics spell a timestamp in the session time zone (UTC here)
+                # to the millisecond; kdaemon's timestamps are whole milliseconds, nothing is cut.
+                lo, hi = _iso_millis(lo), _iso_millis(hi)
+            stats["minValues"][name], stats["maxValues"][name] = lo, hi
     return stats
 
 
-def _iso_millis(ts: pa.Scalar) -> str:
-    return ts.as_py().strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.as_py().microsecond // 1000:03d}Z"
-
-
-def _split(rows: pa.Table, partition_by: list[str]) -> list[tuple[tuple[str, ...], pa.Table]]:
-    """``rows`` by their partition values (as strings, Delta's ``partitionValues``)."""
-    keys = rows.select(partition_by).group_by(partition_by).aggregate([])
-    out = []
-    for key in keys.to_pylist():
-        mask = None
-        for c in partition_by:
-            m = pc.equal(rows.column(c), pa.scalar(key[c], rows.schema.field(c).type))
-            mask = m if mask is None else pc.and_(mask, m)
-        out.append((tuple(str(key[c]) for c in partition_by), rows.filter(mask)))
-    return out
+def _iso_millis(ts: datetime.datetime) -> str:
+    if ts.tzinfo is not None:
+        ts = ts.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"

@@ -163,7 +163,7 @@ class SparkWriter:
         self._value_struct = None  # value_schema plus the corrupt-record column
         # Local mode runs on this machine: Spark can read the uploader's held Parquet files itself.
         self.direct = self.master.startswith("local")
-        # ...and the uploader can write a Delta table's data files itself (arrow_rows): set in
+        # ...and the uploader can write a table's data files itself (arrow_rows): set in
         # start(), with the rows' types.
         self._direct_rows: tuple | None = None   # (the value's Arrow type, the rows' Spark schema)
 
@@ -209,10 +209,10 @@ class SparkWriter:
     def _direct_rows_types(self) -> tuple | None:
         """(the value's Arrow type, the rows' Spark schema) where ``append_direct`` may write
         this sink's jobs; None where every job goes through Spark: a cluster (its executors
-        write where the uploader may not see), Parquet path mode and Iceberg (not yet),
+        write where the uploader may not see), Parquet path mode (not yet),
         ``merge_schema`` (Delta's writer evolves the table), a ``value_schema`` type that only
         Spark reads, or ``direct_writes = false``."""
-        if not (self.direct and self.format == "delta" and self.settings.get("direct_writes", True)
+        if not (self.direct and self.format in tables.FORMATS and self.settings.get("direct_writes", True)
                 and not self.settings.get("merge_schema", False)):
             return None
         from pyspark.sql import types as T
@@ -242,13 +242,14 @@ class SparkWriter:
         if self._direct_rows is None:
             return False
         arrow_value, schema = self._direct_rows
+        # A batch at a time: the job's memory is one batch's rows, whatever its size.
+        pieces = (arrow_rows.job_rows(batch, self.value_format, arrow_value) for batch in batches)
         try:
-            rows = arrow_rows.job_rows(batches, self.value_format, arrow_value)
+            return tables.FORMATS[self.format].append_files(self.spark, pieces, self.path, self.partition_by,
+                                                            versions, schema)
         except arrow_rows.NotDirect as exc:
             log.debug("this job goes through Spark: %s", exc)
             return False
-        return tables.FORMATS[self.format].append_files(self.spark, rows, self.path, self.partition_by, versions,
-                                                        schema)
 
     def _parse_value_schema(self, ddl: str):
         from pyspark.sql.types import DataType, StringType, StructField, StructType
