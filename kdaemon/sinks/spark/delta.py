@@ -31,7 +31,6 @@ import time
 import uuid
 from typing import Callable
 
-from .delta_files import write_files
 from .delta_log import transactions
 from .jars import staged_jars
 
@@ -115,6 +114,7 @@ def append_files(spark, pieces, table_path: str, partition_by: list[str], versio
     takes the Spark path, which evolves the table or names the mismatch."""
     if commits_per_partition(spark, False):
         return False
+    from .delta_files import write_files   # pyarrow: the uploader's, never a worker's (staged.py)
     jvm = spark._jvm
     schema_json = spark._jsparkSession.parseDataType(schema.json()).asNullable().json()
     action = jvm.org.apache.spark.sql.delta.actions.Action

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 
-from . import iceberg_files
 from .iceberg_meta import SUMMARY_KEY, committed_offsets, current_metadata, summary_value
 from .jars import staged_jars
 
@@ -126,6 +125,7 @@ def append_files(spark, pieces, table_path: str, partition_by: list[str], versio
     jvm = getattr(spark, "_jvm", None)
     if jvm is None:
         return False
+    from . import iceberg_files   # pyarrow: the uploader's, never a worker's (staged.py)
     _create_if_missing(spark, spark.createDataFrame([], schema), table_path, partition_by)
     ice = jvm.org.apache.iceberg
     table = ice.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, identifier(table_path))
