@@ -40,6 +40,7 @@ class FakeWriter:
     per (topic, _batch) under ``tmp/data/topic=<t>/date=1970-01-01/_batch=<b>/``."""
 
     format = "parquet"
+    direct_writes = False   # every job goes through prepare (Spark's path), as path mode's do
 
     def __init__(self) -> None:
         self.jobs = 0
@@ -608,3 +609,48 @@ def _raises(call, exc_type) -> bool:
     except exc_type:
         return True
     return False
+
+
+class DirectWriter(FakeWriter):
+    """A table writer (Delta here) whose jobs the uploader offers to ``append_direct`` first:
+    it takes them when ``accept``, else they go through ``prepare``/``append_table``."""
+
+    format = "delta"
+    direct_writes = True
+
+    def __init__(self, up: Uploader, accept: bool) -> None:
+        super().__init__()
+        self.up, self.accept = up, accept
+        self.direct: list[tuple[list[int], dict, list]] = []   # offsets, versions, pending records seen
+        self.appended: list[tuple[list[int], dict]] = []
+
+    def append_direct(self, batches, versions) -> bool:
+        offsets = sorted(o for b in batches for o in b.column("offset").to_pylist())
+        pending = [r for p in {k[1] for k in versions} for _, r in layout.pending_uploads(self.up.root, TOPIC, p)]
+        self.direct.append((offsets, dict(versions), pending))
+        return self.accept
+
+    def append_table(self, job, versions) -> None:
+        self.jobs += 1
+        offsets = sorted(o for path, _, _ in job.df for o in pq.read_table(path).column("offset").to_pylist())
+        self.appended.append((offsets, dict(versions)))
+
+
+@pytest.mark.parametrize("accept", [True, False])
+def test_a_table_job_is_offered_to_the_direct_path_after_its_commit_is_announced(tmp_path, accept):
+    up = Uploader({"type": "spark", "format": "delta", "path": str(tmp_path / "out")}, str(tmp_path / "state"))
+    up.writer = w = DirectWriter(up, accept)
+    up.upload([_stage(tmp_path, 0, range(0, 100))])
+    up.upload([_stage(tmp_path, 0, range(50, 150)), _stage(tmp_path, 1, range(0, 10))])
+    # The second job offers only the rows the first did not upload, and each batch's pending
+    # record announces the commit (partition, newest offset) before the table may get it.
+    assert [(offsets, versions) for offsets, versions, _ in w.direct] == [
+        (list(range(100)), {(TOPIC, 0): 99}),
+        (sorted(list(range(100, 150)) + list(range(10))), {(TOPIC, 0): 149, (TOPIC, 1): 9})]
+    assert [sorted((r["table"]["partition"], r["table"]["version"]) for r in pending) for _, _, pending in w.direct] \
+        == [[(0, 99)], [(0, 149), (1, 9)]]
+    assert layout.uploaded_ranges(up.root, TOPIC, 0) == [(0, 99), (50, 149)]
+    assert not layout.pending_uploads(up.root, TOPIC, 0)
+    # Refused, the same job goes through Spark's path, not carefully, with the same offsets.
+    assert w.careful == ([] if accept else [False, False])
+    assert w.appended == ([] if accept else [(offsets, versions) for offsets, versions, _ in w.direct])

@@ -433,7 +433,7 @@ class Uploader:
         dead-letter pass (``SparkWriter.prepare``) unless a recent job met values that do not
         parse: such a job fails before anything is committed, and runs again carefully at once."""
         careful = self._careful_jobs > 0
-        if not careful:
+        if not careful and self.writer.direct_writes:
             versions = _versions(fresh)
             self._announce(fresh, versions, {})
             if self.writer.append_direct([f.rows for f in fresh], versions):

@@ -233,13 +233,18 @@ class SparkWriter:
             T.StructField("date", T.StringType())])
         return arrow_value, schema
 
+    @property
+    def direct_writes(self) -> bool:
+        """May ``append_direct`` write this sink's jobs (known once the session started)?"""
+        return self._direct_rows is not None
+
     def append_direct(self, batches: list, versions: dict[tuple[str, int], int]) -> bool:
         """Table mode without a Spark job: the rows built by ``arrow_rows`` from ``batches``
         (``staged.schema()`` tables without the rows the output holds), their files written by
         the uploader and committed through the format's transaction API, as ``append_table``
         commits a job.  False, with nothing written, where this job needs Spark (the reason is
         logged at DEBUG): the caller then runs it through ``prepare``/``append_table``."""
-        if self._direct_rows is None:
+        if not self.direct_writes:
             return False
         arrow_value, schema = self._direct_rows
         # A batch at a time: the job's memory is one batch's rows, whatever its size.
