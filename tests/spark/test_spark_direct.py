@@ -206,3 +206,16 @@ def test_a_delta_table_with_a_check_constraint_is_written_by_spark(writer, tmp_p
     assert _data_files(path) == before   # no file left behind
     with pytest.raises(Exception, match="(?i)check constraint"):
         _write(writer, path, [_batch(tmp_path, "c", 0, range(150, 160))], direct=False)
+
+
+def test_the_warm_up_runs_deltas_checkpoint_job_on_a_scratch_table(writer, tmp_path):
+    scratch = str(tmp_path / "warm-up")
+    tracker = writer.spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup(None))
+    writer.warm_up(scratch)
+    ran = set(tracker.getJobIdsForGroup(None)) - before
+    assert not os.path.exists(scratch)
+    if writer.format == "delta":
+        assert ran   # the checkpoint's state is a Spark job: now paid, not by the table's tenth commit
+    else:
+        assert not ran   # Iceberg's commits run no Spark job: nothing to warm

@@ -40,8 +40,8 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")
 _YEAR_10000_MS = 253_402_300_800_000   # 10000-01-01T00:00:00Z: Spark writes such dates as "+10000-…"
 _BLOCK_SIZE = 16 << 20
 _LONG_VALUE = 50_000   # bytes; longer values go to Spark (``_within_jackson_limits``)
-# The integer token -0 (not -0.0 or -0e0): Jackson reads it as the integer 0.
-_MINUS_ZERO = r"-0\s*[,\]}]"
+# A line break, or the integer token -0 (not -0.0 or -0e0), which Jackson reads as the integer 0.
+_LINE_BREAK_OR_MINUS_ZERO = r"[\r\n]|-0\s*[,\]}]"
 
 
 class NotDirect(Exception):
@@ -77,12 +77,11 @@ def parse_json_values(values: pa.Array, value_type: pa.StructType) -> pa.Array:
     if len(present) == 0:
         return pa.nulls(len(values), value_type)
     text = _utf8(present)
-    if not pc.all(pc.starts_with(pc.utf8_ltrim_whitespace(text), "{")).as_py():
+    if not pc.all(pc.match_substring_regex(text, r"^\s*\{")).as_py():
         raise NotDirect("a value is not a JSON object")
-    if pc.any(pc.or_(pc.match_substring(text, "\n"), pc.match_substring(text, "\r"))).as_py():
-        raise NotDirect("a value holds a line break")
-    if pc.any(pc.match_substring_regex(text, _MINUS_ZERO)).as_py():
-        raise NotDirect("a value holds the integer -0 (Spark reads 0.0 into a DOUBLE, pyarrow -0.0)")
+    if pc.any(pc.match_substring_regex(text, _LINE_BREAK_OR_MINUS_ZERO)).as_py():
+        raise NotDirect("a value holds a line break (it would read as two lines), or the integer -0 (Spark reads "
+                        "0.0 into a DOUBLE, pyarrow -0.0)")
     _within_jackson_limits(text)
     joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(text)], pa.int32()), text), "\n")[0]
     try:
@@ -97,6 +96,26 @@ def parse_json_values(values: pa.Array, value_type: pa.StructType) -> pa.Array:
     parsed = pa.StructArray.from_arrays([table.column(i).combine_chunks() for i in range(table.num_columns)],
                                         fields=list(value_type))
     return parsed if len(present) == len(values) else _spread(parsed, values.is_valid())
+
+
+def each_batch_rows(batches: list[pa.Table], value_format: str, value_type: pa.StructType | None):
+    """``job_rows`` of each batch, in order, the next one built on a second thread while the
+    caller writes this one (pyarrow parses and writes outside the GIL; at most two batches'
+    rows are held at once).  A NotDirect is raised where its batch comes."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-rows") as pool:
+        ahead = None
+        try:
+            for batch in batches:
+                current, ahead = ahead, pool.submit(job_rows, batch, value_format, value_type)
+                if current is not None:
+                    yield current.result()
+            if ahead is not None:
+                current, ahead = ahead, None
+                yield current.result()
+        finally:
+            if ahead is not None:
+                ahead.cancel()
 
 
 def _within_jackson_limits(text: pa.Array) -> None:

@@ -195,3 +195,18 @@ def _scala_list(jvm, items):
     for item in items:
         java.add(item)
     return jvm.scala.jdk.javaapi.CollectionConverters.asScala(java).toList()
+
+
+def warm_up(spark, rows, scratch: str, partition_by: list[str], schema) -> None:
+    """Run Delta's commit and checkpoint once on a scratch table at ``scratch`` (removed
+    after): the uploader's first Spark job is otherwise the table's first checkpoint, ten
+    commits in, and a cold first job held one job 16 s (the checkpoint and its state, computed
+    by a Spark job; direct writes run no other).  ``rows``: one row as ``arrow_rows`` builds it."""
+    import shutil
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        if append_files(spark, [rows], scratch, partition_by, {("kdaemon-warm-up", 0): 0}, schema):
+            spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, scratch).checkpoint()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+

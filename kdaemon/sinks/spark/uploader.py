@@ -137,6 +137,7 @@ class Uploader:
                 log.error("the uploader cannot start: %s", exc)
                 return EXIT_CANNOT_START
             self._remove_own_tmp()
+            threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True).start()
             log.info("uploader listening on %s, writing to %s%s", self.socket_path, self.root,
                      f" (an {self.writer.format} table)" if self.writer.format in tables.FORMATS else "")
             while not self._stop:
@@ -175,6 +176,20 @@ class Uploader:
         if failed:
             raise failed[0]
         return not self._stop
+
+    def _warm_up(self) -> None:
+        """``SparkWriter.warm_up`` beside the jobs, on a scratch table of this uploader's own
+        under ``_kdaemon/tmp``.  A failure costs only the warm-up: logged, never raised."""
+        scratch = os.path.join(layout.kdaemon_dir(self.root), "tmp", f"{self.tmp_owner}-warm-up")
+        started = time.monotonic()
+        try:
+            self.writer.warm_up(scratch)
+        except Exception as exc:
+            if not self._stop:
+                log.warning("warming up the table format's Spark work failed (the first checkpoint will be "
+                            "slower): %s", first_line(exc))
+            return
+        log.debug("warm-up done in %.1fs", time.monotonic() - started)
 
     def _turn(self, server: socket.socket | None, timeout: float) -> None:
         """Read what arrives within ``timeout``, run a job if anything is queued, and answer the

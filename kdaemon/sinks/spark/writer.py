@@ -238,6 +238,23 @@ class SparkWriter:
         """May ``append_direct`` write this sink's jobs (known once the session started)?"""
         return self._direct_rows is not None
 
+    def warm_up(self, scratch: str) -> None:
+        """Pay the table format's cold Spark work before a job needs it (``delta.warm_up``:
+        with direct writes Delta's checkpoint is the uploader's only Spark job, and a cold one
+        stalled the job it fell on for 16 s).  On ``scratch``, a directory of its own; for the
+        uploader to run beside its jobs (Spark takes jobs from several threads)."""
+        if not (self.direct_writes and self.format == "delta"):
+            return
+        import pyarrow as pa
+        from . import delta, staged
+        one = pa.table({"topic": ["kdaemon-warm-up"], "partition": pa.array([0], pa.int32()),
+                        "offset": [0], "timestamp": [0], "timestamp_type": pa.array([0], pa.int8()),
+                        "key": pa.array([None], pa.binary()), "value": pa.array([None], pa.binary()),
+                        "headers": pa.array([[]], staged.schema().field("headers").type)}, schema=staged.schema())
+        arrow_value, schema = self._direct_rows
+        delta.warm_up(self.spark, arrow_rows.job_rows(one, self.value_format, arrow_value), scratch,
+                      self.partition_by, schema)
+
     def append_direct(self, batches: list, versions: dict[tuple[str, int], int]) -> bool:
         """Table mode without a Spark job: the rows built by ``arrow_rows`` from ``batches``
         (``staged.schema()`` tables without the rows the output holds), their files written by
@@ -247,8 +264,8 @@ class SparkWriter:
         if not self.direct_writes:
             return False
         arrow_value, schema = self._direct_rows
-        # A batch at a time: the job's memory is one batch's rows, whatever its size.
-        pieces = (arrow_rows.job_rows(batch, self.value_format, arrow_value) for batch in batches)
+        # A batch at a time: the job's memory is two batches' rows, whatever its size.
+        pieces = arrow_rows.each_batch_rows(batches, self.value_format, arrow_value)
         try:
             return tables.FORMATS[self.format].append_files(self.spark, pieces, self.path, self.partition_by,
                                                             versions, schema)
