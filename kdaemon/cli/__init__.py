@@ -17,7 +17,7 @@ import time
 import click
 
 from .. import __version__
-from ..config import ConfigError, DaemonConfig, load_for_check
+from ..config import ENV_LAYOUT, ConfigError, DaemonConfig, Override, effective_toml, load_for_check
 from ..exit_codes import EXIT_CONFIG
 from ..worker.build import check_against_plugins, unchecked_sinks
 from .common import config_option, fail, load_or_exit, plugins_or_exit, setup_logging
@@ -132,15 +132,21 @@ def _run_in_process(config: DaemonConfig) -> int:
 
 @main.command("check-config")
 @config_option
-def check_config(config_path: str) -> None:
+@click.option("--show", is_flag=True,
+              help="Print the effective configuration (the file with the environment's KDAEMON_* values "
+                   "over it, each marked with its variable; secrets hidden).")
+def check_config(config_path: str, show: bool) -> None:
     """Validate the configuration (and what the enabled plugins say about it); exit 2 on problems.
 
-    Every problem in one run: those of the file, then what the plugins' factories (filters,
-    deserializers, interceptors, sinks' validate) say about their settings."""
+    Every problem in one run: those of the file and of the KDAEMON_<SECTION>_<KEY> environment
+    variables set over it, then what the plugins' factories (filters, deserializers,
+    interceptors, sinks' validate) say about their settings.  Each value taken from the
+    environment is listed on stdout (``run`` takes the same ones)."""
     from ..plugins.manager import PluginError
     from ..worker.main import load_plugins
     problems: list[str] = []
-    config = load_for_check(config_path, problems)
+    overrides: list[Override] = []
+    config = load_for_check(config_path, problems, overrides=overrides)
     notes: list[str] = []
     if config is not None:
         file_ok = not problems
@@ -156,6 +162,14 @@ def check_config(config_path: str) -> None:
             # What the file got wrong can keep the plugins from being asked at all.
             problems.append(f"{config.path}: the plugins' checks did not run ({type(exc).__name__}: {exc}); "
                             "fix the problems above first")
+    # On stdout: the supervisor reads a failed check's stderr as its list of problems.
+    if show and config is not None:
+        click.echo(f"# {config_path}, with the environment's values over it (each marked with its "
+                   "variable); secrets hidden")
+        click.echo(effective_toml(config.raw, overrides, ENV_LAYOUT))
+    else:
+        for o in overrides:
+            click.echo(f"environment: {o.where} = {o.shown}   # {o.variable}")
     for p in problems:
         click.echo(p, err=True)
     if problems:

@@ -3,7 +3,9 @@
 Validation collects *every* problem and reports each as ``file: section.key: problem`` so an
 operator fixes a file in one pass (the CLI exits 2).  A value of the wrong TOML type is always
 ``file: section.key: expected <type>, found <type> <value>`` (``daemon.topics[1]`` for a list
-element), from one description of each key's type (``schema``).
+element), from one description of each key's type (``schema``).  ``KDAEMON_<SECTION>_<KEY>``
+environment variables set values over the file (``env``) and get the same checks; their
+problems start ``environment <VARIABLE>:`` instead of ``file:``.
 
 The package, by responsibility:
 
@@ -11,6 +13,8 @@ The package, by responsibility:
 * ``schema``: TOML type descriptions (``Kind``) derived from those annotations, and the wording;
 * ``kafka``: the ``[kafka]`` section, typed from ``ConsumerConfig`` and checked by it;
 * ``loader``: ``load``/``parse``, the other sections, the default DLQ;
+* ``env``: ``KDAEMON_<SECTION>_<KEY>`` overrides from the environment, set over the file by
+  ``load`` before validation, and the effective configuration ``check-config --show`` prints;
 * ``toml_out``: ``dump_toml``, for the files kdaemon writes itself.
 
 Its place in the layers: above ``kdaemon.protocol`` and ``kdaemon.client`` (it checks consumer
@@ -21,14 +25,16 @@ its own ``settings`` table).  What only the loaded plugins can check about a con
 worker's business: ``kdaemon.worker.build.check_against_plugins``.
 """
 
+from .env import Override, effective_toml
 from .kafka import DAEMON_OWNED, KAFKA_KINDS, SECRETS
-from .loader import default_dlq, load, load_for_check, parse
+from .loader import ENV_LAYOUT, default_dlq, load, load_for_check, parse
 from .model import (DEFAULT_DLQ_DIR, DEFAULT_PLUGINS, ERROR_POLICIES_DESERIALIZE, ERROR_POLICIES_SINK,
                     GROUP_PROTOCOLS, ConfigError, DaemonConfig, DaemonSection, DeserializerConfig,
                     FilterConfig, InterceptorConfig, SinkConfig)
 from .toml_out import dump_toml
 
-__all__ = ["DAEMON_OWNED", "DEFAULT_DLQ_DIR", "DEFAULT_PLUGINS", "ERROR_POLICIES_DESERIALIZE",
+__all__ = ["DAEMON_OWNED", "DEFAULT_DLQ_DIR", "DEFAULT_PLUGINS", "ENV_LAYOUT", "ERROR_POLICIES_DESERIALIZE",
            "ERROR_POLICIES_SINK", "GROUP_PROTOCOLS", "KAFKA_KINDS", "SECRETS", "ConfigError",
            "DaemonConfig", "DaemonSection", "DeserializerConfig", "FilterConfig", "InterceptorConfig",
-           "SinkConfig", "default_dlq", "dump_toml", "load", "load_for_check", "parse"]
+           "Override", "SinkConfig", "default_dlq", "dump_toml", "effective_toml", "load", "load_for_check",
+           "parse"]

@@ -4,6 +4,10 @@ Each section is checked against the TOML types of the dataclass it fills (``sche
 before anything looks at its values, so a wrong type is reported as ``section.key: expected
 ..., found ...`` and a follow-up check never trips over it (no "give the topics" after
 ``daemon.topics[1]: expected a string``: the topics were given, wrongly).
+
+``load`` sets the environment's ``KDAEMON_<SECTION>_<KEY>`` overrides (``env``) over the file
+before any of this, so they get the same checks; ``parse`` alone reads no environment variable
+but the secrets' sources.
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ import math
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 
 from ..protocol.header_match import DEFAULTS as FILTER_DEFAULTS, rule_problems
 from ..suggest import did_you_mean
-from .kafka import kafka_section
+from .env import Layout, Override, Overrides, read_overrides
+from .kafka import KAFKA_KINDS, SECRET_SOURCES, SECRETS, kafka_section
 from .model import (DEFAULT_DLQ_DIR, DEFAULT_PLUGINS, ERROR_POLICIES_DESERIALIZE, ERROR_POLICIES_SINK,
                     ConfigError, DaemonConfig, DaemonSection, DeserializerConfig, FilterConfig,
                     InterceptorConfig, SinkConfig)
@@ -31,12 +37,6 @@ def _table_array(name: str) -> Kind:
     return Kind(f"an array of tables ([[{name}]])", lambda v: isinstance(v, list))
 
 
-TOP_KINDS: dict[str, Kind] = {
-    "plugins": list_of(STRING, "a list of plugin names"),
-    "kafka": _table("kafka"), "daemon": _table("daemon"), "deserializer": _table("deserializer"),
-    "sink": _table("sink"), "dlq": _table("dlq"),
-    "filters": _table_array("filters"), "interceptors": _table_array("interceptors"),
-}
 DAEMON_KINDS = kinds_of(DaemonSection)
 RULE_KINDS = {**{k: v for k, v in kinds_of(FilterConfig).items() if k not in ("plugin", "settings")},
               "value": STRING}
@@ -44,6 +44,25 @@ PLUGIN_FILTER_KINDS = {k: v for k, v in kinds_of(FilterConfig).items() if k in (
 INTERCEPTOR_KINDS = kinds_of(InterceptorConfig)
 DESERIALIZER_KINDS = kinds_of(DeserializerConfig)
 SINK_KINDS = {"type": STRING}   # the rest of [sink] is the sink's own (it checks its settings)
+
+# The file's top level: its tables (with the keys the loader knows in each), its arrays of
+# tables, and its one plain key.
+TABLES: dict[str, dict[str, Kind]] = {"kafka": KAFKA_KINDS, "daemon": DAEMON_KINDS,
+                                      "deserializer": DESERIALIZER_KINDS, "sink": SINK_KINDS, "dlq": SINK_KINDS}
+TABLE_ARRAYS = ("filters", "interceptors")
+TOP_KINDS: dict[str, Kind] = {
+    "plugins": list_of(STRING, "a list of plugin names"),
+    **{name: _table(name) for name in TABLES},
+    **{name: _table_array(name) for name in TABLE_ARRAYS},
+}
+# What KDAEMON_<SECTION>_<KEY> variables can set (kdaemon.config.env).
+ENV_LAYOUT = Layout(
+    tables={name: frozenset(kinds) for name, kinds in TABLES.items()},
+    table_arrays=frozenset(TABLE_ARRAYS),
+    values=frozenset(TOP_KINDS) - set(TABLES) - set(TABLE_ARRAYS),
+    secrets=frozenset(f"kafka.{name}" for name in SECRETS),
+    secret_sources=frozenset(f"kafka.{key}" for key in SECRET_SOURCES if key.endswith("_env")),
+)
 _CHOICES = {"assignment": ("group", "static"), "on_deserialize_error": ERROR_POLICIES_DESERIALIZE,
             "on_sink_error": ERROR_POLICIES_SINK, "filter_default": FILTER_DEFAULTS,
             "log_level": ("DEBUG", "INFO", "WARNING", "ERROR")}
@@ -51,22 +70,31 @@ _POSITIVE = ("poll_timeout_ms", "flush_interval_ms", "flush_max_records", "max_b
              "metrics_interval_ms", "sink_probe_max_ms")
 
 
-def load(path: str | os.PathLike, *, environ: dict | None = None) -> DaemonConfig:
-    """Read and validate; raise ConfigError listing every problem."""
-    return parse(_read(str(path)), str(path), environ=environ)
+def load(path: str | os.PathLike, *, environ: Mapping[str, str] | None = None) -> DaemonConfig:
+    """Read the file, set the environment's overrides over it, validate; raise ConfigError
+    listing every problem.  ``environ`` (default ``os.environ``) also holds the secrets'
+    sources (``sasl_password_env``)."""
+    env = os.environ if environ is None else environ
+    raw = _read(str(path))
+    return parse(raw, str(path), environ=env, overrides=read_overrides(env, ENV_LAYOUT, raw))
 
 
-def load_for_check(path: str | os.PathLike, problems: list[str], *,
-                   environ: dict | None = None) -> DaemonConfig | None:
-    """For ``check-config``, which lists every problem in one run: the file's problems go to
-    ``problems`` and the configuration is returned all the same (what was wrong left at its
-    default) so the plugins can check the rest; None if the file cannot be read as TOML."""
+def load_for_check(path: str | os.PathLike, problems: list[str], *, environ: Mapping[str, str] | None = None,
+                   overrides: list[Override] | None = None) -> DaemonConfig | None:
+    """For ``check-config``, which lists every problem in one run: the file's problems (and the
+    environment's) go to ``problems`` and the configuration is returned all the same (what was
+    wrong left at its default) so the plugins can check the rest; None if the file cannot be
+    read as TOML.  The overrides set over the file are added to ``overrides``, to show them."""
+    env = os.environ if environ is None else environ
     try:
         raw = _read(str(path))
     except ConfigError as exc:
         problems += exc.problems
         return None
-    return parse(raw, str(path), environ=environ, problems=problems)
+    found = read_overrides(env, ENV_LAYOUT, raw)
+    if overrides is not None:
+        overrides += found.applied
+    return parse(raw, str(path), environ=env, problems=problems, overrides=found)
 
 
 def _read(path: str) -> dict:
@@ -85,12 +113,16 @@ def _read(path: str) -> dict:
     return raw
 
 
-def parse(raw: dict, path: str = "<config>", *, environ: dict | None = None,
-          problems: list[str] | None = None) -> DaemonConfig:
+def parse(raw: dict, path: str = "<config>", *, environ: Mapping[str, str] | None = None,
+          problems: list[str] | None = None, overrides: Overrides | None = None) -> DaemonConfig:
     """Validate a parsed TOML mapping; raise ConfigError listing every problem as
     ``path: section.key: text`` — or, given a ``problems`` list, add them to it and return the
-    configuration with what was wrong left at its defaults (``load_for_check``)."""
+    configuration with what was wrong left at its defaults (``load_for_check``).  With
+    ``overrides`` (``load``), they are set over ``raw`` first, and a problem of a key one of
+    them set starts ``environment <VARIABLE>:`` instead of ``path:``."""
     env = os.environ if environ is None else environ
+    overrides = overrides if overrides is not None else Overrides()
+    raw = overrides.over(raw)
     collect, problems = problems, []
 
     def problem(where: str, text: str) -> None:
@@ -126,10 +158,11 @@ def parse(raw: dict, path: str = "<config>", *, environ: dict | None = None,
         problem("daemon.assignment", "static assignment needs explicit topics, not a pattern")
     if "kafka" not in mistyped and "group_id" not in kafka_raw and daemon.assignment == "group":
         problem("kafka.group_id", "required: offsets are committed to the group")
-    if problems and collect is None:
-        raise ConfigError([f"{path}: {p}" for p in problems])
+    worded = [*overrides.problems, *(overrides.word(p, path) for p in problems)]
+    if worded and collect is None:
+        raise ConfigError(worded)
     if collect is not None:
-        collect += [f"{path}: {p}" for p in problems]
+        collect += worded
     return DaemonConfig(path, tuple(plugins), kafka, daemon, filters, deser, interceptors, sink, dlq, raw)
 
 
