@@ -261,6 +261,18 @@ class Kdaemon:
                 raise RuntimeError(f"the uploader did not start within {timeout:g} s; see {self.log_path}")
             time.sleep(0.2)
 
+    def wait_warm(self, timeout: float = 180) -> None:
+        """Until the uploader finished its own warm-up (``Uploader._warm_up``: with direct
+        writes into Delta, a commit and a checkpoint on a scratch table, paid once at a
+        daemon's start): "warm" measures a daemon whose start is over, as Spark's side is
+        measured in a session whose warm-up query ran."""
+        deadline = time.monotonic() + timeout
+        while "uploader warm-up done" not in self.log_path.read_text(errors="replace"):
+            self.alive_or_raise()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the uploader did not warm up within {timeout:g} s; see {self.log_path}")
+            time.sleep(0.2)
+
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return

@@ -189,7 +189,7 @@ class Uploader:
                 log.warning("warming up the table format's Spark work failed (the first checkpoint will be "
                             "slower): %s", first_line(exc))
             return
-        log.debug("warm-up done in %.1fs", time.monotonic() - started)
+        log.info("uploader warm-up done in %.1fs", time.monotonic() - started)
 
     def _turn(self, server: socket.socket | None, timeout: float) -> None:
         """Read what arrives within ``timeout``, run a job if anything is queued, and answer the
