@@ -254,23 +254,22 @@ class Kdaemon:
             time.sleep(interval)
 
     def wait_serving(self, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while "uploader listening on" not in self.log_path.read_text(errors="replace"):
-            self.alive_or_raise()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the uploader did not start within {timeout:g} s; see {self.log_path}")
-            time.sleep(0.2)
+        self._wait_logged("uploader listening on", "start", timeout)
 
     def wait_warm(self, timeout: float = 180) -> None:
         """Until the uploader finished its own warm-up (``Uploader._warm_up``: with direct
         writes into Delta, a commit and a checkpoint on a scratch table, paid once at a
         daemon's start): "warm" measures a daemon whose start is over, as Spark's side is
         measured in a session whose warm-up query ran."""
+        self._wait_logged("uploader warm-up done", "warm up", timeout)
+
+    def _wait_logged(self, line: str, what: str, timeout: float) -> None:
+        """Until the daemon's log holds ``line``; RuntimeError naming ``what`` after ``timeout``."""
         deadline = time.monotonic() + timeout
-        while "uploader warm-up done" not in self.log_path.read_text(errors="replace"):
+        while line not in self.log_path.read_text(errors="replace"):
             self.alive_or_raise()
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the uploader did not warm up within {timeout:g} s; see {self.log_path}")
+                raise RuntimeError(f"the uploader did not {what} within {timeout:g} s; see {self.log_path}")
             time.sleep(0.2)
 
     def stop(self) -> None:
