@@ -62,15 +62,17 @@ def cache_dir() -> Path:
     return root / f"kafka-{KAFKA_VERSION}"
 
 
-def _pom_digest() -> str:
-    return hashlib.sha256(POM.read_bytes()).hexdigest()
+def pom_digest(pom: Path = POM) -> str:
+    """What a cache resolved from ``pom`` is keyed by: a changed pom resolves again."""
+    return hashlib.sha256(pom.read_bytes()).hexdigest()
 
 
-def java_binary() -> str:
+def java_binary(needed_by: str = "Apache Kafka", error: type[Exception] = KafkaUnavailable) -> str:
+    """``java`` on PATH, or ``error`` saying that ``needed_by`` needs it and how to get it."""
     java = shutil.which("java")
     if java is None:
-        raise KafkaUnavailable("Apache Kafka needs `java` (17+) on PATH: "
-                               "apt-get install openjdk-17-jre-headless (make test does)")
+        raise error(f"{needed_by} needs `java` (17+) on PATH: "
+                    "apt-get install openjdk-17-jre-headless (make test does)")
     return java
 
 
@@ -78,7 +80,7 @@ def kafka_jars() -> list[Path]:
     """The resolved jars (broker, kafka-clients, logging, Jackson), resolving them on first use."""
     lib = cache_dir() / "lib"
     stamp = cache_dir() / "resolved.sha256"
-    digest = _pom_digest()
+    digest = pom_digest()
     if not (stamp.exists() and stamp.read_text().strip() == digest):
         mvn = shutil.which("mvn")
         if mvn is None:

@@ -18,7 +18,6 @@ Central unreachable) raises ``RegistryUnavailable`` at once with the reason.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.apache_kafka import cache_dir as kafka_cache_dir
+from tests.support.apache_kafka import java_binary as kafka_java_binary, pom_digest
 from tests.support.ports import listen_port
 
 HOST = "127.0.0.1"
@@ -53,23 +53,15 @@ def cache_dir() -> Path:
     return kafka_cache_dir().parent / f"apicurio-registry-{APICURIO_VERSION}"
 
 
-def _pom_digest() -> str:
-    return hashlib.sha256(POM.read_bytes()).hexdigest()
-
-
 def java_binary() -> str:
-    java = shutil.which("java")
-    if java is None:
-        raise RegistryUnavailable("Apicurio Registry needs `java` (17+) on PATH: "
-                                  "apt-get install openjdk-17-jre-headless (make test does)")
-    return java
+    return kafka_java_binary("Apicurio Registry", RegistryUnavailable)
 
 
 def registry_dist() -> Path:
     """The unpacked distribution (the runner jar and lib/), resolving it on first use."""
     dist = cache_dir() / "dist"
     stamp = cache_dir() / "resolved.sha256"
-    digest = _pom_digest()
+    digest = pom_digest(POM)
     if not (stamp.exists() and stamp.read_text().strip() == digest and (dist / RUNNER).is_file()):
         mvn = shutil.which("mvn")
         if mvn is None:
