@@ -44,13 +44,13 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import layout, tables
 from .layout import BatchId
 from . import staged
 from .writer import BadValues, SparkStartError, SparkWriter, first_line, wait_for_master
+from .fresh import Fresh, inspect_batch, versions_of
 from .resume import resume_points
 from .wire import ResumeQuery, UploadReply, decode_request, parse_line, socket_path, staging_root
 
@@ -128,6 +128,7 @@ class Uploader:
             return EXIT_CANNOT_START
         server.listen(64)   # workers may connect and send while the session starts
         server.setblocking(False)
+        warming = None
         try:
             self._sel.register(server, selectors.EVENT_READ, None)
             try:
@@ -137,7 +138,8 @@ class Uploader:
                 log.error("the uploader cannot start: %s", exc)
                 return EXIT_CANNOT_START
             self._remove_own_tmp()
-            threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True).start()
+            warming = threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True)
+            warming.start()
             log.info("uploader listening on %s, writing to %s%s", self.socket_path, self.root,
                      f" (an {self.writer.format} table)" if self.writer.format in tables.FORMATS else "")
             while not self._stop:
@@ -151,6 +153,9 @@ class Uploader:
             except FileNotFoundError:
                 pass
             self.writer.stop()
+            if warming is not None:   # a stop in the middle of the warm-up: its JVM calls fail now
+                warming.join(10)
+                shutil.rmtree(self._warm_up_scratch(), ignore_errors=True)
         return 0
 
     def _start_session(self, server: socket.socket) -> bool:
@@ -180,16 +185,18 @@ class Uploader:
     def _warm_up(self) -> None:
         """``SparkWriter.warm_up`` beside the jobs, on a scratch table of this uploader's own
         under ``_kdaemon/tmp``.  A failure costs only the warm-up: logged, never raised."""
-        scratch = os.path.join(layout.kdaemon_dir(self.root), "tmp", f"{self.tmp_owner}-warm-up")
         started = time.monotonic()
         try:
-            self.writer.warm_up(scratch)
+            self.writer.warm_up(self._warm_up_scratch())
         except Exception as exc:
             if not self._stop:
                 log.warning("warming up the table format's Spark work failed (the first checkpoint will be "
                             "slower): %s", first_line(exc))
             return
         log.info("uploader warm-up done in %.1fs", time.monotonic() - started)
+
+    def _warm_up_scratch(self) -> str:
+        return os.path.join(layout.kdaemon_dir(self.root), "tmp", f"{self.tmp_owner}-warm-up")
 
     def _turn(self, server: socket.socket | None, timeout: float) -> None:
         """Read what arrives within ``timeout``, run a job if anything is queued, and answer the
@@ -390,7 +397,7 @@ class Uploader:
                         _unlink_quietly(req.held)
                         req.held = None
 
-    def _upload_held(self, requests: list[Request], ranges: dict, fresh: list["Fresh"]) -> tuple[int, int | None]:
+    def _upload_held(self, requests: list[Request], ranges: dict, fresh: list[Fresh]) -> tuple[int, int | None]:
         """``upload`` under the partition locks; every staged file it uses is held first."""
         root = self.root
         for req in sorted(requests, key=lambda r: (r.topic, r.batch)):
@@ -409,7 +416,7 @@ class Uploader:
             except (OSError, staged.StagedFileError) as exc:
                 self._unreadable(req, f"cannot read the staged batch {req.file}: {exc}")
                 continue
-            item = _inspect(req, table, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
+            item = inspect_batch(req, table, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
             del table
             # Later requests of this job overlapping this one drop what it brings.
             known.append((req.batch.first, req.batch.last))
@@ -442,14 +449,14 @@ class Uploader:
         os.replace(held + ".tmp", held)
         req.held = held
 
-    def _write_rows(self, fresh: list["Fresh"]) -> None:
+    def _write_rows(self, fresh: list[Fresh]) -> None:
         """The rows of every fresh batch into the output: written by the uploader itself where
         the writer can (``SparkWriter.append_direct``), else one Spark job, without the
         dead-letter pass (``SparkWriter.prepare``) unless a recent job met values that do not
         parse: such a job fails before anything is committed, and runs again carefully at once."""
         careful = self._careful_jobs > 0
         if not careful and self.writer.direct_writes:
-            versions = _versions(fresh)
+            versions = versions_of(fresh)
             self._announce(fresh, versions, {})
             if self.writer.append_direct([f.rows for f in fresh], versions):
                 return
@@ -466,7 +473,7 @@ class Uploader:
             self._write_rows_once(fresh, careful=True)
         self._careful_jobs = max(0, self._careful_jobs - 1)
 
-    def _write_rows_once(self, fresh: list["Fresh"], careful: bool) -> None:
+    def _write_rows_once(self, fresh: list[Fresh], careful: bool) -> None:
         """Path mode moves the job's files into place under their batch names; table mode
         appends them to the Delta or Iceberg table (``tables.py``).  Either way pending records
         announce first what is about to appear, and the values that do not parse (``careful``)
@@ -485,7 +492,7 @@ class Uploader:
                             "output path must be on a filesystem the uploader sees (local mode or a shared mount)")
             if job.dlq_dir is not None:
                 layout.plan_moves(job.dlq_dir, layout.dlq_root(root), moves)
-            versions = _versions(fresh)
+            versions = versions_of(fresh)
             self._announce(fresh, versions, moves)
             layout.move_durably(moves)
             if self.writer.format in tables.FORMATS:
@@ -494,7 +501,7 @@ class Uploader:
             self.writer.finish(job)
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def _announce(self, fresh: list["Fresh"], versions: dict[tuple[str, int], int],
+    def _announce(self, fresh: list[Fresh], versions: dict[tuple[str, int], int],
                   moves: dict[str, list[tuple[str, str]]]) -> None:
         """Each batch's pending record (``layout`` invariant 2): the files about to be moved into
         place, and in a table the commit about to record ``versions``."""
@@ -534,44 +541,6 @@ class Uploader:
                 log.warning("removed %d file(s) of batch %s of %s: an upload that did not finish",
                             removed, batch.name, topic)
             layout.remove_durably(layout.pending_path(self.root, topic, batch))
-
-
-@dataclass(eq=False)
-class Fresh:
-    """A batch of this job that is not uploaded yet: how many of its rows are new (not inside
-    ``drop``, the ranges of manifests it overlaps) and its record timestamps (ms)."""
-
-    req: Request
-    drop: list[tuple[int, int]]
-    new_rows: int
-    min_ts: int | None
-    max_ts: int | None
-    rows: object = None   # the batch without the rows in ``drop`` (a pyarrow Table), until held
-
-
-def _versions(fresh: list[Fresh]) -> dict[tuple[str, int], int]:
-    """Each (topic, partition)'s newest offset among the job's batches: what a table records."""
-    versions: dict[tuple[str, int], int] = {}
-    for f in fresh:
-        key = (f.req.topic, f.req.batch.partition)
-        versions[key] = max(versions.get(key, -1), f.req.batch.last)
-    return versions
-
-
-def _inspect(req: Request, table, drop: list[tuple[int, int]]) -> Fresh:
-    """A staged batch's number of rows not inside ``drop``, its timestamp range, and the batch
-    without those rows, which is what the job writes: a partition read again by its next owner
-    after a rebalance (kdaemon/worker/delivery.py ``on_revoked``) comes in batches that overlap
-    what is uploaded, and the job need not read those rows only to drop them."""
-    ts = pc.min_max(table.column("timestamp"))
-    if drop:
-        offsets = table.column("offset")
-        inside = None
-        for first, last in drop:
-            c = pc.and_(pc.greater_equal(offsets, first), pc.less_equal(offsets, last))
-            inside = c if inside is None else pc.or_(inside, c)
-        table = table.filter(pc.invert(inside))
-    return Fresh(req, drop, table.num_rows, ts["min"].as_py(), ts["max"].as_py(), table)
 
 
 def _after_failed(batch: BatchId) -> str:
