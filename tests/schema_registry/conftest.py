@@ -29,3 +29,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     for name, value in getattr(item, "funcargs", {}).items():
         if isinstance(value, SchemaRegistryServer):
             report.sections.append((f"Apicurio Registry log ({name})", value.log_tail(40)))
+
+
+@pytest.fixture(scope="session")
+def pb2(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The test .proto files (protos/) compiled by protoc into imported _pb2 modules."""
+    from tests.schema_registry.helpers import compile_protos
+    return compile_protos(tmp_path_factory.mktemp("pb2"))
