@@ -14,10 +14,10 @@ file.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Callable
 
 from ..client.config import ConsumerConfig
+from ..secrets import read_secret
 from ..suggest import did_you_mean
 from .model import GROUP_PROTOCOLS
 from .schema import STRING, Kind, key_path, kinds_of, string_or_list
@@ -112,19 +112,9 @@ def _consumer_problems(message: str) -> list[str]:
 
 
 def _resolve_secret(key: str, value: str, env: Any, problem: Problem) -> str | None:
-    if not value:
-        problem(f"kafka.{key}", "must not be empty")
-        return None
-    if key.endswith("_env"):
-        if value not in env:
-            problem(f"kafka.{key}", f"environment variable {value!r} is not set")
-            return None
-        return env[value]
-    p = Path(value)
-    if not p.is_absolute() and "CREDENTIALS_DIRECTORY" in env:
-        p = Path(env["CREDENTIALS_DIRECTORY"]) / p
     try:
-        return p.read_text().rstrip("\n")
-    except OSError as exc:
-        problem(f"kafka.{key}", f"cannot read {p}: {exc.strerror}")
+        return read_secret(f"kafka.{key}", "env" if key.endswith("_env") else "file", value, env)
+    except ValueError as exc:
+        where, _, text = str(exc).partition(": ")
+        problem(where, text)
         return None

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from kdaemon.secrets import read_secret
+
 TABLE = "schema_registry"
 KEYS = ("url", "username", "password", "password_env", "password_file", "ca_file", "cert_file",
         "key_file", "verify", "timeout_ms", "retry_backoff_ms")
@@ -141,17 +143,7 @@ def _password(table: Mapping, env: Mapping[str, str]) -> str | None:
     value = _optional_str(table, key)
     if key == "password":
         return value
-    if key == "password_env":
-        if value not in env:
-            raise ValueError(f"{TABLE}.password_env: environment variable {value!r} is not set")
-        return env[value]
-    p = Path(value)
-    if not p.is_absolute() and "CREDENTIALS_DIRECTORY" in env:
-        p = Path(env["CREDENTIALS_DIRECTORY"]) / p
-    try:
-        return p.read_text().rstrip("\n")
-    except OSError as exc:
-        raise ValueError(f"{TABLE}.password_file: cannot read {p}: {exc.strerror}") from None
+    return read_secret(f"{TABLE}.{key}", key.rpartition("_")[2], value, env)
 
 
 def _millis(table: Mapping, key: str, default: int, minimum: int) -> int:

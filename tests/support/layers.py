@@ -49,6 +49,7 @@ LEAVES: frozenset[str] = frozenset({
     "exit_codes", # the exit codes workers and the supervisor share
     "durations",  # how long, as log lines and STATUS= word it
     "suggest",    # "did you mean": unknown keys named with their closest known one
+    "secrets",    # a password named by an environment variable or a file
 })
 
 RANK: dict[str, int] = {name: i for i, names in enumerate(LAYERS) for name in names}
