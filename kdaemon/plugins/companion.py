@@ -37,6 +37,9 @@ class SinkContext:
     :param memory_budget_bytes: how much a sink may hold of records in memory (its share of
         ``[daemon] memory_budget_mb``, kdaemon/worker/memory.py); 0: no budget.  A sink that
         buffers records keeps its default batch size under it.
+    :param kafka: the consumer's ``[kafka]`` options (secrets resolved; ``ConsumerConfig``
+        names), for a sink that writes to the cluster the daemon reads (the ``kafka`` DLQ):
+        it connects as the consumer does, bootstrap, TLS and SASL included.  Never in a repr.
     """
 
     state_dir: str
@@ -44,6 +47,7 @@ class SinkContext:
     heartbeat_timeout_s: float
     log_level: str = "INFO"
     memory_budget_bytes: int = 0
+    kafka: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
-"""Writing record batches: for tests, benchmarks and fault-injecting fake brokers.
+"""Writing record batches: the DLQ's producer, tests, benchmarks and fault-injecting fake brokers.
 
-The consumer never writes batches; golden tests use bytes written by real producers.  This
-builder exists so unit and property tests can make batches the real producers never write
-(legacy magic 0/1, control batches at chosen places, deliberately corrupt bytes).
+``build_batch`` is what ``kdaemon/client/producer.py`` sends (with the producer id, epoch and
+base sequence of an idempotent producer).  The rest exists so unit and property tests can make
+batches the real producers never write (legacy magic 0/1, control batches at chosen places,
+deliberately corrupt bytes); golden tests use bytes written by real producers.
 """
 
 from __future__ import annotations

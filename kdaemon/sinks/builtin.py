@@ -1,5 +1,6 @@
 """The built-in sinks, registered as the plugin ``builtin-sinks`` by the worker (and by the
-supervisor, which asks it for the spark sink's companion, the uploader).
+supervisor, which asks it for the spark sink's companion, the uploader): jsonl, stdout, null,
+spark, and kafka (the Kafka-topic dead-letter queue).
 
 What a sink needs to know about the daemon comes with the hook call (``SinkContext``), so
 nothing here is module state: two pipelines built in one process with different state
@@ -40,13 +41,26 @@ def _validate_spark(settings: dict) -> None:
     validate_settings(settings)   # the same checks the workers and the uploader make
 
 
+def _kafka_dlq(settings: dict, context: SinkContext | None):
+    from .kafka_dlq import KafkaDeadLetterSink   # the client's modules only where it is used
+    return KafkaDeadLetterSink.from_settings(settings, context)
+
+
+def _validate_kafka_dlq(settings: dict, context: SinkContext | None) -> None:
+    from .kafka_dlq import KafkaDeadLetterSink
+    KafkaDeadLetterSink.validate_settings(settings, context)
+
+
 @hookimpl
 def kdaemon_sinks(context: SinkContext | None):
     from .jsonl import JsonlSink
     from .simple import NullSink, StdoutSink
     return {"jsonl": _with_validate(JsonlSink.from_settings, JsonlSink.validate_settings),
             "stdout": StdoutSink.from_settings, "null": NullSink.from_settings,
-            "spark": _with_validate(lambda settings: _spark(settings, context), _validate_spark)}
+            "spark": _with_validate(lambda settings: _spark(settings, context), _validate_spark),
+            # A sink like the others, meant for [dlq]: dead letters into a Kafka topic (kafka_dlq.py).
+            "kafka": _with_validate(lambda settings: _kafka_dlq(settings, context),
+                                    lambda settings: _validate_kafka_dlq(settings, context))}
 
 
 @hookimpl

@@ -31,6 +31,9 @@ from ..plugins.types import Record
 
 ERROR_HEADER = "kdaemon.error"
 STAGE_HEADER = "kdaemon.stage"
+# Which configured plugin raised, as ``<setting>=<name>`` ("deserializer.value=json",
+# "sink.type=jsonl"): the line of the file to look at.  Only when the caller knows it.
+PLUGIN_HEADER = "kdaemon.plugin"
 STAGES = ("deserialize", "interceptor", "sink")
 _MAX_ERROR_BYTES = 1024
 
@@ -128,11 +131,13 @@ def record_from_object(obj: dict) -> Record:
                   [(k, decode_data(v)) for k, v in obj["headers"]])
 
 
-def dead_letter(record: Record, stage: str, error: BaseException | str) -> Record:
-    """The dead-letter form of a failed record: raw key/value bytes plus two headers.
+def dead_letter(record: Record, stage: str, error: BaseException | str, *, plugin: str | None = None) -> Record:
+    """The dead-letter form of a failed record: raw key/value bytes plus two headers (three
+    with ``plugin``).
 
     ``stage`` is where it failed (``deserialize``, ``interceptor`` or ``sink``); ``error`` is
-    the exception (written as ``Type: message``, at most 1 KiB) or a ready-made message.
+    the exception (written as ``Type: message``, at most 1 KiB; ``error_parts`` reads it back)
+    or a ready-made message; ``plugin`` the configured plugin that raised (``PLUGIN_HEADER``).
     """
     if stage not in STAGES:
         raise ValueError(f"dead-letter stage must be one of {', '.join(STAGES)}, not {stage!r}")
@@ -145,8 +150,19 @@ def dead_letter(record: Record, stage: str, error: BaseException | str) -> Recor
     headers = list(record.headers)
     headers.append((ERROR_HEADER, message))
     headers.append((STAGE_HEADER, stage.encode("ascii")))
+    if plugin is not None:
+        headers.append((PLUGIN_HEADER, plugin.encode("utf-8", "replace")))
     return Record(record.topic, record.partition, record.offset, record.timestamp,
                   record.timestamp_type, key, value, headers, key, value)
+
+
+def error_parts(message: str) -> tuple[str | None, str]:
+    """``dead_letter``'s ``Type: message`` back as (type name, message); (None, message) for a
+    ready-made message that does not start with a type name."""
+    name, sep, rest = message.partition(": ")
+    if sep and name and all(part.isidentifier() for part in name.split(".")):
+        return name, rest
+    return None, message
 
 
 def _bytes_or_none(v: Any) -> bytes | None:

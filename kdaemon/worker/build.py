@@ -62,7 +62,8 @@ def sink_context(config: DaemonConfig) -> SinkContext:
     d = config.daemon
     return SinkContext(state_dir=os.path.abspath(d.state_dir), daemon_id=d.daemon_id or socket.gethostname(),
                        heartbeat_timeout_s=d.heartbeat_timeout_s, log_level=d.log_level,
-                       memory_budget_bytes=MemoryShares.of(d.memory_budget_mb).sink_bytes)
+                       memory_budget_bytes=MemoryShares.of(d.memory_budget_mb).sink_bytes,
+                       kafka=config.consumer_options())
 
 
 def check_against_plugins(config: DaemonConfig, plugins) -> list[str]:

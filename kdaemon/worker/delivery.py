@@ -300,7 +300,8 @@ class Delivery:
         """The sink took the batch except ``failed_idx``: those go to the DLQ, the rest count
         as accepted."""
         failed = [r for i, r in enumerate(records) if i in failed_idx]
-        self._write_dlq([dead_letter(r, "sink", exc) for r in failed] + dead)
+        plugin = f"sink.type={self.config.sink.type}"
+        self._write_dlq([dead_letter(r, "sink", exc, plugin=plugin) for r in failed] + dead)
         self._accepted([r for i, r in enumerate(records) if i not in failed_idx], positions)
 
     def _on_sink_error(self, records, dead, positions, exc: BaseException) -> None:

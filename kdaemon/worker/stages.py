@@ -143,7 +143,20 @@ class Pipeline:
             log.warning("skipping %s: deserialization failed: %s", where, type(exc).__name__)
             return
         dead.append(dead_letter(Record(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type,
-                                       r.key, r.value, r.headers, r.key, r.value), "deserialize", exc))
+                                       r.key, r.value, r.headers, r.key, r.value), "deserialize", exc,
+                                plugin=self._failed_deserializer(r)))
+
+    def _failed_deserializer(self, r: ConsumerRecord) -> str:
+        """Which deserializer raised, as ``deserializer.key=<name>`` or ``deserializer.value=<name>``
+        (the dead letter says so): the loop calls both in one expression, so the key's is tried
+        again alone, on the error path only."""
+        d = self.config.deserializer
+        if not getattr(self._key, "returns_data_unchanged", False):
+            try:
+                self._key(r.topic, r.headers, r.key)
+            except Exception:
+                return f"deserializer.key={d.key}"
+        return f"deserializer.value={d.value}"
 
     def intercept(self, records: list[Record]) -> list[Record]:
         """Run the on_consume chain.  An interceptor that raises, or returns None, is logged

@@ -36,7 +36,8 @@ from kdaemon.protocol.apis import (ALL_APIS, API_VERSIONS, CONSUMER_GROUP_DESCRI
                                    FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP,
                                    LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH,
                                    OFFSET_FOR_LEADER_EPOCH, SASL_AUTHENTICATE, SASL_HANDSHAKE,
-                                   SYNC_GROUP)
+                                   SYNC_GROUP, PRODUCE, INIT_PRODUCER_ID)
+from kdaemon.protocol.builder import RecordSpec, build_batch
 from kdaemon.protocol.apis.consumer_protocol import encode_assignment, encode_subscription
 from kdaemon.protocol.errors import Errors
 from kdaemon.protocol.primitives import ZERO_UUID
@@ -347,6 +348,30 @@ def exercise(env: Env, api, version: int) -> list[dict]:
                 rt(api, version, w, ask)
         finally:
             member.close()
+    elif api is INIT_PRODUCER_ID:
+        with env.wire() as w:
+            # A fresh broker answers COORDINATOR_LOAD_IN_PROGRESS until its producer-id block is in.
+            first = until_loaded(lambda b: rt(api, version, w, b),
+                                 {"transactional_id": None, "transaction_timeout_ms": 60_000})
+            if version >= 3:   # the id and epoch of KIP-360, for a producer without a transactional id
+                rt(api, version, w, {"transactional_id": None, "transaction_timeout_ms": 60_000,
+                                     "producer_id": first["producer_id"],
+                                     "producer_epoch": first["producer_epoch"]})
+    elif api is PRODUCE:
+        # Into a topic of its own (the module's topic must keep its 5 records per partition).
+        name = f"{topic}-produce-v{version}"
+        create_topic(env.kafka.bootstrap, name, 1)
+        with env.wire() as w:
+            md = w.exchange(METADATA, 12, {"topics": [{"name": name}], "allow_auto_topic_creation": False})[1]
+            pid = until_loaded(lambda b: w.exchange(INIT_PRODUCER_ID, 4, b)[1],
+                               {"transactional_id": None, "transaction_timeout_ms": 60_000})
+            t = {"topic_id": md["topics"][0]["topic_id"]} if version >= 13 else {"name": name}
+            for seq in (0, 0, 5):   # written, a duplicate, a gap (OUT_OF_ORDER_SEQUENCE_NUMBER)
+                batch = build_batch([RecordSpec(b"k", b"v", [("h", b"x")]), RecordSpec(None, None)],
+                                    producer_id=pid["producer_id"], producer_epoch=pid["producer_epoch"],
+                                    base_sequence=seq)
+                rt(api, version, w, {"transactional_id": None, "acks": -1, "timeout_ms": 10_000,
+                                     "topic_data": [dict(t, partition_data=[{"index": 0, "records": batch}])]})
     else:
         raise AssertionError(f"no request written for {api.name}: add one to exercise()")
     return answers
@@ -440,6 +465,21 @@ def check_answers(env: Env, api, version: int, answers: list[dict]) -> None:
         for gone in (by_kind["classic"], by_kind["none"]):
             assert (gone["error_code"], gone["group_state"], gone["members"]) == (69, "", []), gone
         assert "not a consumer group" in by_kind["classic"]["error_message"], by_kind["classic"]
+    elif api is INIT_PRODUCER_ID:
+        first = next(a for a in answers if a["error_code"] not in COORDINATOR_LOADING)
+        assert first["error_code"] == 0 and first["producer_id"] >= 0, first
+        if version >= 3:
+            # Without a transactional id Kafka ignores the id and epoch sent and hands out a new id
+            # at epoch 0: an idempotent producer bumps its epoch locally, as Java's does.
+            assert (answers[-1]["error_code"], answers[-1]["producer_epoch"]) == (0, 0), answers[-1]
+            assert answers[-1]["producer_id"] not in (-1, first["producer_id"]), answers[-1]
+    elif api is PRODUCE:
+        parts = [a["responses"][0]["partition_responses"][0] for a in answers]
+        assert [(p["index"], p["error_code"]) for p in parts] == \
+            [(0, 0), (0, 0), (0, Errors.OUT_OF_ORDER_SEQUENCE_NUMBER)], parts
+        assert parts[0]["base_offset"] == parts[1]["base_offset"] == 0   # the duplicate: its first offset
+        if version >= 13:
+            assert all(a["responses"][0]["topic_id"] != ZERO_UUID for a in answers)
     elif api is OFFSET_FOR_LEADER_EPOCH:
         parts = first["topics"][0]["partitions"]
         assert [(p["error_code"], p["leader_epoch"], p["end_offset"]) for p in parts] == [(0, 0, 5)] * PARTITIONS

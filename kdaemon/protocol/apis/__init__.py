@@ -8,6 +8,7 @@ from .describe_groups import DESCRIBE_GROUPS
 from .fetch import FETCH
 from .find_coordinator import FIND_COORDINATOR
 from .heartbeat import HEARTBEAT
+from .init_producer_id import INIT_PRODUCER_ID
 from .join_group import JOIN_GROUP
 from .leave_group import LEAVE_GROUP
 from .list_offsets import LIST_OFFSETS
@@ -15,6 +16,7 @@ from .metadata import METADATA
 from .offset_commit import OFFSET_COMMIT
 from .offset_fetch import OFFSET_FETCH
 from .offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
+from .produce import PRODUCE
 from .sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from .sync_group import SYNC_GROUP
 
@@ -22,6 +24,7 @@ ALL_APIS: tuple[Api, ...] = (
     FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP,
     HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE,
     CONSUMER_GROUP_HEARTBEAT, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_GROUPS, CONSUMER_GROUP_DESCRIBE,
+    PRODUCE, INIT_PRODUCER_ID,   # the DLQ's idempotent producer (client/producer.py)
 )
 
 API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}

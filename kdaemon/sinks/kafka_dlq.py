@@ -1,0 +1,165 @@
+"""The ``kafka`` dead-letter queue: failed records into a Kafka topic, as Kafka Connect does.
+
+``[dlq] type = "kafka"`` writes each dead letter with its original key, value and headers
+(its timestamp in a header, see below), plus Kafka Connect's error-context headers (``errors.deadletterqueue.context.
+headers.enable``), so tools written for Connect's DLQs read ours:
+
+==========================================  =================================================
+``__connect.errors.topic``                  the source topic
+``__connect.errors.partition``              the source partition (decimal)
+``__connect.errors.offset``                 the source offset (decimal)
+``__connect.errors.stage``                  KEY_CONVERTER / VALUE_CONVERTER (deserialize),
+                                            TRANSFORMATION (interceptor), TASK_PUT (sink)
+``__connect.errors.class.name``             the plugin that raised (``json``, ``jsonl`` ...)
+``__connect.errors.exception.class.name``   the exception's type
+``__connect.errors.exception.message``      its message
+==========================================  =================================================
+
+kdaemon's own ``kdaemon.error``, ``kdaemon.stage`` and ``kdaemon.plugin`` headers
+(``encoding.dead_letter``) stay as well: the daemon counts DLQ records by ``kdaemon.stage``.
+
+The original timestamp goes into ``kdaemon.original.timestamp`` (milliseconds, decimal) and
+the dead letter itself is stamped with the time it was written, unlike Connect, which keeps
+the original.  Kafka keeps an idempotent producer's state by its records' timestamps: a broker
+restarting drops every producer whose newest record is older than
+``producer.id.expiration.ms`` (1 day), and the retry of a batch it had appended is then
+written a second time (seen on Kafka 4.4: test_kafka_dlq_kafka.py); time retention would also
+delete dead letters of old records at once.
+
+Records go through kdaemon's own idempotent producer (``client/producer.py``: acks=all, one
+batch in flight per partition, retries with the same sequence), keyed records to the
+partition Java's partitioner would choose.  ``write`` only queues; ``flush`` returns once the
+brokers acknowledged every record, or raises, and the worker commits the source offsets only
+after it returned (invariant 12).  So a broker restart in the middle of a flush costs time,
+never a record, and the retries write nothing twice.  What this cannot cover: a flush that
+gives up (``timeout_ms``) or a worker that dies between the DLQ's flush and its commit reads
+the records again with a new producer, whose dead letters the old producer may already have
+written.
+
+Settings: ``topic`` (required; it must exist: the producer never creates topics),
+``bootstrap_servers`` (default: the consumer's, with the consumer's TLS and SASL settings),
+``compression`` (``none``, ``gzip``, ``snappy``, ``lz4``, ``zstd``; default ``none``),
+``timeout_ms`` (how long a flush may wait for the acknowledgements, default 30000; below
+``[daemon] heartbeat_timeout_s``, or the supervisor kills the waiting worker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..client.producer import Producer, ProducerSettings, connection_config
+from ..plugins.companion import SinkContext
+from ..plugins.types import Record
+from ..protocol.compression import CODEC_BY_NAME
+from .encoding import ERROR_HEADER, PLUGIN_HEADER, STAGE_HEADER, error_parts
+from .simple import check_settings
+
+_SETTINGS = {"topic", "bootstrap_servers", "compression", "timeout_ms"}
+DEFAULT_TIMEOUT_MS = 30_000
+CONNECT = "__connect.errors."
+ORIGINAL_TIMESTAMP_HEADER = "kdaemon.original.timestamp"
+# kdaemon's stage → Kafka Connect's ErrorReporter.Stage.
+_CONNECT_STAGES = {"interceptor": "TRANSFORMATION", "sink": "TASK_PUT"}
+
+
+def _parse(settings: dict, context: SinkContext | None) -> tuple[str, dict, str, int]:
+    check_settings("kafka", settings, _SETTINGS)
+    topic = settings.get("topic")
+    if not isinstance(topic, str) or not topic.strip():
+        raise ValueError("topic is required: the Kafka topic dead letters are written to")
+    overrides: dict[str, Any] = {}
+    if "bootstrap_servers" in settings:
+        servers = settings["bootstrap_servers"]
+        if isinstance(servers, str):
+            servers = [s for s in servers.split(",") if s.strip()]
+        if not isinstance(servers, (list, tuple)) or not servers or \
+                not all(isinstance(s, str) and s.strip() for s in servers):
+            raise ValueError(f"bootstrap_servers must be a non-empty string or list of host:port strings, "
+                             f"not {settings['bootstrap_servers']!r}")
+        overrides["bootstrap_servers"] = tuple(s.strip() for s in servers)
+    codec = settings.get("compression", "none")
+    if codec not in CODEC_BY_NAME:
+        raise ValueError(f"compression must be one of {', '.join(CODEC_BY_NAME)}, not {codec!r}")
+    timeout_ms = settings.get("timeout_ms", DEFAULT_TIMEOUT_MS)
+    if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms <= 0:
+        raise ValueError(f"timeout_ms must be a positive integer (milliseconds), not {timeout_ms!r}")
+    if context is not None and context.heartbeat_timeout_s and timeout_ms >= context.heartbeat_timeout_s * 1000:
+        raise ValueError(f"timeout_ms ({timeout_ms}) must be below [daemon] heartbeat_timeout_s "
+                         f"({context.heartbeat_timeout_s:g} s): the supervisor kills a worker blocked that long")
+    kafka: Mapping[str, Any] = context.kafka if context is not None else {}
+    if "bootstrap_servers" not in kafka and "bootstrap_servers" not in overrides:
+        raise ValueError("bootstrap_servers is required when [kafka] has none")
+    try:
+        connection_config(kafka, **overrides)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"connection settings: {str(exc).replace('invalid consumer configuration: ', '')}") from None
+    return topic.strip(), overrides, codec, timeout_ms
+
+
+def connect_headers(record: Record) -> list[tuple[str, bytes | None]]:
+    """The record's headers plus Kafka Connect's error context, read from the headers
+    ``encoding.dead_letter`` added (the last of each name counts: an original record may carry
+    its own ``kdaemon.*`` headers from an earlier trip through a DLQ)."""
+    ours = {k: v for k, v in record.headers if k in (ERROR_HEADER, STAGE_HEADER, PLUGIN_HEADER)}
+    stage = (ours.get(STAGE_HEADER) or b"").decode("utf-8", "replace")
+    setting, _, plugin = (ours.get(PLUGIN_HEADER) or b"").decode("utf-8", "replace").partition("=")
+    if stage == "deserialize":
+        connect_stage = "KEY_CONVERTER" if setting == "deserializer.key" else "VALUE_CONVERTER"
+    else:
+        connect_stage = _CONNECT_STAGES.get(stage, stage.upper() or "UNKNOWN")
+    exc_class, message = error_parts((ours.get(ERROR_HEADER) or b"").decode("utf-8", "replace"))
+    context = [("topic", record.topic), ("partition", str(record.partition)), ("offset", str(record.offset)),
+               ("stage", connect_stage)]
+    if plugin:
+        context.append(("class.name", plugin))
+    if exc_class is not None:
+        context.append(("exception.class.name", exc_class))
+    context.append(("exception.message", message))
+    return list(record.headers) + [(CONNECT + name, value.encode("utf-8")) for name, value in context]
+
+
+class KafkaDeadLetterSink:
+    """Dead letters into ``topic`` through an idempotent producer (see the module docstring)."""
+
+    def __init__(self, topic: str, producer: Producer, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        self.topic = topic
+        self.producer = producer
+        self.timeout_ms = timeout_ms
+
+    @classmethod
+    def validate_settings(cls, settings: dict, context: SinkContext | None = None) -> None:
+        """The checks of ``from_settings`` without connecting (for check-config)."""
+        _parse(settings, context)
+
+    @classmethod
+    def from_settings(cls, settings: dict, context: SinkContext | None = None) -> "KafkaDeadLetterSink":
+        topic, overrides, codec, timeout_ms = _parse(settings, context)
+        config = connection_config(context.kafka if context is not None else {}, **overrides)
+        producer = Producer(config, ProducerSettings(compression=codec, client_id_suffix="-dlq"))
+        return cls(topic, producer, timeout_ms)
+
+    def write(self, records: Sequence[Record]) -> None:
+        """Queue the dead letters (raw key and value, as ``dead_letter`` made them)."""
+        send = self.producer.send
+        for r in records:
+            headers = connect_headers(r)
+            headers.append((ORIGINAL_TIMESTAMP_HEADER, str(r.timestamp).encode("ascii")))
+            send(self.topic, _raw(r.raw_key, r.key), _raw(r.raw_value, r.value), headers)   # stamped now
+
+    def flush(self) -> None:
+        """Block until the brokers acknowledged every record written; raise (the worker then
+        commits nothing) when they did not within ``timeout_ms``."""
+        self.producer.flush(self.timeout_ms / 1000)
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+def _raw(raw: bytes | None, data: Any) -> bytes | None:
+    if raw is not None:
+        return raw
+    if data is None or isinstance(data, (bytes, bytearray, memoryview)):
+        return None if data is None else bytes(data)
+    raise TypeError(f"a dead letter's key and value must be bytes or None, not {type(data).__name__} "
+                    "(encoding.dead_letter keeps the broker's bytes)")
