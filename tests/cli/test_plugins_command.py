@@ -22,7 +22,7 @@ def rows(proc) -> dict[str, str]:
 def test_without_a_configuration_the_built_in_plugins_and_what_they_offer():
     got = rows(plugins())
     assert got["builtin-sinks"].split()[:3] == ["enabled", "builtin-sinks", __version__]
-    assert got["builtin-sinks"].endswith("[sinks: jsonl, null, spark, stdout]"), got["builtin-sinks"]
+    assert got["builtin-sinks"].endswith("[sinks: jsonl, kafka, null, spark, stdout]"), got["builtin-sinks"]
     assert got["json"].startswith("enabled") and got["json"].endswith("[deserializers: json]")
     assert got["ttl"].endswith("[interceptors: ttl]") and got["header_rules"].endswith("[filters: rules_file]")
     # Installed but not in the allowlist: listed, not imported.
