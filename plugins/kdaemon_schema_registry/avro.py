@@ -23,6 +23,7 @@ try:
 except ImportError:     # the factory reports it; importing the plugin must not fail
     fastavro = None
 
+from .built import BuiltPerId
 from .client import RegisteredSchema, SchemaReference, SchemaRegistryClient
 from .errors import SchemaDecodeError
 
@@ -35,13 +36,10 @@ class AvroDecoder:
             raise ValueError("the Avro deserializer needs fastavro: pip install 'kdaemon[schema-registry]'")
         self.client = client
         self.logical_types = logical_types
-        self._parsed: dict[int, dict] = {}
-        self._broken: dict[int, str] = {}
+        self.writer_schema = BuiltPerId(client, "AVRO", "Avro", self._build)   # id -> parsed writer's schema
 
     def __call__(self, schema_id: int, payload) -> object:
-        schema = self._parsed.get(schema_id)
-        if schema is None:
-            schema = self.writer_schema(schema_id)
+        schema = self.writer_schema(schema_id)
         stream = BytesIO(payload)
         try:
             value = fastavro.schemaless_reader(stream, schema, None)
@@ -53,24 +51,11 @@ class AvroDecoder:
                                     "the Avro datum: the payload does not match the writer's schema")
         return value
 
-    def writer_schema(self, schema_id: int) -> dict:
-        """The parsed writer's schema for ``schema_id``, fetching it (and its references)."""
-        if schema_id in self._broken:
-            raise SchemaDecodeError(self._broken[schema_id])
-        what = f"schema id {schema_id}"
-        registered = self.client.schema_by_id(schema_id)   # registry errors propagate uncached here
-        try:
-            if registered.schema_type != "AVRO":
-                raise SchemaDecodeError(f"{what} is a {registered.schema_type} schema; this deserializer "
-                                        "reads Avro only")
-            named: dict = {}
-            self._parse_references(registered.references, named, what, set())
-            parsed = self._parse(registered, named, what)
-        except SchemaDecodeError as exc:
-            self._broken[schema_id] = str(exc)
-            raise
-        self._parsed[schema_id] = parsed
-        return parsed
+    def _build(self, registered: RegisteredSchema, what: str) -> dict:
+        """The parsed writer's schema, its references (named types) parsed first."""
+        named: dict = {}
+        self._parse_references(registered.references, named, what, set())
+        return self._parse(registered, named, what)
 
     def _parse_references(self, refs: tuple[SchemaReference, ...], named: dict, what: str, seen: set) -> None:
         for ref in refs:

@@ -37,6 +37,7 @@ try:
 except ImportError:     # the factory reports it when validate = true
     jsonschema = None
 
+from .built import BuiltPerId
 from .client import RegisteredSchema, SchemaRegistryClient
 from .errors import SchemaDecodeError
 
@@ -52,8 +53,7 @@ class JsonSchemaDecoder:
                              "(or set validate = false)")
         self.client = client
         self.validate = validate
-        self._validators: dict[int, Callable] = {}
-        self._broken: dict[int, str] = {}
+        self.validator = BuiltPerId(client, "JSON", "JSON Schema", self._build)   # id -> check(value)
 
     def __call__(self, schema_id: int, payload) -> object:
         try:
@@ -64,34 +64,20 @@ class JsonSchemaDecoder:
             raise SchemaDecodeError(f"schema id {schema_id}: the payload ({len(payload)} bytes) is not JSON: "
                                     f"{exc}") from None
         if self.validate:
-            check = self._validators.get(schema_id)
-            if check is None:
-                check = self.validator(schema_id)
-            check(value)
+            self.validator(schema_id)(value)
         return value
 
-    def validator(self, schema_id: int) -> Callable:
-        """A function that raises ``SchemaDecodeError`` for a value ``schema_id`` does not allow."""
-        if schema_id in self._broken:
-            raise SchemaDecodeError(self._broken[schema_id])
-        what = f"schema id {schema_id}"
-        registered = self.client.schema_by_id(schema_id)   # registry errors propagate uncached here
+    def _build(self, registered: RegisteredSchema, what: str) -> Callable:
+        """A function that raises ``SchemaDecodeError`` for a value the schema does not allow."""
+        schema = _schema(registered, what)
+        registry = self._references(registered, Registry(retrieve=_no_retrieval), what, ())
+        cls = jsonschema_validators.validator_for(schema, default=jsonschema.Draft7Validator)
         try:
-            if registered.schema_type != "JSON":
-                raise SchemaDecodeError(f"{what} is a {registered.schema_type} schema; this deserializer "
-                                        "reads JSON Schema only")
-            schema = _schema(registered, what)
-            registry = self._references(registered, Registry(retrieve=_no_retrieval), what, ())
-            cls = jsonschema_validators.validator_for(schema, default=jsonschema.Draft7Validator)
-            try:
-                cls.check_schema(schema)
-            except jsonschema.SchemaError as exc:
-                raise SchemaDecodeError(f"{what}: not a valid {cls.__name__[:-len('Validator')]} JSON Schema: "
-                                        f"{_where(exc.absolute_path)}: {exc.message}") from None
-            validator = cls(schema, registry=registry)
-        except SchemaDecodeError as exc:
-            self._broken[schema_id] = str(exc)
-            raise
+            cls.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise SchemaDecodeError(f"{what}: not a valid {cls.__name__[:-len('Validator')]} JSON Schema: "
+                                    f"{_where(exc.absolute_path)}: {exc.message}") from None
+        validator = cls(schema, registry=registry)
 
         def check(value) -> None:
             try:
@@ -106,7 +92,6 @@ class JsonSchemaDecoder:
                 raise SchemaDecodeError(f"{what}: the value does not satisfy its schema at "
                                         f"{_where(error.absolute_path)}: {error.validator} = {shown}")
 
-        self._validators[schema_id] = check
         return check
 
     def _references(self, registered: RegisteredSchema, registry, what: str, chain: tuple):

@@ -61,6 +61,7 @@ try:
 except ImportError:     # the factory reports it; importing the plugin must not fail
     descriptor_pb2 = None
 
+from .built import BuiltPerId
 from .client import RegisteredSchema, SchemaRegistryClient
 from .errors import SchemaDecodeError
 from .wire import message_indexes
@@ -88,9 +89,9 @@ class ProtobufDecoder:
         if descriptor_pb2 is None:
             raise ValueError("the Protobuf deserializer needs protobuf: pip install 'kdaemon[schema-registry]'")
         self.client = client
-        self._pools: dict[int, tuple[descriptor_pool.DescriptorPool, descriptor_pb2.FileDescriptorProto]] = {}
+        # id -> (its own DescriptorPool, the file's FileDescriptorProto)
+        self.file = BuiltPerId(client, "PROTOBUF", "Protobuf", self._build)
         self._classes: dict[tuple[int, tuple[int, ...]], type] = {}
-        self._broken: dict[int, str] = {}
         self._converters: dict[str, Callable] = {}   # "full name@pool id" -> message-to-dict function
 
     def __call__(self, schema_id: int, payload) -> dict:
@@ -125,28 +126,14 @@ class ProtobufDecoder:
         self._classes[(schema_id, indexes)] = cls
         return cls
 
-    def file(self, schema_id: int):
-        """``(pool, FileDescriptorProto)`` of the writer's schema, fetching and building it once."""
-        built = self._pools.get(schema_id)
-        if built is not None:
-            return built
-        if schema_id in self._broken:
-            raise SchemaDecodeError(self._broken[schema_id])
-        what = f"schema id {schema_id}"
-        registered = self.client.schema_by_id(schema_id)   # registry errors propagate uncached here
-        try:
-            if registered.schema_type != "PROTOBUF":
-                raise SchemaDecodeError(f"{what} is a {registered.schema_type} schema; this deserializer "
-                                        "reads Protobuf only")
-            files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
-            self._resolve_references(registered, files, what, ())
-            main = file_proto(registered.schema, f"schema-id-{schema_id}.proto", files, what, rename=False)
-            pool = descriptor_pool.DescriptorPool()
-            _add_to_pool(pool, main, files, set(), (), what)
-        except SchemaDecodeError as exc:
-            self._broken[schema_id] = str(exc)
-            raise
-        self._pools[schema_id] = (pool, main)
+    def _build(self, registered: RegisteredSchema, what: str):
+        """``(pool, FileDescriptorProto)`` of the writer's schema: its references first, then the
+        file, in a pool of its own."""
+        files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
+        self._resolve_references(registered, files, what, ())
+        main = file_proto(registered.schema, f"{what.replace(' ', '-')}.proto", files, what, rename=False)
+        pool = descriptor_pool.DescriptorPool()
+        _add_to_pool(pool, main, files, set(), (), what)
         return pool, main
 
     def _resolve_references(self, registered: RegisteredSchema, files: dict, what: str, chain: tuple) -> None:
