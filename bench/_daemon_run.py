@@ -319,6 +319,7 @@ def run_daemon(*, broker, produced: dict, mode: str, workers: int, run_dir: Path
             if text is not None:
                 parts: dict = {}
                 delivered = 0
+                restarts = 0   # summed over the {worker, reason} series
                 for name, labels, value in parse_metrics(text):
                     if name in ("kdaemon_records_fetched_total", "kdaemon_records_filtered_total"):
                         p = int(labels["partition"])
@@ -330,7 +331,8 @@ def run_daemon(*, broker, produced: dict, mode: str, workers: int, run_dir: Path
                     elif name == "kdaemon_rebalances_total":
                         out["group_joins"] = max(out["group_joins"], int(value))
                     elif name == "kdaemon_worker_restarts_total":
-                        out["restarts"] = max(out["restarts"], int(value))
+                        restarts += int(value)
+                out["restarts"] = max(out["restarts"], restarts)
                 samples.append((t, parts))
                 out["records"], out["delivered"] = int(sum(parts.values())), int(delivered)
                 if out["records"] and t_first is None:

@@ -4,17 +4,32 @@ Starts the embedded broker, writes a sample topic with headers (with confluent-k
 ``demo`` extra: the daemon itself never produces), writes a configuration derived from
 ``etc/kdaemon.toml``, runs the supervisor until every sample record is delivered and committed,
 stops it gracefully, and prints where the output is and how to read it.
+
+What it shows comes from the daemon, never from what the demo itself wrote: progress and the
+final summary are the daemon's own counters (``kdaemon_records_*_total``: scraped from its
+``/metrics`` while it runs, read from its multiprocess metrics files once it has stopped and its
+workers wrote their last figures), lag is the group's committed offsets against the end
+offsets, and the output is counted by reading it back.  How it is shown is the caller's
+(``DemoReport``: ``kdaemon/cli/progress.py`` draws it with rich on a terminal, plain lines
+elsewhere); this module never writes to the terminal itself.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 TOPIC = "demo.events"
 TYPES = ["order.created", "order.shipped", "order.cancelled", "page.view", "heartbeat"]
@@ -77,63 +92,215 @@ def _committed(bootstrap: str, partitions: list[int]) -> dict[int, int]:
     return {tp.partition: (om.offset if om else 0) for tp, om in found.items()}
 
 
-def run_demo(records: int = 50_000, partitions: int = 4, state_dir: str = "var/demo", sink: str = "jsonl",
-             follow: bool = False, template: str | None = None) -> int:
+# -- what the daemon did -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PartitionCounts:
+    """One partition of the sample as the daemon counted it.  ``consumed`` = read from Kafka
+    (kept by the header filter, ``kdaemon_records_fetched_total``, plus dropped by it,
+    ``kdaemon_records_filtered_total``); a record read twice (after a worker restart) counts
+    twice, as the daemon did the work twice."""
+
+    partition: int
+    end: int              # the partition's end offset: records the sample put there
+    consumed: int
+    filtered: int
+    delivered: int
+    dead_lettered: int
+
+
+@dataclass(frozen=True)
+class DemoProgress:
+    total: int            # records in the sample
+    consumed: int
+    delivered: int
+    filtered: int
+    dead_lettered: int
+    lag: int              # end offsets minus the group's committed offsets, over all partitions
+
+
+@dataclass(frozen=True)
+class DemoSummary:
+    partitions: tuple[PartitionCounts, ...]
+    dropped_by_interceptors: int   # by on_consume interceptors (TTL): counted per plugin, not per partition
+    output: Path                   # where the sink wrote
+    output_records: int | None     # records read back from the jsonl output (None: Spark, not counted here)
+    read_back: str                 # a shell command that prints the output, exactly as it can be run
+    metrics_url: str
+
+    def total(self, field: str) -> int:
+        return sum(getattr(p, field) for p in self.partitions)
+
+
+class DemoReport(Protocol):
+    """How the demo is shown (``kdaemon.cli.progress.DemoDisplay``)."""
+
+    def say(self, text: str) -> None:
+        """One line of narration (what is being started)."""
+
+    def begin(self, total: int) -> None:
+        """The daemon runs; progress follows."""
+
+    def progress(self, sample: DemoProgress) -> None:
+        """The daemon's figures now (about once a second)."""
+
+    def end(self) -> None:
+        """No more progress (done, failed or interrupted)."""
+
+    def error(self, text: str) -> None:
+        """What went wrong, before the demo exits non-zero."""
+
+    def summary(self, summary: DemoSummary) -> None:
+        """The daemon stopped cleanly: what it did, and how to read the output."""
+
+
+_COUNTERS = {"kdaemon_records_fetched_total": "fetched", "kdaemon_records_filtered_total": "filtered",
+             "kdaemon_records_delivered_total": "delivered", "kdaemon_records_dlq_total": "dead_lettered"}
+
+
+def _tally(families: Iterable) -> tuple[dict[int, dict[str, int]], int]:
+    """The demo topic's counters per partition, and the interceptors' drops, from metric
+    families (prometheus_client's, parsed from /metrics or merged from the files)."""
+    per: dict[int, dict[str, int]] = {}
+    dropped = 0
+    for family in families:
+        for sample in family.samples:
+            if sample.name == "kdaemon_records_dropped_by_interceptors_total":
+                dropped += int(sample.value)
+                continue
+            what = _COUNTERS.get(sample.name)
+            if what is None or sample.labels.get("topic") != TOPIC:
+                continue
+            counts = per.setdefault(int(sample.labels["partition"]), dict.fromkeys(_COUNTERS.values(), 0))
+            counts[what] += int(sample.value)
+    return per, dropped
+
+
+def _scrape(metrics_url: str) -> tuple[dict[int, dict[str, int]], int]:
+    """The running daemon's counters; empty while its /metrics does not answer yet."""
+    from prometheus_client.parser import text_string_to_metric_families
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}, 0
+    return _tally(text_string_to_metric_families(text))
+
+
+def _final_counts(metrics_dir: Path) -> tuple[dict[int, dict[str, int]], int]:
+    """The counters every worker of the stopped daemon wrote (their last update is at exit),
+    merged as the daemon's /metrics merges them."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+    registry = CollectorRegistry()
+    return _tally(MultiProcessCollector(registry, path=str(metrics_dir)).collect())
+
+
+def _progress(total: int, counts: dict[int, dict[str, int]], lag: int) -> DemoProgress:
+    def s(what: str) -> int:
+        return sum(c[what] for c in counts.values())
+    return DemoProgress(total, s("fetched") + s("filtered"), s("delivered"), s("filtered"), s("dead_lettered"), lag)
+
+
+# -- the demo ------------------------------------------------------------------------------------
+
+def run_demo(report: DemoReport, records: int = 50_000, partitions: int = 4, state_dir: str = "var/demo",
+             sink: str = "jsonl", follow: bool = False, template: str | None = None) -> int:
     from .embedded import free_port, start_broker
     state = Path(state_dir).resolve()
     state.mkdir(parents=True, exist_ok=True)
     template_path = Path(template) if template else Path(__file__).resolve().parent.parent / "etc" / "kdaemon.toml"
     if not template_path.exists():
         raise SystemExit(f"configuration template {template_path} not found; pass --template")
-    print("starting the embedded broker (Tansu) ...", flush=True)
+    # The broker is new each time (in memory), so a previous run's output would be counted with
+    # this one's, and the jsonl sink's indexes would take this run's offsets for records it has.
+    for old in ("out", "dlq", "spark-out", "metrics"):
+        if (state / old).exists():
+            shutil.rmtree(state / old)
+            report.say(f"removed the previous demo run's {state / old}")
+    report.say("starting the embedded broker (Tansu) ...")
     broker = start_broker(state / "broker")
     try:
-        print(f"broker at {broker.bootstrap}; writing {records} sample records with headers to {TOPIC} ...",
-              flush=True)
+        report.say(f"broker at {broker.bootstrap}; writing {records} sample records with headers to {TOPIC} ...")
         ends = _seed(broker.bootstrap, records, partitions)
         metrics_port = free_port()
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         config = _config(template_path, broker.bootstrap, state, metrics_port, sink)
-        print(f"running: kdaemon run -c {config}", flush=True)
-        daemon = subprocess.Popen([sys.executable, "-m", "kdaemon.cli", "run", "-c", str(config)])
+        metrics_dir = state / "metrics"
+        log_path = state / "kdaemon.log"
+        report.say(f"running: {sys.executable} -m kdaemon.cli run -c {config}  (its log: {log_path})")
+        # Its metrics files where the summary reads them (the supervisor honours the variable).
+        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+        # Its log goes to a file: written to the terminal, it would tear through a live display.
+        with open(log_path, "ab") as log:
+            daemon = subprocess.Popen([sys.executable, "-m", "kdaemon.cli", "run", "-c", str(config)], env=env,
+                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        total = sum(ends.values())
+        report.begin(total)
         try:
             deadline = time.monotonic() + 600
             while True:
                 time.sleep(1)
                 if daemon.poll() is not None:
-                    print(f"the daemon exited with code {daemon.returncode}", file=sys.stderr)
+                    report.end()
+                    report.error(f"the daemon exited with code {daemon.returncode}; its log ({log_path}) ends:\n"
+                                 + _tail(log_path))
                     return daemon.returncode or 1
                 committed = _committed(broker.bootstrap, sorted(ends))
-                done = all(committed.get(p, 0) >= end for p, end in ends.items())
-                print(f"  committed {sum(committed.values())} / {sum(ends.values())}", flush=True)
-                if done and not follow:
+                lag = sum(max(0, end - committed.get(p, 0)) for p, end in ends.items())
+                report.progress(_progress(total, _scrape(metrics_url)[0], lag))
+                if lag == 0 and not follow:
                     break
-                if time.monotonic() > deadline:
-                    print("timed out waiting for the daemon", file=sys.stderr)
+                if time.monotonic() > deadline and not follow:
+                    report.end()
+                    report.error("timed out waiting for the daemon (600 s)")
                     return 1
+        except KeyboardInterrupt:   # how --follow ends (the daemon got the SIGINT too): stop, then sum up
+            report.end()
+            report.say("interrupted: stopping the daemon")
         finally:
             if daemon.poll() is None:
                 daemon.send_signal(signal.SIGTERM)
                 daemon.wait(60)
-        _describe_output(state, sink, metrics_port)
+            report.end()
+        if daemon.returncode != 0:
+            report.error(f"the daemon stopped with code {daemon.returncode}, so its figures may be incomplete; "
+                         f"its log ({log_path}) ends:\n" + _tail(log_path))
+            return daemon.returncode or 1
+        report.summary(_summary(state, sink, ends, metrics_dir, metrics_url))
         return 0
     finally:
         broker.stop()
 
 
-def _describe_output(state: Path, sink: str, metrics_port: int) -> None:
+def _tail(path: Path, lines: int = 20) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _summary(state: Path, sink: str, ends: dict[int, int], metrics_dir: Path, metrics_url: str) -> DemoSummary:
+    per, dropped = _final_counts(metrics_dir)
+    zero = dict.fromkeys(_COUNTERS.values(), 0)
+    rows = tuple(PartitionCounts(p, ends[p], c["fetched"] + c["filtered"], c["filtered"], c["delivered"],
+                                 c["dead_lettered"]) for p, c in ((p, per.get(p, zero)) for p in sorted(ends)))
     if sink == "spark":
         out = state / "spark-out"
-        print(f"\ndone. Spark output (Parquet) is in {out}\nread it back with:\n"
-              f"  python -c \"from pyspark.sql import SparkSession; "
-              f"s = SparkSession.builder.master('local[1]').getOrCreate(); "
-              f"df = s.read.parquet('{out}'); df.show(5); print(df.count())\"")
-        return
+        return DemoSummary(rows, dropped, out, None, read_back_command(sink, out), metrics_url)
     out = state / "out"
-    files = sorted(out.glob("*.jsonl"))
-    lines = sum(1 for f in files for _ in open(f, "rb"))
-    print(f"\ndone. {lines} records in {len(files)} file(s) under {out}")
-    print("(the header rule in etc/kdaemon.toml keeps only order.created and order.shipped)")
-    if files:
-        with open(files[0]) as fh:
-            print("first record:", fh.readline().strip())
-    print(f"DLQ: {state / 'dlq'}; metrics were served at http://127.0.0.1:{metrics_port}/metrics while running")
+    lines = sum(1 for f in sorted(out.glob("*.jsonl")) for _ in open(f, "rb"))
+    return DemoSummary(rows, dropped, out, lines, read_back_command(sink, out), metrics_url)
+
+
+def read_back_command(sink: str, out: Path, python: str = sys.executable) -> str:
+    """A shell command that prints how many records ``out`` holds and the first five: this
+    interpreter (the one kdaemon is installed in, so pyspark is there for the Spark sink) and
+    the real path, quoted for a POSIX shell, so it runs exactly as printed."""
+    where = json.dumps(str(out))   # a Python string literal in double quotes: the shell's quotes stay simple
+    if sink == "spark":
+        code = ("from pyspark.sql import SparkSession; "
+                'spark = SparkSession.builder.master("local[1]").getOrCreate(); '
+                f'df = spark.read.parquet({where}); df.show(5); print(df.count(), "records")')
+    else:
+        code = ("import json, pathlib; "
+                f'rows = [json.loads(l) for f in sorted(pathlib.Path({where}).glob("*.jsonl")) for l in open(f)]; '
+                'print(len(rows), "records"); [print(r) for r in rows[:5]]')
+    return f"{shlex.quote(python)} -c {shlex.quote(code)}"

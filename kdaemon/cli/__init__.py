@@ -21,7 +21,9 @@ from ..config import ENV_LAYOUT, ConfigError, DaemonConfig, Override, effective_
 from ..exit_codes import EXIT_CONFIG
 from ..worker.build import check_against_plugins, unchecked_sinks
 from .common import config_option, fail, load_or_exit, plugins_or_exit, setup_logging
+from .lag_exporter import lag_exporter
 from .offsets import offsets
+from .status import status
 from .tail import tail
 
 
@@ -31,7 +33,9 @@ def main() -> None:
     """kdaemon: a Kafka consumer daemon with header filters, plugins and durable sinks."""
 
 
+main.add_command(lag_exporter)
 main.add_command(offsets)
+main.add_command(status)
 main.add_command(tail)
 
 
@@ -254,9 +258,15 @@ def broker(port: int | None, log_dir: str) -> None:
 @click.option("--follow", is_flag=True, help="Keep the daemon running after the sample is delivered.")
 @click.option("--template", type=click.Path(dir_okay=False), default=None,
               help="Configuration to start from (default: etc/kdaemon.toml).")
-def demo(records: int, partitions: int, state_dir: str, sink: str, follow: bool, template: str | None) -> None:
-    """Start the embedded broker, write a sample topic, run the daemon on it, show the output."""
+@click.option("--no-progress", is_flag=True,
+              help="No live progress bar, also on a terminal: a plain line every few seconds (as when piped).")
+def demo(records: int, partitions: int, state_dir: str, sink: str, follow: bool, template: str | None,
+         no_progress: bool) -> None:
+    """Start the embedded broker, write a sample topic, run the daemon on it (its progress and lag
+    live), then show what it did per partition and the command that reads the output back."""
     from ..demo import run_demo
+    from .progress import DemoDisplay, console
     setup_logging("WARNING")
-    sys.exit(run_demo(records, partitions, state_dir, sink, follow, template))
+    sys.exit(run_demo(DemoDisplay(console(), no_progress=no_progress), records, partitions, state_dir, sink,
+                      follow, template))
 

@@ -84,13 +84,17 @@ def _watch_options_given() -> bool:
 def _watch(config, opts: dict, reset: str, timeout_ms: int, *, watch: bool, interval: float, window: int,
            count: int | None) -> None:
     """``offsets --watch``: a poll every ``interval`` judged by ``watch.GroupWatch``, until ``count``
-    rounds (exit 0 if the group is OK then, else 1) or Ctrl-C (exit 0)."""
+    rounds (exit 0 if the group is OK then, else 1) or Ctrl-C (exit 0).  On a terminal each
+    round redraws one table (``watch.watch_table``); elsewhere each round prints the partitions
+    whose status changed and the group's line, which scripts and logs read."""
     import sys
     import time
+    from contextlib import nullcontext
     from datetime import datetime
 
     from ..exit_codes import EXIT_FAILURE, EXIT_OK
-    from .watch import GroupWatch, Status
+    from .progress import LiveTable, console, live
+    from .watch import GroupWatch, Status, watch_table
     if not watch:
         usage_error("--interval, --window and --count go with --watch")
     group = opts.get("group_id")
@@ -103,21 +107,27 @@ def _watch(config, opts: dict, reset: str, timeout_ms: int, *, watch: bool, inte
             try:
                 for topic in missing:
                     click.echo(f"{topic}: does not exist", err=True)
+                out = console()
+                table = LiveTable(out) if live(out, False) else None
                 due = time.monotonic()
-                while count is None or rounds < count:
-                    time.sleep(max(0.0, due - time.monotonic()))
-                    # A slow round delays the next one instead of bunching rounds to catch up.
-                    due = max(due + interval, time.monotonic())
-                    rows = group_lag(consumer, parts, reset=reset, has_group=True, timeout_ms=timeout_ms)
-                    seen = judge.observe(time.monotonic(), rows)
-                    stamp = datetime.now().isoformat(sep=" ", timespec="seconds")
-                    for row, p in zip(rows, seen.partitions):
-                        if p.changed:
-                            click.echo(f"{stamp} {row.topic}[{row.partition}]: {p.verdict.status.value} (committed "
-                                       f"{_cell(row.committed)}, end {_cell(row.end)}, lag {_cell(row.lag)}): "
-                                       f"{p.verdict.reason}")
-                    click.echo(f"{stamp} group {group}: {seen.status.value} ({seen.summary()})")
-                    status, rounds = seen.status, rounds + 1
+                with table if table is not None else nullcontext():
+                    while count is None or rounds < count:
+                        time.sleep(max(0.0, due - time.monotonic()))
+                        # A slow round delays the next one instead of bunching rounds to catch up.
+                        due = max(due + interval, time.monotonic())
+                        rows = group_lag(consumer, parts, reset=reset, has_group=True, timeout_ms=timeout_ms)
+                        seen = judge.observe(time.monotonic(), rows)
+                        stamp = datetime.now().isoformat(sep=" ", timespec="seconds")
+                        status, rounds = seen.status, rounds + 1
+                        if table is not None:
+                            table.show(watch_table(group, stamp, rows, seen))
+                            continue
+                        for row, p in zip(rows, seen.partitions):
+                            if p.changed:
+                                click.echo(f"{stamp} {row.topic}[{row.partition}]: {p.verdict.status.value} "
+                                           f"(committed {_cell(row.committed)}, end {_cell(row.end)}, lag "
+                                           f"{_cell(row.lag)}): {p.verdict.reason}")
+                        click.echo(f"{stamp} group {group}: {seen.status.value} ({seen.summary()})")
             finally:
                 consumer.close()
     except KeyboardInterrupt:   # Ctrl-C is how a watch without --count ends: not a failure

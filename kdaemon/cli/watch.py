@@ -1,4 +1,5 @@
 """``kdaemon offsets --watch``: a group's lag judged over time, by Burrow's rules; pure (no I/O).
+``watch_table`` draws one round for a terminal (rich); off a terminal ``offsets.py`` prints lines.
 
 Burrow (linkedin/Burrow: ``core/internal/evaluator/caching.go``, the wiki page "Consumer Lag
 Evaluation Rules") needs no lag threshold: it keeps each partition's last N commits (offset,
@@ -204,3 +205,32 @@ class GroupWatch:
             total += row.lag or 0
         worst = max((p.verdict.status for p in out), key=lambda s: s.severity, default=Status.UNKNOWN)
         return GroupStatus(worst, out, total)
+
+
+# -- shown on a terminal ---------------------------------------------------------------------------
+
+STYLES = {Status.UNKNOWN: "dim", Status.OK: "green", Status.LAGGING: "yellow", Status.STALLED: "yellow",
+          Status.STOPPED: "red", Status.REWIND: "red"}
+
+
+def watch_table(group: str, stamp: str, rows: list, seen: GroupStatus):
+    """One round of ``offsets --watch`` as a rich table: per partition committed, end, lag,
+    status and why; the group's status in the title.  ``rows`` are the round's ``LagRow``s,
+    with ``end``, in the order of ``seen.partitions``."""
+    from rich.table import Table
+    from rich.text import Text
+
+    def cell(v) -> str:
+        return "-" if v is None else str(v)
+
+    worst = seen.status
+    title = Text.assemble(f"{stamp}  group {group}: ", (worst.value, STYLES[worst]), f" ({seen.summary()})")
+    t = Table(title=title, title_justify="left")
+    for name, justify in (("topic", "left"), ("partition", "right"), ("committed", "right"), ("end", "right"),
+                          ("lag", "right"), ("status", "left"), ("why", "left")):
+        t.add_column(name, justify=justify)
+    for row, p in zip(rows, seen.partitions):
+        v = p.verdict
+        t.add_row(row.topic, str(row.partition), cell(row.committed), cell(row.end), cell(row.lag),
+                  Text(v.status.value, style=STYLES[v.status]), v.reason)
+    return t

@@ -35,6 +35,7 @@ from . import sdnotify
 from .child import RETIRE_SIGNAL, run_child
 from .companions import STABLE_AFTER_S, Companions, specs_for
 from .configs import load_plugins, prepare_reload
+from .control import ControlServer, daemon_status, describe_restart
 from .heartbeat import HeartbeatReader, Predecessor
 from .metrics_http import MetricsEndpoint
 from .resources import ResourceSampler
@@ -75,6 +76,8 @@ class WorkerProc:
     reader: HeartbeatReader | None = None
     member_id: str | None = None       # its group member id and protocol, from its heartbeat
     group_protocol: str | None = None
+    held: tuple = ()                   # heartbeat.HeldPartition: its partitions, positions, lags
+    replaced_for: str | None = None    # the supervisor's reason to kill or recycle it: the restart's reason label
 
     def __post_init__(self) -> None:
         self.reader = HeartbeatReader(f"worker {self.index} (pid {self.pid})")
@@ -92,6 +95,7 @@ class Slot:
     next_start: float = 0.0
     crashes_before_ready: int = 0
     restarts: int = 0
+    last_restart_reason: str | None = None   # metrics.restart_reason of the last restart, for kdaemon status
     # The last worker's group membership, for its successor to release what it left behind.
     predecessor: Predecessor | None = None
 
@@ -124,6 +128,9 @@ class Arbiter:
         self._prom = None
         self.companions = Companions()
         self._resources = ResourceSampler()
+        self._control = ControlServer(config.daemon.state_dir, lambda: daemon_status(   # kdaemon status's answer
+            self.workers.values(), self.slots, self.target, stopping=self._stopping,
+            companions=self.companions.states(), config_path=self.config_path, state_dir=self.config.daemon.state_dir))
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -157,6 +164,7 @@ class Arbiter:
             log.error("%s: sink companions: %s", self.config_path, exc)
             return EXIT_CONFIG
         self._setup_metrics()
+        self._control.open()
         self._install_signals()
         log.info("kdaemon supervisor %s starting %d worker(s)", os.getpid(), self.target)
         sdnotify.notify(f"STATUS=starting {self.target} worker(s)")
@@ -182,6 +190,7 @@ class Arbiter:
         finally:
             if self._metrics_http is not None:
                 self._metrics_http.close()
+            self._control.close()
         log.info("supervisor exiting with code %d", self._exit_code)
         return self._exit_code
 
@@ -190,11 +199,12 @@ class Arbiter:
         metrics_fd = self._metrics_http.fileno() if self._metrics_http is not None else None
         if metrics_fd is not None:
             fds.append(metrics_fd)
+        control_r, control_w = self._control.waiting()
         try:
-            readable, _, _ = select.select(fds, [], [], 0.5)
+            readable, writable, _ = select.select(fds + control_r, control_w, [], 0.5)
         except InterruptedError:
             return
-        for fd in readable:
+        for fd in self._control.serve(readable, writable):
             if fd == self._wake_r:
                 try:
                     while os.read(self._wake_r, 4096):
@@ -224,6 +234,8 @@ class Arbiter:
             proc.assigned, proc.lag, proc.delivered = beat.assigned, beat.lag, beat.delivered
             proc.sink_down_s = beat.sink_down_s
             proc.problems = beat.problems
+            if beat.held is not None:
+                proc.held = beat.held
             if beat.member_id is not None:
                 proc.member_id, proc.group_protocol = beat.member_id, beat.group_protocol
             if beat.partitions is not None:
@@ -357,6 +369,7 @@ class Arbiter:
                 os.close(self._wake_w)
                 if self._metrics_http is not None:
                     self._metrics_http.close()
+                self._control.close_in_child()
                 for other in self.workers.values():
                     try:
                         os.close(other.heartbeat_fd)
@@ -383,6 +396,8 @@ class Arbiter:
         now = time.monotonic()
         self.workers[pid] = WorkerProc(index, pid, r, now, now, generation=self._config_generation)
         log.info("started worker %d (pid %d)", index, pid)
+        if self._prom is not None:
+            self._prom.worker_started(index)
 
     def _stop_worker(self, proc: WorkerProc, *, for_good: bool = False) -> None:
         """SIGTERM: drain, commit and stop, keeping the static membership for a successor;
@@ -448,6 +463,8 @@ class Arbiter:
             return
         if proc.stopping or self._stopping:
             log.info("worker %d (pid %d) stopped with code %d", proc.index, proc.pid, code)
+            if proc.replaced_for is not None and not self._stopping and self._prom is not None:
+                self._prom.worker_restarted(proc.index, code, proc.replaced_for)   # recycled for memory
             if self._stopping and self._exit_code == EXIT_OK and code not in (0, -signal.SIGTERM):
                 # A worker that failed or had to be killed while stopping: not a clean stop.
                 self._exit_code = code if code > 0 else EXIT_FAILURE
@@ -467,7 +484,8 @@ class Arbiter:
         slot.restarts += 1
         slot.next_start = now + backoff
         if self._prom is not None:
-            self._prom.WORKER_RESTARTS.inc()
+            self._prom.worker_restarted(proc.index, code, proc.replaced_for)
+            slot.last_restart_reason = describe_restart(self._prom.restart_reason(code, proc.replaced_for), code)
         log.warning("worker %d (pid %d) exited with code %d; restarting in %.1fs", proc.index, proc.pid,
                     code, backoff)
 
@@ -493,6 +511,7 @@ class Arbiter:
                 except ProcessLookupError:
                     pass
                 proc.last_heartbeat = now  # one kill per deadline
+                proc.replaced_for = "heartbeat_timeout"
 
     def _sample_resources(self) -> None:
         now = time.monotonic()
@@ -515,6 +534,7 @@ class Arbiter:
                 log.warning("worker %d (pid %d) uses %.0f MB > max_worker_rss_mb=%d; recycling it",
                             proc.index, proc.pid, rss_mb, limit)
                 self._rolling = [proc.index]
+                proc.replaced_for = "memory"
                 self._roll_waiting = None
 
     def _step_rolling(self) -> None:

@@ -22,9 +22,14 @@ import traceback
 
 from ..config import ConfigError
 from ..exit_codes import EXIT_BOOT_FAILURE, EXIT_FAILURE
-from .heartbeat import WorkerHeartbeat
+from .heartbeat import HeldPartition, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
+
+# Each partition's position and lag go to the supervisor (for ``kdaemon status``) when they
+# changed, at most this often unless the assignment itself changed: while records flow they
+# change on every beat, and a worker with many partitions need not send them all twice a second.
+HELD_EVERY_S = 2.0
 
 
 class Heartbeat:
@@ -37,6 +42,8 @@ class Heartbeat:
         self._next = 0.0
         self._last_ready = None
         self._member_id = None    # the member id last told to the supervisor
+        self._held: tuple[HeldPartition, ...] | None = None   # the partitions last told, and when
+        self._held_at = 0.0
         os.set_blocking(fd, False)
 
     def beat(self, worker) -> None:
@@ -65,7 +72,20 @@ class Heartbeat:
         self._send(WorkerHeartbeat(ready, len(m.partitions), lag, sum(worker.stats.delivered.values()),
                                    generation, partitions, member_id,
                                    consumer.config.group_protocol if member_id is not None else None,
-                                   worker.sink_down_s, worker.problems))
+                                   worker.sink_down_s, worker.problems, self._held_if_due(now, m)))
+
+    def _held_if_due(self, now: float, m) -> tuple[HeldPartition, ...] | None:
+        """The partitions held, with position and lag, if they are news (see ``HELD_EVERY_S``)."""
+        held = tuple(sorted((HeldPartition(tp.topic, tp.partition, p.position, p.records_lag)
+                             for tp, p in m.partitions.items()), key=lambda h: (h.topic, h.partition)))
+        if held == self._held:
+            return None
+        moved = self._held is None or {(h.topic, h.partition) for h in held} != \
+            {(h.topic, h.partition) for h in self._held}
+        if not moved and now - self._held_at < HELD_EVERY_S:
+            return None
+        self._held, self._held_at = held, now
+        return held
 
     def waiting(self, problems: tuple[str, ...] = ()) -> None:
         """Alive but not built yet (waiting for a broker before the worker exists)."""

@@ -24,6 +24,7 @@ from ..backoff import Backoff
 from ..config import DaemonConfig
 from ..plugins.companion import CompanionSpec
 from .companion_run import launch
+from .control import CompanionStatus
 
 log = logging.getLogger("kdaemon.supervisor")
 
@@ -114,6 +115,13 @@ class Companions:
 
     def pids(self) -> set[int]:
         return {c.proc.pid for c in self._all.values() if c.proc is not None}
+
+    def states(self) -> list[CompanionStatus]:
+        """Each companion, its pid (None while it waits to start again) and uptime, for
+        ``kdaemon status``."""
+        now = time.monotonic()
+        return [CompanionStatus(name, None if c.proc is None else c.proc.pid,
+                                None if c.proc is None else now - c.started) for name, c in sorted(self._all.items())]
 
     # -- processes ------------------------------------------------------------------------------
 

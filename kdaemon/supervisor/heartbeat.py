@@ -4,7 +4,8 @@ A forked worker writes one ``WorkerHeartbeat`` per line (JSON) at most every hal
 at once when its readiness changes; the supervisor reads them with a ``HeartbeatReader`` per
 pipe.  A line is liveness (the supervisor kills a worker silent for ``heartbeat_timeout_s``),
 readiness (READY=1 once every worker has its assignment) and the figures of systemd's STATUS.
-Both ends use this module, so the fields cannot drift apart.
+Both ends use this module, so the fields cannot drift apart.  ``held`` (each partition's
+position and lag) is what ``kdaemon status`` shows per worker (``control.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,17 @@ import logging
 from dataclasses import asdict, dataclass
 
 log = logging.getLogger("kdaemon.supervisor")
+
+
+@dataclass(frozen=True)
+class HeldPartition:
+    """A partition a worker holds: its position (next offset to read) and lag to the high
+    watermark, as the worker's consumer last measured them (None: not measured yet)."""
+
+    topic: str
+    partition: int
+    position: int | None
+    lag: int | None
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,10 @@ class WorkerHeartbeat:
     sink_down_s: float = 0.0
     # Why it consumes nothing, if it cannot (worker.health.CONDITIONS names), for STATUS=.
     problems: tuple[str, ...] = ()
+    # Every partition the worker holds now, with position and lag, for ``kdaemon status``; None:
+    # unchanged since the last beat that carried it (sent on a change, at most every
+    # ``HELD_EVERY_S`` unless the assignment itself changed: ``child.Heartbeat``).
+    held: tuple[HeldPartition, ...] | None = None
 
     def encode(self) -> bytes:
         msg = asdict(self)
@@ -54,6 +70,10 @@ class WorkerHeartbeat:
             msg["problems"] = list(self.problems)
         else:
             del msg["problems"]
+        if self.held is None:
+            del msg["held"]
+        else:
+            msg["held"] = [[h.topic, h.partition, h.position, h.lag] for h in self.held]
         return json.dumps(msg).encode() + b"\n"
 
     @classmethod
@@ -70,7 +90,10 @@ class WorkerHeartbeat:
                        None if msg.get("member_id") is None else str(msg["member_id"]),
                        None if msg.get("group_protocol") is None else str(msg["group_protocol"]),
                        float(msg.get("sink_down_s") or 0.0),
-                       tuple(str(p) for p in msg.get("problems") or ()))
+                       tuple(str(p) for p in msg.get("problems") or ()),
+                       None if msg.get("held") is None else tuple(
+                           HeldPartition(str(t), int(p), None if pos is None else int(pos),
+                                         None if lag is None else int(lag)) for t, p, pos, lag in msg["held"]))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"a heartbeat without a valid {exc}") from None
 

@@ -12,6 +12,8 @@ import logging
 import os
 import platform
 
+import psutil
+
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client import multiprocess
 from prometheus_client.core import GaugeMetricFamily
@@ -19,10 +21,46 @@ from prometheus_client.core import GaugeMetricFamily
 from .. import __version__
 from ..protocol.records import ACCELERATED
 
-WORKER_RESTARTS = Counter("kdaemon_worker_restarts_total", "Workers restarted after a crash or a missed heartbeat")
+WORKER_RESTARTS = Counter("kdaemon_worker_restarts_total",
+                          "Workers the supervisor replaced, by worker index and reason: exit (it exited; the log "
+                          "has the code), signal (a signal killed it; a SIGKILL the supervisor did not send is "
+                          "most often the OOM killer), heartbeat_timeout (killed for a missed heartbeat), memory "
+                          "(recycled above max_worker_rss_mb)", ["worker", "reason"])
+START_TIME = Gauge("kdaemon_start_time_seconds", "When the daemon's supervisor process started, in seconds since the "
+                   "Unix epoch: a new value means the daemon itself was restarted", multiprocess_mode="livemax")
 BUILD_INFO = Gauge("kdaemon_build_info", "1, labelled with the kdaemon and Python versions and whether the C record "
                    "decoder is in use", ["version", "python", "accelerated"], multiprocess_mode="livemax")
 BUILD_INFO.labels(__version__, platform.python_version(), str(ACCELERATED).lower()).set(1)
+# The process's own start, not this import's: the supervisor imports this module a moment later.
+START_TIME.set(psutil.Process().create_time())
+
+
+# The ``reason`` label's values: a closed set, each worker's series created at 0 when it is first
+# started, since increase() cannot see the first restart of a series that appears at 1 (three
+# restarts for three new reasons would read as none).  The exact code or signal is in the log.
+RESTART_REASONS = ("exit", "signal", "heartbeat_timeout", "memory")
+
+
+def restart_reason(code: int, replaced_for: str | None) -> str:
+    """The ``reason`` label of a restart: the supervisor's own reason when it killed or recycled
+    the worker (``WorkerProc.replaced_for``: "heartbeat_timeout", "memory"), else how the worker
+    ended as waitpid saw it: "signal" (``code`` < 0) or "exit"."""
+    if replaced_for is not None:
+        if replaced_for not in RESTART_REASONS:
+            raise ValueError(f"unknown restart reason {replaced_for!r}; one of {RESTART_REASONS}")
+        return replaced_for
+    return "signal" if code < 0 else "exit"
+
+
+def worker_started(index: int) -> None:
+    """Create worker ``index``'s restart series at 0 (a no-op once they exist)."""
+    for reason in RESTART_REASONS:
+        WORKER_RESTARTS.labels(str(index), reason)
+
+
+def worker_restarted(index: int, code: int, replaced_for: str | None) -> None:
+    """Count one replacement of worker ``index`` (exit ``code`` as ``os.waitstatus_to_exitcode``)."""
+    WORKER_RESTARTS.labels(str(index), restart_reason(code, replaced_for)).inc()
 
 
 class WorkerResources:

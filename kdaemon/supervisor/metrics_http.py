@@ -18,12 +18,14 @@ log = logging.getLogger("kdaemon.supervisor")
 
 class MetricsEndpoint:
     """A listening socket on ``host:port``; ``sock`` is None when it could not be bound (the
-    daemon runs on without metrics rather than not at all)."""
+    daemon runs on without metrics rather than not at all).  ``strict``: raise the ``OSError``
+    instead, for a process whose only job is serving metrics (``kdaemon lag-exporter``)."""
 
-    def __init__(self, addr: str) -> None:
+    def __init__(self, addr: str, *, strict: bool = False) -> None:
         self.addr = addr
         self.sock: socket.socket | None = None
         host, _, port = addr.rpartition(":")
+        sock = None
         try:
             sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -34,6 +36,10 @@ class MetricsEndpoint:
             self.sock = sock
             log.info("metrics on http://%s/metrics", addr)
         except OSError as exc:
+            if sock is not None:
+                sock.close()
+            if strict:
+                raise
             log.error("cannot serve metrics on %s: %s (continuing without)", addr, exc)
 
     def fileno(self) -> int | None:

@@ -46,6 +46,8 @@ REBALANCES = Counter("kdaemon_rebalances_total", "Group rebalances this worker t
 PLUGIN_ERRORS = Counter("kdaemon_plugin_errors_total", "Exceptions raised by plugins", ["plugin"])
 SINK_ERRORS = Counter("kdaemon_sink_errors_total", "Failed sink writes or flushes")
 COMMITS = Counter("kdaemon_commits_total", "Successful offset commits")
+COMMIT_ERRORS = Counter("kdaemon_commit_errors_total", "Offset commits that failed (the records are durable: the "
+                        "next flush commits again, and what a restart meanwhile reads again comes twice)")
 ASSIGNED = Gauge("kdaemon_assigned_partitions", "Partitions assigned to live workers", multiprocess_mode="livesum")
 SINK_DOWN = Gauge("kdaemon_sink_down_seconds", "How long the sink has been unable to take records (0: it is up); "
                   "the longest over live workers", multiprocess_mode="livemax")
@@ -146,7 +148,8 @@ class WorkerMetrics:
                 RECORDS_INTERCEPTED.labels(plugin).inc(d)
         self._partition_gauges(worker, consumer_metrics)
         for key, counter, value in (("sink_errors", SINK_ERRORS, stats.sink_errors),
-                                    ("commits", COMMITS, stats.commits)):
+                                    ("commits", COMMITS, stats.commits),
+                                    ("commit_errors", COMMIT_ERRORS, stats.commit_failures)):
             d = self._delta(key, value)
             if d:
                 counter.inc(d)

@@ -225,6 +225,12 @@ def test_crash_loop_before_ready_backs_off_then_gives_up_with_exit_4(tmp_path):
     assert "supervisor exiting with code 4" in log, log
 
 
+def _restarts(d, worker: str) -> dict[str, float]:
+    """kdaemon_worker_restarts_total of one worker, by reason."""
+    return {dict(labels)["reason"]: value for (name, labels), value in d.metrics().items()
+            if name == "kdaemon_worker_restarts_total" and dict(labels)["worker"] == worker}
+
+
 # -- a hung worker -----------------------------------------------------------------------------------
 
 def test_hung_worker_is_killed_after_heartbeat_timeout_and_replaced(broker, tmp_path):
@@ -249,6 +255,7 @@ def test_hung_worker_is_killed_after_heartbeat_timeout_and_replaced(broker, tmp_
         d.wait_log(rf"worker 0 \(pid {hung_pid}\) exited with code -9; restarting in", 15, after=mark)
         new = d.wait_log(r"started worker 0 \(pid (\d+)\)", 15, after=mark)
         assert int(new[1]) != hung_pid
+        assert _restarts(d, "0") == {"exit": 0, "signal": 0, "heartbeat_timeout": 1, "memory": 0}, d.metrics()
         _wait_committed(d, broker.bootstrap, topic, 1, {0: rest[-1] + 1})
         assert d.stop(30) == EXIT_OK, d.log_tail()
         output = _positions(d)
@@ -278,6 +285,7 @@ def test_worker_above_max_rss_is_recycled_gracefully(broker, tmp_path):
         d.wait_log(rf"worker 0 \(pid {old_pid}\) stopped with code 0", 30, after=mark)
         new_pid = int(d.wait_log(r"started worker 0 \(pid (\d+)\)", 15, after=mark)[1])
         d.wait_log(rf"worker 0 \(pid {new_pid}\) has its assignment", 30, after=mark)
+        assert _restarts(d, "0") == {"exit": 0, "signal": 0, "heartbeat_timeout": 0, "memory": 1}, d.metrics()
         # Committed by the old worker as it stopped, and not moved since.
         assert _committed(d, broker.bootstrap, topic, 2) == {0: 3, 1: 3}
         more = {p: _produce(broker.bootstrap, topic, p, [f"c-{p}-{i}" for i in range(3)]) for p in (0, 1)}

@@ -21,11 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from kdaemon.exit_codes import PERMANENT
+from kdaemon.exit_codes import EXIT_CONFIG, PERMANENT
 from tests.daemon.harness import kdaemon_command
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "systemd" / "kdaemon.service"
+# The broker-side lag exporter's unit (kdaemon lag-exporter) beside it: the same checks apply.
+LAG_EXPORTER_UNIT = ROOT / "systemd" / "kdaemon-lag-exporter.service"
+UNITS = (UNIT, LAG_EXPORTER_UNIT)
 SASL_DROP_IN = ROOT / "systemd" / "kdaemon.service.d" / "sasl.conf"
 INSTALLED_COMMAND = "/opt/kdaemon/bin/kdaemon"
 # What README.md's install steps put on every host (SASL or not), and what systemd creates for
@@ -41,13 +44,14 @@ pytestmark = pytest.mark.skipif(shutil.which("systemd-analyze") is None,
                                        ".ci/run installs it when it runs as root)")
 
 
-@pytest.fixture
-def unit(tmp_path) -> Path:
+@pytest.fixture(params=UNITS, ids=lambda p: p.name)
+def unit(tmp_path, request) -> Path:
+    shipped: Path = request.param
     command = kdaemon_command()
     assert len(command) == 1, f"no kdaemon script next to the interpreter ({command}); pip install -e ."
-    text = UNIT.read_text()
+    text = shipped.read_text()
     assert f"ExecStart={INSTALLED_COMMAND} " in text
-    path = tmp_path / UNIT.name
+    path = tmp_path / shipped.name
     path.write_text(text.replace(f"ExecStart={INSTALLED_COMMAND} ", f"ExecStart={command[0]} "))
     return path
 
@@ -79,11 +83,12 @@ def test_unit_exposure_level_is_low(unit):
     assert float(m[1]) <= MAX_EXPOSURE, out
 
 
-def test_unit_names_only_files_a_standard_install_has():
+@pytest.mark.parametrize("shipped", UNITS, ids=lambda p: p.name)
+def test_unit_names_only_files_a_standard_install_has(shipped: Path):
     """No host without SASL has /etc/kdaemon/sasl_password: a LoadCredential= of it in the unit
     made systemd refuse to start the service there (243/CREDENTIALS).  Every path the unit names
     must be one the README's install creates on every host, or one systemd creates."""
-    text = UNIT.read_text()
+    text = shipped.read_text()
     named = set()
     for key, value in _settings(text):
         if key.startswith(("LoadCredential", "ImportCredential", "EnvironmentFile")):
@@ -123,3 +128,14 @@ def test_unit_does_not_restart_what_a_restart_cannot_fix():
     configuration, a worker stopped on an error policy, a worker that cannot boot)."""
     values = [v for k, v in _settings(UNIT.read_text()) if k == "RestartPreventExitStatus"]
     assert len(values) == 1 and {int(c) for c in values[0].split()} == set(PERMANENT), values
+
+
+def test_lag_exporter_unit_restarts_unless_its_configuration_is_wrong():
+    """``kdaemon lag-exporter`` exits 2 for a configuration or command line it cannot use (no
+    group_id, a topic_pattern, --listen taken), which a restart does not fix; anything else is
+    restarted, and the unit starts it with the daemon's own configuration."""
+    text = LAG_EXPORTER_UNIT.read_text()
+    values = [v for k, v in _settings(text) if k == "RestartPreventExitStatus"]
+    assert len(values) == 1 and {int(c) for c in values[0].split()} == {EXIT_CONFIG}, values
+    assert ("ExecStart", f"{INSTALLED_COMMAND} lag-exporter -c /etc/kdaemon/kdaemon.toml --listen 127.0.0.1:9465 "
+            "--interval 10") in _settings(text)

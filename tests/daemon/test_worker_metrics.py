@@ -185,3 +185,15 @@ def test_interceptor_drops_are_counted_per_plugin():
     worker.stats.dropped_by_interceptors["ttl"] += 2
     metrics.update(worker, force=True)
     assert (dropped("ttl") - before[0], dropped("sampler") - before[1]) == (5, 1)
+
+
+def test_failed_commits_are_counted_beside_the_successful_ones():
+    worker = SimpleNamespace(stats=WorkerStats(), consumer=_Consumer(), sink_down_s=0.0, problems=())
+    metrics = WorkerMetrics()
+    before = _sample("kdaemon_commit_errors_total"), _sample("kdaemon_commits_total")
+    worker.stats.commit_failures += 2
+    worker.stats.commits += 1
+    metrics.update(worker, force=True)
+    worker.stats.commit_failures += 1
+    metrics.update(worker, force=True)
+    assert (_sample("kdaemon_commit_errors_total") - before[0], _sample("kdaemon_commits_total") - before[1]) == (3, 1)

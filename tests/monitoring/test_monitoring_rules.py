@@ -39,7 +39,8 @@ def promtool(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
-# The series Prometheus adds to every target: the only names a query may use that kdaemon does not serve.
+# The series Prometheus adds to every target: the only names a query may use that kdaemon (the
+# supervisor's /metrics and kdaemon lag-exporter's) does not serve.
 PROMETHEUS_SERIES = {"up": "gauge"}
 
 # What Grafana puts in place of its built-in variables; a template variable becomes its "All" value.
@@ -65,6 +66,9 @@ _LIST_METRICS = textwrap.dedent("""
                 for value in vars(module).values() if isinstance(value, MetricWrapperBase)
                 for family in value.describe()]
     families += supervisor.WORKER_RESOURCES.collect()
+    # kdaemon lag-exporter's page, the other scrape job (its families, without samples).
+    from kdaemon.cli.lag_exporter import LagExporter
+    families += LagExporter({"group_id": "g"}, [], interval_s=1, timeout_ms=1).describe()
     json.dump({family.name: family.type for family in families}, sys.stdout)
 """)
 
@@ -144,6 +148,10 @@ def test_kdaemon_metrics_are_listed_from_the_code():
     assert series["kdaemon_worker_restarts_total"] == "counter"           # supervisor/metrics.py
     assert series["kdaemon_worker_rss_bytes"] == "gauge"                  # WorkerResources, at scrape time
     assert series["kdaemon_commit_latency_seconds_bucket"] == "histogram"
+    assert series["kdaemon_commit_errors_total"] == "counter"             # worker/metrics.py
+    assert series["kdaemon_start_time_seconds"] == "gauge"                # supervisor/metrics.py
+    assert series["kdaemon_group_lag"] == "gauge"                         # cli/lag_exporter.py
+    assert series["kdaemon_lag_exporter_errors_total"] == "counter"
     assert not any(name.startswith(("process_", "python_")) for name in series), \
         "the supervisor's page has no process or platform collector: render() builds its own registry"
 
@@ -162,36 +170,36 @@ def panels(board: dict) -> list[dict]:
     return found
 
 
-def substitute_variables(expr: str, board: dict) -> str:
+def substitute_variables(expr: str, board: dict, builtins: dict[str, str] = GRAFANA_BUILTINS) -> str:
     """The query as Grafana sends it with every template variable at "All" and the built-in
-    intervals at typical values; an unknown variable is an error (it would reach Prometheus as
-    literal text)."""
+    intervals at ``builtins`` (typical values by default); an unknown variable is an error (it
+    would reach Prometheus as literal text)."""
     variables = {v["name"]: v.get("allValue") or ".*" for v in board["templating"]["list"] if v["type"] != "datasource"}
 
     def value(match: re.Match) -> str:
         name = match.group(1) or match.group(2) or match.group(3)
-        if name in GRAFANA_BUILTINS:
-            return GRAFANA_BUILTINS[name]
+        if name in builtins:
+            return builtins[name]
         assert name in variables, f"{expr!r} uses ${name}, which the dashboard does not define"
         return variables[name]
 
     return re.sub(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)", value, expr)
 
 
-def dashboard_queries(board: dict | None = None) -> list[tuple[str, str]]:
+def dashboard_queries(board: dict | None = None, builtins: dict[str, str] = GRAFANA_BUILTINS) -> list[tuple[str, str]]:
     """(where, PromQL) for every panel target and every query variable, variables substituted."""
     board = board or dashboard()
     queries = []
     for panel in panels(board):
         for target in panel["targets"]:
             queries.append((f"panel {panel['id']} {panel['title']!r} target {target['refId']}",
-                            substitute_variables(target["expr"], board)))
+                            substitute_variables(target["expr"], board, builtins)))
     for variable in board["templating"]["list"]:
         if variable["type"] == "query":
             query = variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
             selector = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
             assert selector, f"variable {variable['name']}: expected label_values(selector, label), got {query!r}"
-            queries.append((f"variable {variable['name']}", substitute_variables(selector.group(1), board)))
+            queries.append((f"variable {variable['name']}", substitute_variables(selector.group(1), board, builtins)))
     return queries
 
 
@@ -219,7 +227,10 @@ def test_the_dashboard_shows_what_the_issue_asks_for():
               "filter ratio": "kdaemon_records_filtered_total", "DLQ rate": "kdaemon_records_dlq_total",
               "commit latency": "kdaemon_commit_latency_seconds_bucket",
               "flush latency": "kdaemon_sink_flush_seconds_bucket", "rebalances": "kdaemon_rebalances_total",
-              "worker restarts": "kdaemon_worker_restarts_total", "RSS": "kdaemon_worker_rss_bytes"}
+              "worker restarts": "kdaemon_worker_restarts_total", "RSS": "kdaemon_worker_rss_bytes",
+              # and what came with the lag exporter and the metrics added beside it
+              "lag from the brokers": "kdaemon_group_lag", "exporter health": "kdaemon_lag_exporter_up",
+              "commit errors": "kdaemon_commit_errors_total", "uptime": "kdaemon_start_time_seconds"}
     used = set().union(*(metric_names(expr) for _, expr in dashboard_queries()))
     assert not {item for item, name in wanted.items() if name not in used}
     lag = [t for p in panels(dashboard()) for t in p["targets"] if "kdaemon_records_lag" in metric_names(t["expr"])
@@ -310,7 +321,8 @@ def alert_rules() -> list[dict[str, str]]:
 
 def test_the_alerts_the_issue_asks_for_are_there_and_tell_an_operator_what_to_check():
     alerts = {rule["alert"]: rule for rule in alert_rules()}
-    assert {"KdaemonLagGrowing", "KdaemonWorkerCrashLoop", "KdaemonNoCommits", "KdaemonDown"} <= alerts.keys()
+    assert {"KdaemonLagGrowing", "KdaemonWorkerCrashLoop", "KdaemonNoCommits", "KdaemonDown",
+            "KdaemonLagExporterFailing"} <= alerts.keys()
     for name, rule in alerts.items():
         assert rule.get("annotations.summary"), f"{name} has no summary"
         assert len(rule.get("annotations.description", "")) > 80, f"{name}: say what to check in its description"
@@ -326,6 +338,36 @@ def test_every_alert_uses_series_kdaemon_serves_and_uses_them_as_their_type():
         problems += [f"{rule['alert']}: {name} is not a series kdaemon serves" for name in unknown]
         problems += [f"{rule['alert']}: {p}" for p in misused_series(rule["expr"], series)]
     assert not problems, "\n".join(problems)
+
+
+def test_the_lag_alert_reads_the_brokers_view_and_the_crash_loop_alert_the_restarts():
+    """KdaemonLagGrowing must fire while the daemon is stopped: it reads only the lag exporter's
+    kdaemon_group_lag, never a series the workers serve (those vanish with them)."""
+    alerts = {rule["alert"]: rule for rule in alert_rules()}
+    assert metric_names(alerts["KdaemonLagGrowing"]["expr"]) == {"kdaemon_group_lag"}
+    assert "kdaemon_worker_restarts_total" in metric_names(alerts["KdaemonWorkerCrashLoop"]["expr"])
+    assert "kdaemon_lag_exporter_up" in metric_names(alerts["KdaemonLagExporterFailing"]["expr"])
+
+
+def test_restarts_are_counted_by_a_closed_set_of_reasons():
+    """The reason label takes four values, and each worker's series exist at 0 from its start:
+    increase() cannot see the first restart of a series that appears at 1."""
+    from kdaemon.supervisor import metrics
+    assert metrics.restart_reason(1, None) == "exit"
+    assert metrics.restart_reason(0, None) == "exit"
+    assert metrics.restart_reason(-9, None) == "signal"
+    assert metrics.restart_reason(-9, "heartbeat_timeout") == "heartbeat_timeout"
+    assert metrics.restart_reason(0, "memory") == "memory"
+    with pytest.raises(ValueError, match="unknown restart reason 'oom'"):
+        metrics.restart_reason(-9, "oom")
+    metrics.worker_started(77)
+    samples = {s.labels["reason"]: s.value for family in metrics.WORKER_RESTARTS.collect() for s in family.samples
+               if s.name.endswith("_total") and s.labels["worker"] == "77"}
+    assert samples == {reason: 0.0 for reason in metrics.RESTART_REASONS}
+    metrics.worker_restarted(77, -9, None)
+    after = {s.labels["reason"]: s.value for family in metrics.WORKER_RESTARTS.collect() for s in family.samples
+             if s.name.endswith("_total") and s.labels["worker"] == "77"}
+    assert after == {**samples, "signal": 1.0}
 
 
 def test_every_alert_has_a_unit_test_that_fires_it_and_one_that_keeps_it_silent():
