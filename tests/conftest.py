@@ -16,23 +16,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.apache_kafka import KafkaCluster, KafkaUnavailable, start_kafka
+from tests.support.apache_kafka import KafkaCluster, start_or_fail
 from tests.support.mockcluster import MockCluster
+from tests.support.schema_registry import SchemaRegistryServer
 from tests.support.tansu import TansuBroker, start_tansu
-
-
-def _start_or_fail(tmp_path_factory: pytest.TempPathFactory, name: str, **kw) -> KafkaCluster:
-    try:
-        return start_kafka(tmp_path_factory.mktemp(name), **kw)
-    except KafkaUnavailable as exc:
-        # Not a skip: the suite promises Apache Kafka; a machine that cannot start it fails loudly.
-        pytest.fail(f"Apache Kafka cannot start here: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> KafkaCluster:
     """A running single-node Apache Kafka: ``.bootstrap`` ("127.0.0.1:PORT"), ``.host``, ``.port``."""
-    cluster = _start_or_fail(tmp_path_factory, "kafka")
+    cluster = start_or_fail(tmp_path_factory, "kafka")
     yield cluster
     cluster.stop()
 
@@ -40,7 +33,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> KafkaCluster:
 @pytest.fixture(scope="session")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> KafkaCluster:
     """Three Apache Kafka nodes (racks r1, r2, r3) with PLAINTEXT, SSL and SASL_SSL listeners."""
-    cluster = _start_or_fail(tmp_path_factory, "kafka-cluster", nodes=3, secure=True)
+    cluster = start_or_fail(tmp_path_factory, "kafka-cluster", nodes=3, secure=True)
     yield cluster
     cluster.stop()
 
@@ -63,13 +56,19 @@ def mock_cluster() -> MockCluster:
         yield cluster
 
 
+# The servers whose log ends are attached to the report of a failed test that used one (as a
+# fixture of any scope, the session's or a suite's own), and the section's title.
+LOGGED_SERVERS = ((KafkaCluster, "Apache Kafka logs"), (SchemaRegistryServer, "Apicurio Registry log"))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """Attach the Apache Kafka logs to the report of a failed test that used a Kafka cluster."""
+    """Attach the logs of the servers a failed test used (``LOGGED_SERVERS``) to its report."""
     outcome = yield
     report = outcome.get_result()
     if report.when != "call" or not report.failed:
         return
     for name, value in getattr(item, "funcargs", {}).items():
-        if isinstance(value, KafkaCluster):   # the session fixtures and any suite's own cluster
-            report.sections.append((f"Apache Kafka logs ({name})", value.log_tail(40)))
+        for server_type, title in LOGGED_SERVERS:
+            if isinstance(value, server_type):
+                report.sections.append((f"{title} ({name})", value.log_tail(40)))

@@ -31,7 +31,7 @@ from kdaemon.client.producer import Producer, ProducerSettings
 from kdaemon.protocol.apis import PRODUCE
 from tests.daemon.harness import Daemon, daemon_config, wait_for
 from tests.dlq.readback import read_topic
-from tests.support.apache_kafka import KafkaCluster, KafkaUnavailable, start_kafka
+from tests.support.apache_kafka import KafkaCluster, start_or_fail
 from tests.support.kafka_capture import KafkaCapture
 from tests.support.produce import Writer, committed_offsets, create_topic, produce
 
@@ -42,10 +42,7 @@ BASE_TS = 1_700_000_000_000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> KafkaCluster:
-    try:
-        c = start_kafka(tmp_path_factory.mktemp("dlq-kafka"))
-    except KafkaUnavailable as exc:
-        pytest.fail(f"Apache Kafka cannot start here: {exc}", pytrace=False)
+    c = start_or_fail(tmp_path_factory, "dlq-kafka")
     yield c
     c.stop()
 

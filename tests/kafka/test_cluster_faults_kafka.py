@@ -34,7 +34,7 @@ import pytest
 from kdaemon.client import Consumer, TopicPartition
 from tests.kafka.cluster_admin import (elect_preferred, find_coordinator, find_coordinators, leaders,
                                        reassign, wait_full_isr, wait_partitions)
-from tests.support.apache_kafka import KafkaCluster, KafkaUnavailable, start_kafka
+from tests.support.apache_kafka import KafkaCluster, start_or_fail
 from tests.support.produce import Writer, create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -59,12 +59,9 @@ DRAIN_TIMEOUT_S = 90.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> KafkaCluster:
-    try:
-        c = start_kafka(tmp_path_factory.mktemp("faults"), nodes=3,
-                        extra_properties={"broker.session.timeout.ms": str(BROKER_SESSION_MS),
-                                          "broker.heartbeat.interval.ms": "1000"})
-    except KafkaUnavailable as exc:
-        pytest.fail(f"Apache Kafka cannot start here: {exc}", pytrace=False)
+    c = start_or_fail(tmp_path_factory, "faults", nodes=3,
+                      extra_properties={"broker.session.timeout.ms": str(BROKER_SESSION_MS),
+                                        "broker.heartbeat.interval.ms": "1000"})
     yield c
     c.stop()
 

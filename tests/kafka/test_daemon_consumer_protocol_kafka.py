@@ -51,7 +51,7 @@ from kdaemon.client import ConsumerConfig
 from kdaemon.client.features import choose_group_protocol, probe
 from kdaemon.protocol.apis import CONSUMER_GROUP_HEARTBEAT
 from tests.daemon.harness import SESSION_TIMEOUT_MS, Daemon, daemon_config, wait_for
-from tests.support.apache_kafka import KafkaUnavailable, start_kafka
+from tests.support.apache_kafka import start_or_fail
 from tests.support.produce import committed_offsets as read_committed_offsets, create_topic, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -63,13 +63,10 @@ WAIT = 90.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
-    try:
-        c = start_kafka(tmp_path_factory.mktemp("daemon-kip848"), extra_properties={
-            "group.consumer.session.timeout.ms": str(SESSION_MS),
-            "group.consumer.heartbeat.interval.ms": "1000",
-            "group.consumer.migration.policy": "bidirectional"})
-    except KafkaUnavailable as exc:
-        pytest.fail(f"Apache Kafka cannot start here: {exc}", pytrace=False)
+    c = start_or_fail(tmp_path_factory, "daemon-kip848", extra_properties={
+        "group.consumer.session.timeout.ms": str(SESSION_MS),
+        "group.consumer.heartbeat.interval.ms": "1000",
+        "group.consumer.migration.policy": "bidirectional"})
     yield c
     c.stop()
 

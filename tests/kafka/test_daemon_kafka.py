@@ -32,7 +32,7 @@ from kdaemon.client import Consumer, TopicPartition
 from tests.daemon.harness import Daemon, daemon_config, wait_for
 from tests.kafka.cluster_admin import (elect_preferred, find_coordinator, leaders, wait_full_isr,
                                       wait_partitions)
-from tests.support.apache_kafka import KafkaCluster, KafkaUnavailable, start_kafka
+from tests.support.apache_kafka import KafkaCluster, start_or_fail
 from tests.support.produce import create_topic, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -49,12 +49,9 @@ FAST_PRODUCE = {"linger.ms": 20, "batch.num.messages": 10_000, "queue.buffering.
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> KafkaCluster:
-    try:
-        c = start_kafka(tmp_path_factory.mktemp("daemon-kafka"), nodes=3,
-                        extra_properties={"broker.session.timeout.ms": "6000",
-                                          "broker.heartbeat.interval.ms": "1000"})
-    except KafkaUnavailable as exc:
-        pytest.fail(f"Apache Kafka cannot start here: {exc}", pytrace=False)
+    c = start_or_fail(tmp_path_factory, "daemon-kafka", nodes=3,
+                      extra_properties={"broker.session.timeout.ms": "6000",
+                                        "broker.heartbeat.interval.ms": "1000"})
     yield c
     c.stop()
 

@@ -33,7 +33,7 @@ from kdaemon.protocol import messages
 from kdaemon.protocol.apis import FETCH
 from kdaemon.protocol.errors import Errors
 from tests.kafka.test_protocol_kafka import CLIENT_ID, Recorder, Wire, observed_consumer
-from tests.support.apache_kafka import start_kafka
+from tests.support.apache_kafka import start_or_fail
 from tests.support.produce import create_topic, produce
 
 pytestmark = pytest.mark.kafka
@@ -46,8 +46,8 @@ FOLLOWER_ID = 1000                # a replica id no node has: the competing "fol
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """One Kafka node, one fetch-session slot per shard (see the module docstring)."""
-    c = start_kafka(tmp_path_factory.mktemp("kafka-sessions"),
-                    extra_properties={"max.incremental.fetch.session.cache.slots": str(SHARDS)})
+    c = start_or_fail(tmp_path_factory, "kafka-sessions",
+                      extra_properties={"max.incremental.fetch.session.cache.slots": str(SHARDS)})
     yield c
     c.stop()
 

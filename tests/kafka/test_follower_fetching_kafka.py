@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kdaemon.client import Consumer, TopicPartition
 from kdaemon.protocol.apis import FETCH
-from tests.support.apache_kafka import HOST, KafkaCluster, start_kafka
+from tests.support.apache_kafka import HOST, KafkaCluster, start_or_fail
 from tests.support.produce import Writer
 from tests.support.wire import request
 
@@ -46,7 +46,7 @@ DEADLINE_S = 60.0
 @pytest.fixture(scope="module")
 def racked(tmp_path_factory) -> KafkaCluster:
     """Three PLAINTEXT nodes in racks r1-r3 with the rack-aware replica selector."""
-    cluster = start_kafka(tmp_path_factory.mktemp("racked"), nodes=3, racks=True)
+    cluster = start_or_fail(tmp_path_factory, "racked", nodes=3, racks=True)
     yield cluster
     cluster.stop()
 

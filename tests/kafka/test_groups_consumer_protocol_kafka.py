@@ -40,7 +40,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.kafka.group_members import (TP, JavaMember, KdMember, KdProcessMember, RdMember, all_partitions,
                                        group_log, split_is_complete, wait_until)
-from tests.support.apache_kafka import KafkaUnavailable, start_kafka
+from tests.support.apache_kafka import start_or_fail
 from tests.support.produce import Writer, create_topic, produce
 
 pytestmark = pytest.mark.kafka
@@ -54,12 +54,9 @@ RD_CONSUMER_PROTOCOL = 0x020C0000
 
 @pytest.fixture(scope="module")
 def kip848(tmp_path_factory):
-    try:
-        cluster = start_kafka(tmp_path_factory.mktemp("kip848"), extra_properties={
-            "group.consumer.session.timeout.ms": str(SESSION_MS),
-            "group.consumer.heartbeat.interval.ms": "500"})
-    except KafkaUnavailable as exc:
-        pytest.fail(f"Apache Kafka cannot start here: {exc}", pytrace=False)
+    cluster = start_or_fail(tmp_path_factory, "kip848", extra_properties={
+        "group.consumer.session.timeout.ms": str(SESSION_MS),
+        "group.consumer.heartbeat.interval.ms": "500"})
     yield cluster
     cluster.stop()
 

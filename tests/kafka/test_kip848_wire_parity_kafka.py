@@ -79,7 +79,7 @@ from confluent_kafka import TopicPartition as RdTopicPartition
 
 from kdaemon.protocol.apis import CONSUMER_GROUP_HEARTBEAT, METADATA, OFFSET_COMMIT, OFFSET_FETCH
 from tests.kafka.group_members import JavaMember, KdMember, RdMember, all_partitions, group_log, wait_until
-from tests.support.apache_kafka import KafkaUnavailable, start_kafka
+from tests.support.apache_kafka import start_or_fail
 from tests.support.kafka_capture import Exchange, KafkaCapture
 from tests.support.produce import create_topic, produce
 
@@ -97,12 +97,9 @@ OPTIONAL = ("instance_id", "rack_id", "rebalance_timeout_ms", "subscribed_topic_
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    try:
-        cluster = start_kafka(tmp_path_factory.mktemp("kip848wire"), extra_properties={
-            "group.consumer.heartbeat.interval.ms": "1000",
-            "group.consumer.session.timeout.ms": "10000"})
-    except KafkaUnavailable as exc:
-        pytest.fail(f"Apache Kafka cannot start here: {exc}", pytrace=False)
+    cluster = start_or_fail(tmp_path_factory, "kip848wire", extra_properties={
+        "group.consumer.heartbeat.interval.ms": "1000",
+        "group.consumer.session.timeout.ms": "10000"})
     _warm_up(cluster.bootstrap)
     yield cluster
     cluster.stop()

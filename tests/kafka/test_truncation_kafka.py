@@ -39,8 +39,8 @@ from kdaemon.client.types import OffsetAndMetadata
 from kdaemon.protocol.apis import FETCH, METADATA
 from kdaemon.protocol.apis.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from kdaemon.protocol.records import RecordSetReader
-from tests.support.apache_kafka import (HOST, KafkaCluster, KafkaUnavailable, java_binary,
-                                        kafka_classpath, start_kafka)
+from tests.support.apache_kafka import (HOST, KafkaCluster, java_binary,
+                                        kafka_classpath, start_or_fail)
 from tests.support.java_peer import JavaConsumerProcess
 from tests.support.produce import Record, create_topic, produce
 from tests.support.wire import request
@@ -55,16 +55,13 @@ OLD, LOST, NEW, AFTER = 10, 10, 5, 5
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> KafkaCluster:
     """This module's own three nodes (nodes are killed and restarted here).  Named like the
     session fixture so that a failing test gets these nodes' logs attached."""
-    try:
-        cluster = start_kafka(tmp_path_factory.mktemp("kafka-truncation"), nodes=3, racks=False,
-                              extra_properties={
-                                  # Leadership stays where the election put it when the old leader
-                                  # returns; a preferred-leader move would be one more validation.
-                                  "auto.leader.rebalance.enable": "false",
-                                  "broker.session.timeout.ms": "6000",
-                              })
-    except KafkaUnavailable as exc:
-        pytest.fail(f"Apache Kafka cannot start here: {exc}", pytrace=False)
+    cluster = start_or_fail(tmp_path_factory, "kafka-truncation", nodes=3, racks=False,
+                            extra_properties={
+                                # Leadership stays where the election put it when the old leader
+                                # returns; a preferred-leader move would be one more validation.
+                                "auto.leader.rebalance.enable": "false",
+                                "broker.session.timeout.ms": "6000",
+                            })
     yield cluster
     cluster.stop()
 

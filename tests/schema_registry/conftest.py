@@ -1,5 +1,5 @@
 """``schema_registry``: one Apicurio Registry for the session (tests/support/schema_registry.py),
-in-memory, Confluent's API at ``.ccompat_url``; its log is printed under a failed test that used it.
+in-memory, Confluent's API at ``.ccompat_url``; its log is printed under a failed test that used it (tests/conftest.py).
 Tests register their own uniquely named subjects."""
 
 from __future__ import annotations
@@ -18,17 +18,6 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> SchemaRegistryS
         pytest.fail(f"Apicurio Registry cannot start here: {exc}", pytrace=False)
     yield server
     server.stop()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    outcome = yield
-    report = outcome.get_result()
-    if report.when != "call" or not report.failed:
-        return
-    for name, value in getattr(item, "funcargs", {}).items():
-        if isinstance(value, SchemaRegistryServer):
-            report.sections.append((f"Apicurio Registry log ({name})", value.log_tail(40)))
 
 
 @pytest.fixture(scope="session")

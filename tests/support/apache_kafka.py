@@ -367,6 +367,17 @@ def _format(node: KafkaNode, tls: Tls | None) -> None:
                               f"{(proc.stdout + proc.stderr).strip()}")
 
 
+def start_or_fail(tmp_path_factory, name: str, **kw) -> "KafkaCluster":
+    """``start_kafka`` in a fresh temporary directory called ``name``, for a fixture: a machine
+    that cannot start Apache Kafka fails the test loudly (never a skip: the suite promises the
+    reference broker)."""
+    try:
+        return start_kafka(tmp_path_factory.mktemp(name), **kw)
+    except KafkaUnavailable as exc:
+        import pytest   # only fixtures call this; the benchmarks import this module without pytest
+        pytest.fail(f"Apache Kafka cannot start here: {exc}", pytrace=False)
+
+
 def start_kafka(directory: str | os.PathLike, *, nodes: int = 1, secure: bool = False,
                 racks: bool | None = None, heap: str | None = None,
                 java_opts: tuple[str, ...] | None = None,
