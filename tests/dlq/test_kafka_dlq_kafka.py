@@ -82,13 +82,10 @@ def test_confluent_reads_what_the_producer_wrote(cluster, codec):
 
 # -- an answer lost after the append -------------------------------------------------------------
 
-class LosesProduceAnswers(KafkaCapture):
-    """Closes the client's connection instead of passing on the first ``lose`` Produce answers:
-    the broker has appended, the client never hears of it."""
+class ProduceAnswers(KafkaCapture):
+    """A capture that knows which answers are Produce answers (``produce_answer``)."""
 
-    def __init__(self, upstreams, lose: int) -> None:
-        self.lose = lose
-        self.lost = 0
+    def __init__(self, upstreams) -> None:
         self._produce: set[tuple[int, int]] = set()
         super().__init__(upstreams)
 
@@ -99,10 +96,22 @@ class LosesProduceAnswers(KafkaCapture):
             self._produce.add((conn, ex.correlation_id))
         return out
 
+    def produce_answer(self, conn: int, frame: bytes) -> bool:
+        return (conn, int.from_bytes(frame[:4], "big", signed=True)) in self._produce
+
+
+class LosesProduceAnswers(ProduceAnswers):
+    """Closes the client's connection instead of passing on the first ``lose`` Produce answers:
+    the broker has appended, the client never hears of it."""
+
+    def __init__(self, upstreams, lose: int) -> None:
+        self.lose = lose
+        self.lost = 0
+        super().__init__(upstreams)
+
     def _on_response(self, conn: int, frame: bytes) -> bytes:
-        corr = int.from_bytes(frame[:4], "big", signed=True)
         out = super()._on_response(conn, frame)
-        if (conn, corr) in self._produce and self.lost < self.lose:
+        if self.produce_answer(conn, frame) and self.lost < self.lose:
             self.lost += 1
             raise OSError("Produce answer dropped by the test")   # the pump closes both sides
         return out
@@ -131,7 +140,7 @@ def test_a_lost_answer_is_retried_with_the_same_sequence_and_written_once(cluste
 
 # -- a restart while an answer is outstanding ----------------------------------------------------
 
-class HoldsFirstProduceAnswer(KafkaCapture):
+class HoldsFirstProduceAnswer(ProduceAnswers):
     """Holds back the first Produce answer (the broker has appended the batch) until
     ``release`` is set, then closes that connection instead of passing it on: the broker can be
     restarted while a DLQ flush waits for it."""
@@ -139,20 +148,11 @@ class HoldsFirstProduceAnswer(KafkaCapture):
     def __init__(self, upstreams) -> None:
         self.held = threading.Event()
         self.release = threading.Event()
-        self._produce: set[tuple[int, int]] = set()
         super().__init__(upstreams)
 
-    def _on_request(self, conn: int, frame: bytes) -> bytes:
-        out = super()._on_request(conn, frame)
-        ex = self.exchanges()[-1]
-        if ex.api_key == PRODUCE.key:
-            self._produce.add((conn, ex.correlation_id))
-        return out
-
     def _on_response(self, conn: int, frame: bytes) -> bytes:
-        corr = int.from_bytes(frame[:4], "big", signed=True)
         out = super()._on_response(conn, frame)
-        if (conn, corr) in self._produce and not self.held.is_set():
+        if self.produce_answer(conn, frame) and not self.held.is_set():
             self.held.set()
             self.release.wait()
             raise OSError("Produce answer dropped by the test")
