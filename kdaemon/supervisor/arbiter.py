@@ -31,7 +31,7 @@ from ..config import ConfigError, DaemonConfig
 from ..durations import duration
 from ..exit_codes import (EXIT_BOOT_FAILURE, EXIT_CONFIG, EXIT_FAILURE, EXIT_FENCED, EXIT_OK,
                           EXIT_STOPPED_ON_ERROR)
-from . import sdnotify, siblings
+from . import sdnotify
 from .child import RETIRE_SIGNAL, run_child
 from .companions import STABLE_AFTER_S, Companions, specs_for
 from .configs import load_plugins, prepare_reload
@@ -128,7 +128,6 @@ class Arbiter:
         self._prom = None
         self.companions = Companions()
         self._resources = ResourceSampler()
-        self._pokes = siblings.Pokes(lambda: [o.pid for o in self.workers.values() if o.member_id and not o.stopping])
         self._control = ControlServer(config.daemon.state_dir, lambda: daemon_status(   # kdaemon status's answer
             self.workers.values(), self.slots, self.target, stopping=self._stopping,
             companions=self.companions.states(), config_path=self.config_path, state_dir=self.config.daemon.state_dir))
@@ -180,7 +179,6 @@ class Arbiter:
                     self.companions.stop_all()
                     break
                 self._check_liveness()
-                self._pokes.tick(time.monotonic())
                 self._sample_resources()
                 self._step_rolling()
                 self._report()
@@ -240,8 +238,6 @@ class Arbiter:
                 proc.held = beat.held
             if beat.member_id is not None:
                 proc.member_id, proc.group_protocol = beat.member_id, beat.group_protocol
-            if beat.epoch is not None:   # it joined or took a new assignment: the others ask now
-                self._pokes.news(now, proc.pid)
             if beat.partitions is not None:
                 log.info("worker %d (pid %d) has its assignment: generation %s, [%s]", proc.index, proc.pid,
                          "-" if beat.generation is None else beat.generation, ", ".join(beat.partitions))

@@ -23,7 +23,6 @@ import traceback
 from ..config import ConfigError
 from ..exit_codes import EXIT_BOOT_FAILURE, EXIT_FAILURE
 from .heartbeat import HeldPartition, WorkerHeartbeat
-from .siblings import SIBLING_SIGNAL
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +42,6 @@ class Heartbeat:
         self._next = 0.0
         self._last_ready = None
         self._member_id = None    # the member id last told to the supervisor
-        self._epoch = None        # the generation (member epoch) last told
         self._held: tuple[HeldPartition, ...] | None = None   # the partitions last told, and when
         self._held_at = 0.0
         os.set_blocking(fd, False)
@@ -53,10 +51,7 @@ class Heartbeat:
         consumer = worker.consumer
         ready = worker.ready
         member_now = consumer.group_member_id() or None
-        joined = consumer.group_generation()
-        epoch_now = joined[0] if joined else None
-        if now < self._next and ready == self._last_ready and member_now == self._member_id \
-                and epoch_now == self._epoch:
+        if now < self._next and ready == self._last_ready and member_now == self._member_id:
             return
         self._next = now + self.interval
         newly_ready = ready and not self._last_ready
@@ -74,13 +69,10 @@ class Heartbeat:
         # so a successor knows what to release even if this worker is killed while joining.
         member_id = member_now if member_now != self._member_id else None
         self._member_id = member_now
-        # A new generation goes out at once too: the supervisor pokes the other workers with it.
-        epoch = epoch_now if epoch_now != self._epoch else None
-        self._epoch = epoch_now
         self._send(WorkerHeartbeat(ready, len(m.partitions), lag, sum(worker.stats.delivered.values()),
                                    generation, partitions, member_id,
                                    consumer.config.group_protocol if member_id is not None else None,
-                                   worker.sink_down_s, worker.problems, self._held_if_due(now, m), epoch))
+                                   worker.sink_down_s, worker.problems, self._held_if_due(now, m)))
 
     def _held_if_due(self, now: float, m) -> tuple[HeldPartition, ...] | None:
         """The partitions held, with position and lag, if they are news (see ``HELD_EVERY_S``)."""
@@ -129,7 +121,6 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
                 signal.SIGCHLD, RETIRE_SIGNAL):
         signal.signal(sig, signal.SIG_DFL)
-    signal.signal(SIBLING_SIGNAL, signal.SIG_IGN)   # until the worker exists to hear it (siblings.py)
     os.environ.pop("NOTIFY_SOCKET", None)
     os.environ.pop("WATCHDOG_USEC", None)
     os.environ.pop("WATCHDOG_PID", None)
@@ -187,7 +178,6 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
     signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
     signal.signal(signal.SIGINT, lambda *_: worker.request_stop())
     signal.signal(RETIRE_SIGNAL, lambda *_: worker.request_stop(leave_group=True))
-    signal.signal(SIBLING_SIGNAL, lambda *_: worker.group_news())
     from ..client.errors import AuthenticationError
     try:
         code = worker.run()

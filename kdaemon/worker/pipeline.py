@@ -67,7 +67,6 @@ class Worker:
         self._on_tick = on_tick
         self._stopping = False
         self._leave_for_good = False   # set by request_stop(leave_group=True)
-        self._group_news = False       # set by group_news(), from the supervisor's SIBLING_SIGNAL
         self._assigned_once = False
         self._ownership = None   # worker 0's OwnershipCheck (worker/ownership.py), once watching
 
@@ -88,16 +87,6 @@ class Worker:
         ``GroupMembershipOperation``).  Thread- and signal-safe: it only sets flags."""
         self._leave_for_good = self._leave_for_good or leave_group
         self._stopping = True
-        try:
-            self.consumer.wakeup()
-        except Exception:
-            pass
-
-    def group_news(self) -> None:
-        """Another worker of this daemon joined or took a new assignment (the supervisor's
-        ``siblings.SIBLING_SIGNAL``): heartbeat at the next step instead of at the next interval.
-        Signal-safe: it sets a flag and wakes the poll; ``step`` does the rest outside any lock."""
-        self._group_news = True
         try:
             self.consumer.wakeup()
         except Exception:
@@ -167,9 +156,6 @@ class Worker:
     # -- the loop -------------------------------------------------------------------------------
 
     def step(self) -> None:
-        if self._group_news:
-            self._group_news = False
-            self.consumer.heartbeat_soon()
         if self.memory is not None:
             self.memory.tick()
         if self.health.due():

@@ -44,7 +44,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import ConsumerGroupType, KafkaException
+from confluent_kafka import ConsumerGroupType
 from confluent_kafka.admin import AdminClient
 
 from kdaemon.client import ConsumerConfig
@@ -499,27 +499,3 @@ def test_stopped_worker_is_fenced_loses_its_partitions_without_committing_and_re
     # never a record it had committed.
     assert all(p in held_back and o >= held_back[p][0] for p, o in repeated), (held_back, sorted(repeated)[:20])
     assert {(p, o) for p, (lo, hi) in held_back.items() for o in range(lo, hi)} <= set(seen)
-
-
-def test_the_second_worker_gets_its_partitions_before_the_next_heartbeat_is_due(cluster, tmp_path):
-    """KIP-848 tells a member its new assignment only in a heartbeat's answer.  With this
-    group's heartbeat interval at 15 s, worker 0 (first in, holding everything) would hear that
-    it must give half up only at its next heartbeat, and worker 1 that those partitions are free
-    only at its own next one: 15 s or more with one worker idle.  The supervisor pokes the other
-    workers whenever one joins or takes a new assignment (kdaemon/supervisor/siblings.py), so
-    the group settles within a few seconds of the second join: well before any member's next
-    scheduled heartbeat, which is all this test asserts."""
-    d, topic, group = new_daemon(tmp_path, cluster, protocol="consumer")
-    from tests.kafka.group_members import set_group_session
-    set_group_session(cluster.bootstrap, group, 45_000, heartbeat_ms=15_000)
-    with d:
-        def both_joined() -> bool:
-            try:
-                return set(held(cluster.bootstrap, group)) == {"kd-0", "kd-1"}
-            except KafkaException:   # NOT_COORDINATOR, GROUP_ID_NOT_FOUND: nobody joined yet
-                return False
-        wait_for(both_joined, WAIT, "both workers in the group", d.log_tail, interval=0.1)
-        # Without the pokes, not before the first member's second heartbeat, 15 s after its join.
-        wait_for(lambda: settled(cluster.bootstrap, group, {"kd-0", "kd-1"}), 10.0,
-                 "both workers holding two partitions each within 10 s of the second join",
-                 lambda: f"coordinator: {held(cluster.bootstrap, group)}\n{d.log_tail()}", interval=0.25)

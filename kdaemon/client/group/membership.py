@@ -155,14 +155,6 @@ class GroupMembership(ABC):
     @abstractmethod
     def heartbeat_now(self) -> None: ...
 
-    def heartbeat_soon(self) -> None:
-        """``heartbeat_now`` from the application's thread: the heartbeat thread sends it
-        within its next tick (at most 100 ms), and its answer brings whatever the coordinator
-        has for this member.  Not from a signal handler (it takes the group's lock)."""
-        with self._lock:
-            if self.generation > 0:
-                self.heartbeat_now()
-
     def confirm_before_commit(self, deadline: float, drive) -> None:
         """Before a commit: if no heartbeat answer came for ``STALE_AFTER_INTERVALS`` heartbeat
         intervals, the coordinator may have fenced this member meanwhile (the process was
