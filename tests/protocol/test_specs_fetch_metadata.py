@@ -20,6 +20,7 @@ from kdaemon.protocol.apis.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from kdaemon.protocol.primitives import Reader, encode_uvarint
 from kdaemon.protocol.schema import Array, Struct
 from tests.protocol.spec_values import field_present, sample_value
+from tests.protocol.hand_bytes import cstr as _cstr, str16 as _str16
 
 APIS = (FETCH, LIST_OFFSETS, METADATA, SASL_HANDSHAKE, SASL_AUTHENTICATE)
 BY_KEY = {api.key: api for api in APIS}
@@ -162,17 +163,6 @@ def test_empty_body_decodes_to_defaults(api):
 
 
 # --- hand-built bytes ---------------------------------------------------------------------------
-
-def _str16(s: str) -> bytes:
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
-
-
-def _cstr(s: str | None) -> bytes:
-    if s is None:
-        return b"\x00"
-    b = s.encode()
-    return encode_uvarint(len(b) + 1) + b
 
 
 def _tagged(*fields: tuple[int, bytes]) -> bytes:

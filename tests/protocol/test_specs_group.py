@@ -48,6 +48,7 @@ from kdaemon.protocol.errors import DecodeError, EncodeError
 from kdaemon.protocol.primitives import Reader
 from kdaemon.protocol.schema import Array, Primitive, Struct, Versions
 from tests.protocol.spec_values import sample_value
+from tests.protocol.hand_bytes import cstr as _cstr, str16 as _str16
 
 GROUP_APIS = (FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, OFFSET_COMMIT,
               OFFSET_FETCH, CONSUMER_GROUP_HEARTBEAT)
@@ -275,19 +276,6 @@ def test_join_group_default_response_encodes_in_every_version():
 
 # --------------------------------------------------------------------------------------------
 # Layouts written out by hand
-
-
-def _str16(s: str) -> bytes:
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
-
-
-def _cstr(s: str | None) -> bytes:
-    """Compact (nullable) string: uvarint length + 1, 0 for null.  Lengths here are < 127."""
-    if s is None:
-        return b"\x00"
-    b = s.encode()
-    return bytes([len(b) + 1]) + b
 
 
 def _frame(body: bytes) -> bytes:

@@ -16,20 +16,11 @@ from kdaemon.protocol.apis.offset_for_leader_epoch import CONSUMER_MIN_VERSION, 
 from kdaemon.protocol.errors import DecodeError
 from kdaemon.protocol.primitives import Reader, encode_uvarint
 from tests.protocol.spec_values import sample_value
+from tests.protocol.hand_bytes import cstr as _cstr, str16 as _str16
 
 API = OFFSET_FOR_LEADER_EPOCH
 VERSIONS = range(API.min_version, API.max_version + 1)
 NO_TAGS = b"\x00"
-
-
-def _str16(s: str) -> bytes:
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
-
-
-def _cstr(s: str) -> bytes:
-    b = s.encode()
-    return encode_uvarint(len(b) + 1) + b
 
 
 def test_declared_range_and_registry():

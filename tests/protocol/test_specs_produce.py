@@ -16,24 +16,11 @@ from kdaemon.protocol.apis.init_producer_id import INIT_PRODUCER_ID
 from kdaemon.protocol.apis.produce import PRODUCE
 from kdaemon.protocol.primitives import Reader, encode_uvarint
 from tests.protocol.spec_values import sample_value
+from tests.protocol.hand_bytes import cstr as _cstr, str16 as _str16
 
 APIS = [PRODUCE, INIT_PRODUCER_ID]
 CASES = [(api, v) for api in APIS for v in range(api.min_version, api.max_version + 1)]
 IDS = [f"{api.name}-v{v}" for api, v in CASES]
-
-
-def _str16(s: str | None) -> bytes:
-    if s is None:
-        return struct.pack(">h", -1)
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
-
-
-def _cstr(s: str | None) -> bytes:
-    if s is None:
-        return b"\x00"
-    b = s.encode()
-    return encode_uvarint(len(b) + 1) + b
 
 
 def test_declared_ranges_and_registry():
