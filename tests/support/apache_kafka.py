@@ -76,27 +76,31 @@ def java_binary(needed_by: str = "Apache Kafka", error: type[Exception] = KafkaU
     return java
 
 
+def maven_copy_dependencies(pom: Path, out: Path, name: str, version: str, error: type[Exception]) -> None:
+    """``mvn dependency:copy-dependencies`` of ``pom`` into ``out`` (emptied first), for the
+    servers the tests resolve from Maven Central (Apache Kafka, Apicurio Registry); ``error``
+    says why ``name`` could not be resolved (no mvn, no java, Maven's last lines)."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise error(f"resolving {name} needs Maven (`mvn`) on PATH: apt-get install maven (make test does)")
+    java_binary(name, error)
+    shutil.rmtree(out, ignore_errors=True)
+    proc = subprocess.run([mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
+                           f"-DoutputDirectory={out}"], capture_output=True, text=True, timeout=900)
+    if proc.returncode:
+        lines = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+        raise error(f"Maven could not resolve {name} {version} from {pom} (is Maven Central reachable?):\n"
+                    + "\n".join(lines))
+
+
 def kafka_jars() -> list[Path]:
     """The resolved jars (broker, kafka-clients, logging, Jackson), resolving them on first use."""
     lib = cache_dir() / "lib"
     stamp = cache_dir() / "resolved.sha256"
     digest = pom_digest()
     if not (stamp.exists() and stamp.read_text().strip() == digest):
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise KafkaUnavailable("resolving Apache Kafka needs Maven (`mvn`) on PATH: "
-                                   "apt-get install maven (make test does)")
-        java_binary()
         tmp = lib.with_name("lib.partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        proc = subprocess.run(
-            [mvn, "-B", "-q", "-f", str(POM), "dependency:copy-dependencies",
-             f"-DoutputDirectory={tmp}"],
-            capture_output=True, text=True, timeout=900)
-        if proc.returncode:
-            out = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
-            raise KafkaUnavailable(f"Maven could not resolve Apache Kafka {KAFKA_VERSION} from {POM} "
-                                   "(is Maven Central reachable?):\n" + "\n".join(out))
+        maven_copy_dependencies(POM, tmp, "Apache Kafka", KAFKA_VERSION, KafkaUnavailable)
         shutil.rmtree(lib, ignore_errors=True)
         tmp.rename(lib)
         stamp.write_text(digest + "\n")

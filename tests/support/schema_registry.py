@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.apache_kafka import cache_dir as kafka_cache_dir
-from tests.support.apache_kafka import java_binary as kafka_java_binary, pom_digest
+from tests.support.apache_kafka import java_binary as kafka_java_binary, maven_copy_dependencies, pom_digest
 from tests.support.ports import listen_port
 
 HOST = "127.0.0.1"
@@ -63,21 +63,8 @@ def registry_dist() -> Path:
     stamp = cache_dir() / "resolved.sha256"
     digest = pom_digest(POM)
     if not (stamp.exists() and stamp.read_text().strip() == digest and (dist / RUNNER).is_file()):
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise RegistryUnavailable("resolving Apicurio Registry needs Maven (`mvn`) on PATH: "
-                                      "apt-get install maven (make test does)")
-        java_binary()
         download = cache_dir() / "download.partial"
-        shutil.rmtree(download, ignore_errors=True)
-        proc = subprocess.run(
-            [mvn, "-B", "-q", "-f", str(POM), "dependency:copy-dependencies",
-             f"-DoutputDirectory={download}"],
-            capture_output=True, text=True, timeout=900)
-        if proc.returncode:
-            out = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
-            raise RegistryUnavailable(f"Maven could not resolve Apicurio Registry {APICURIO_VERSION} from "
-                                      f"{POM} (is Maven Central reachable?):\n" + "\n".join(out))
+        maven_copy_dependencies(POM, download, "Apicurio Registry", APICURIO_VERSION, RegistryUnavailable)
         if not (download / ARCHIVE).is_file():
             raise RegistryUnavailable(f"Maven resolved {POM} but {ARCHIVE} is not in {download}: "
                                       f"{sorted(p.name for p in download.iterdir())}")
