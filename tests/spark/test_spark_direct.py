@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -219,3 +220,20 @@ def test_the_warm_up_runs_deltas_checkpoint_job_on_a_scratch_table(writer, tmp_p
         assert ran   # the checkpoint's state is a Spark job: now paid, not by the table's tenth commit
     else:
         assert not ran   # Iceberg's commits run no Spark job: nothing to warm
+
+
+def test_delta_direct_commits_are_checkpointed_by_the_jvm_beside_them(writer, tmp_path):
+    """The direct commits write no checkpoint (``delta.checkpoint_due``): the writer has Delta's
+    JVM write it in a thread of its own, so readers and the next state read start there."""
+    if writer.format != "delta":
+        pytest.skip("Delta's checkpoints")
+    path = _table(writer, "checkpointed")
+    for i in range(12):
+        assert _write(writer, path, [_batch(tmp_path, f"k{i}", 0, range(i * 5, i * 5 + 5))], direct=True)
+    # Of the newest version when the thread gets to it (10 or 11): the requests meanwhile are one.
+    deadline = time.monotonic() + 120
+    while not any(n.endswith(".checkpoint.parquet") and int(n[:20]) >= 10 for n in os.listdir(delta_log.log_dir(path))):
+        assert time.monotonic() < deadline, sorted(os.listdir(delta_log.log_dir(path)))
+        time.sleep(0.2)
+    assert tables.FORMATS["delta"].committed_offsets(path) == {("events", 0): 59}
+    assert _load(writer, path).count() == 60

@@ -18,6 +18,14 @@ Spark Connect master, ``merge_schema`` or rows of another shape) each partition 
 commit through the DataFrame writer, which evolves the table's schema or refuses the rows as
 Delta's writer does.
 
+The uploader's direct path (``append_files``: files written by ``delta_files``, no Spark)
+makes the same one commit without the JVM, by writing the commit file itself as Delta's
+protocol describes it (``delta_commit``: atomic put-if-absent of ``<version>.json``, the state
+read from the log by ``delta_log``), so a daemon delivers its first job without waiting for a
+JVM; it refuses, writing nothing, any table whose writer rules a blind append does not already
+follow.  Delta's checkpoints stay the JVM's (``checkpoint_due``, ``checkpoint``): the caller
+runs one beside the jobs every ``delta.checkpointInterval`` commits, as Delta's writer would.
+
 The rest of the exactly-once bookkeeping is shared with Iceberg (``tables.py``): the recorded
 versions are the table's committed offsets, read from its log (``delta_log.transactions``).
 
@@ -26,13 +34,22 @@ One table per (topic, consumer group): the application ids name the topic partit
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 import uuid
 from typing import Callable
 
+from . import delta_log
 from .delta_log import transactions
 from .jars import staged_jars
+
+log = logging.getLogger("kdaemon.spark.uploader")
+
+# A lost race costs a state read and a commit file; two uploaders take turns, so a job that
+# loses this many in a row is facing something else (a writer loop, a clock, a bug).
+COMMIT_ATTEMPTS = 20
+# table path -> (the version append_files committed, its checkpoint interval), for checkpoint_due.
+_intervals: dict[str, tuple[int, int]] = {}
 
 
 def app_id(topic: str, partition: int) -> str:
@@ -78,6 +95,11 @@ class ConcurrentOffsets(Exception):
     read them; the job is retried, and then skips what the table holds."""
 
 
+class DeltaCommitContended(Exception):
+    """``append_files`` lost the race for the next version ``COMMIT_ATTEMPTS`` times in a row
+    (its files are removed); the job is retried."""
+
+
 def commits_per_partition(spark, merge_schema: bool) -> bool:
     """Will ``append`` make one commit per partition (so the caller had better persist the
     rows it filters once per partition)?"""
@@ -105,29 +127,97 @@ def append(spark, df, table_path: str, partition_by: list[str], versions: dict[t
          .partitionBy(*partition_by).save(table_path))
 
 
-def append_files(spark, pieces, table_path: str, partition_by: list[str], versions: dict[tuple[str, int], int],
-                 schema) -> bool:
-    """The direct path's append: ``pieces`` (``arrow_rows.job_rows`` of each batch) written as Parquet files by
-    ``delta_files`` and committed as ``append`` commits the DataFrame's (one commit, a ``txn``
-    action per partition).  ``schema``: the rows' Spark schema (pyspark), which must be the
-    table's.  False (nothing written) when it is not, or over Spark Connect: the caller then
-    takes the Spark path, which evolves the table or names the mismatch."""
-    if commits_per_partition(spark, False):
-        return False
-    from .delta_files import write_files   # pyarrow: the uploader's, never a worker's (staged.py)
-    jvm = spark._jvm
-    schema_json = spark._jsparkSession.parseDataType(schema.json()).asNullable().json()
-    action = jvm.org.apache.spark.sql.delta.actions.Action
+def append_files(pieces, table_path: str, partition_by: list[str], versions: dict[tuple[str, int], int],
+                 schema) -> int | None:
+    """The direct path's append, without Spark: ``pieces`` (``arrow_rows`` tables, a batch each)
+    written as Parquet files by ``delta_files`` and committed by Python (``delta_commit``) as
+    ``append`` commits a DataFrame's: one commit, a ``txn`` action per partition, for a new
+    table its protocol and metadata.  ``schema``: the rows' Spark schema (pyspark), which must
+    be the table's.  Returns the committed version; None, with nothing written, for a table
+    this commit must not write (``delta_commit.refusal``): the caller then takes the Spark
+    path, which evolves the table or names the mismatch.  ``ConcurrentOffsets`` when the
+    table records a partition at or past ``versions``.
 
-    def files(txn) -> list | None:
-        # Delta's writer checks a table's CHECK constraints on every row; this path does not.
-        # (Generated, identity and column-mapped columns carry field metadata, so such a table's
-        # schema is not the rows' and never gets this far.)
-        config = jvm.scala.jdk.javaapi.CollectionConverters.asJava(txn.metadata().configuration())
-        if any(str(key).startswith("delta.constraints.") for key in config.keySet()):
+    A lost race for the version (another writer committed it first) reads the state again:
+    a partition recorded meanwhile is ``ConcurrentOffsets``, a table changed so that it is
+    refused is None; either way the files written are removed first (no commit names them, so
+    nobody reads them, and "None" keeps meaning "nothing written").  Otherwise the commit is
+    tried again at the next version (a blind append conflicts with nothing else), at most
+    ``COMMIT_ATTEMPTS`` times (then ``DeltaCommitContended``, the files removed).  Files of a
+    commit whose outcome is unknown (an unforeseen error, an interrupt) stay behind unreferenced,
+    as a failed Delta writer's do."""
+    from . import delta_commit
+    from .delta_files import remove_files, write_files   # pyarrow: the uploader's, never a worker's
+    rows_schema = delta_commit.nullable(schema.jsonValue())
+    txns = {app_id(topic, partition): version for (topic, partition), version in versions.items()}
+    state = delta_log.read_state(table_path)
+    if (reason := delta_commit.refusal(state, rows_schema, partition_by)) is not None:
+        log.debug("the Delta table at %s is written by Spark: %s", table_path, reason)
+        return None
+    _check_offsets(state, table_path, versions)
+    adds = write_files(pieces, table_path, partition_by)
+    # The files are removed only where the commit is known not to have happened; after anything
+    # unforeseen (an error reading the log, an interrupt) they stay, unreferenced, as a failed
+    # Delta writer's do: removing a committed commit's files would break the table.
+    for _ in range(COMMIT_ATTEMPTS):
+        actions = delta_commit.append_actions(state, rows_schema, partition_by, adds, txns)
+        if delta_commit.put_if_absent(delta_log.log_dir(table_path), state.version + 1, actions):
+            _intervals[table_path] = (state.version + 1, delta_commit.checkpoint_interval(state))
+            return state.version + 1
+        state = delta_log.read_state(table_path)
+        try:
+            _check_offsets(state, table_path, versions)
+        except ConcurrentOffsets:
+            remove_files(table_path, adds)
+            raise
+        if (reason := delta_commit.refusal(state, rows_schema, partition_by)) is not None:
+            log.info("the Delta table at %s changed during a job (%s): its files are removed and "
+                     "the job goes through Spark", table_path, reason)
+            remove_files(table_path, adds)
             return None
-        return [action.fromJson(json.dumps({"add": add})) for add in write_files(pieces, table_path, partition_by)]
-    return _append_one_commit(spark, table_path, partition_by, versions, schema_json, files)
+    remove_files(table_path, adds)
+    raise DeltaCommitContended(
+        f"the Delta table at {table_path}: {COMMIT_ATTEMPTS} commits in a row lost their version to "
+        f"other writers (newest {state.version}); the job is retried")
+
+
+def _check_offsets(state, table_path: str, versions: dict[tuple[str, int], int]) -> None:
+    for (topic, partition), version in sorted(versions.items()):
+        recorded = state.txns.get(app_id(topic, partition), -1)
+        if recorded >= version:
+            raise ConcurrentOffsets(f"the Delta table at {table_path} already records offset {recorded} of "
+                                    f"{topic}[{partition}] (this job's newest is {version}): another writer got "
+                                    "there first; the job is retried without what the table holds")
+
+
+def checkpoint_due(table_path: str, version: int) -> bool:
+    """Is ``version`` (a commit of ``append_files``) one Delta would checkpoint after: a
+    multiple of the table's ``delta.checkpointInterval`` (default 10)?  Then the caller runs
+    ``checkpoint`` (the JVM's, in the background): without checkpoints every read of the state,
+    ours and Spark's, reads every commit."""
+    if version <= 0:
+        return False
+    known = _intervals.get(table_path)
+    if known is not None and known[0] == version:
+        interval = known[1]
+    else:
+        from . import delta_commit
+        interval = delta_commit.checkpoint_interval(delta_log.read_state(table_path))
+    return version % interval == 0
+
+
+def checkpoint(spark, table_path: str, version: int | None = None) -> None:
+    """Delta's own checkpoint of the table (a Spark job): of ``version`` (Delta's writer
+    checkpoints exactly the versions ``checkpoint_due`` names), or of the newest.  The JVM's
+    DeltaLog caches its snapshot and never saw the Python commits: it is updated first."""
+    jvm = spark._jvm
+    log_ = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table_path)
+    none = jvm.scala.Option.empty()
+    if version is None:
+        snapshot = _updated_snapshot(spark, log_)
+    else:   # (version, lastCheckpointHint, catalogTable, enforceTimeTravelWithinDeletedFileRetention)
+        snapshot = log_.getSnapshotAt(version, none, none, False)
+    log_.checkpoint(snapshot, none)
 
 
 def _append_one_commit(spark, table_path: str, partition_by: list[str], versions: dict[tuple[str, int], int],
@@ -197,16 +287,21 @@ def _scala_list(jvm, items):
     return jvm.scala.jdk.javaapi.CollectionConverters.asScala(java).toList()
 
 
+def _updated_snapshot(spark, delta_log_):
+    """``DeltaLog.update()``: its newest snapshot, read from the log now."""
+    none = spark._jvm.scala.Option.empty()
+    return delta_log_.update(False, none, none)
+
+
 def warm_up(spark, rows, scratch: str, partition_by: list[str], schema) -> None:
-    """Run Delta's commit and checkpoint once on a scratch table at ``scratch`` (removed
-    after): the uploader's first Spark job is otherwise the table's first checkpoint, ten
-    commits in, and a cold first job held one job 16 s (the checkpoint and its state, computed
-    by a Spark job; direct writes run no other).  ``rows``: one row as ``arrow_rows`` builds it."""
+    """Run a direct commit and Delta's checkpoint once on a scratch table at ``scratch``
+    (removed after): the table's first checkpoint, ten commits in, is otherwise the uploader's
+    first Spark job, and a cold one held one job 16 s (the checkpoint and its state, computed by
+    a Spark job; direct writes run no other).  ``rows``: one row as ``arrow_rows`` builds it."""
     import shutil
     shutil.rmtree(scratch, ignore_errors=True)
     try:
-        if append_files(spark, [rows], scratch, partition_by, {("kdaemon-warm-up", 0): 0}, schema):
-            spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, scratch).checkpoint()
+        if append_files([rows], scratch, partition_by, {("kdaemon-warm-up", 0): 0}, schema) is not None:
+            checkpoint(spark, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-

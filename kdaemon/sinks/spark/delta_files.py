@@ -4,9 +4,10 @@ The direct path's half of what Delta's ``writeFiles`` does: one Parquet file per
 value, under Hive-style directories as Delta's writer names them, without the partition columns
 (Delta keeps those in the log), and an ``add`` action per file with the statistics Delta's data
 skipping reads.  Nothing here commits: ``delta.py`` commits the actions, with the partitions'
-``txn`` actions, through Delta's transaction API, and until that commit no reader sees a file.
-A file of a commit that never happens stays behind, as one of Delta's own failed writers would
-leave it (``VACUUM`` removes it).
+``txn`` actions (``delta_commit.py``), and until that commit no reader sees a file.  A file of a
+commit that is known not to happen is removed (``remove_files``); one of a writer that died
+before its commit stays behind, as one of Delta's own failed writers would leave it (``VACUUM``
+removes it).
 
 Statistics: ``numRecords``, and ``minValues``/``maxValues``/``nullCount`` of the record columns
 whose bounds are unambiguous (``offset``, ``timestamp``, ``partition``, ``timestamp_type`` where
@@ -89,3 +90,14 @@ def _iso_millis(ts: datetime.datetime) -> str:
     if ts.tzinfo is not None:
         ts = ts.astimezone(datetime.timezone.utc).replace(tzinfo=None)
     return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+
+
+def remove_files(table_path: str, adds: list[dict]) -> None:
+    """Remove the data files of ``adds`` (``write_files``'s) that no commit took: nobody reads a
+    file the log does not name.  Their partition directories stay (another writer may be
+    writing into one)."""
+    for add in adds:
+        try:
+            os.unlink(os.path.join(table_path, urllib.parse.unquote(add["path"])))
+        except FileNotFoundError:
+            pass

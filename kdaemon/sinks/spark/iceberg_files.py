@@ -3,8 +3,9 @@
 The direct path's half of Iceberg's Spark writer: one Parquet file per partition value under
 the table's ``data/`` directory, whose columns carry the table's field ids.  Iceberg resolves a
 data file's columns by id, not by name (a renamed column keeps its id), so a file without them
-would read as all nulls.  Nothing here commits: ``iceberg.append_files`` appends the files, with
-metrics Iceberg computes from their footers, in one snapshot that records the offsets.
+would read as all nulls.  Nothing here commits: ``iceberg.append_files`` appends the files
+(``data_files``: their entries, with the column metrics Iceberg's Java ``ParquetUtil`` reads
+from a footer) in one snapshot that records the offsets.
 
 The ids come from the table's schema as Iceberg's ``SchemaParser`` writes it (the JSON of the
 table spec); a column whose Iceberg type this path does not write as Iceberg's own writer would
@@ -89,3 +90,84 @@ def write_files(pieces, table_path: str, partition_by: list[str], table_schema: 
 
     files = PartitionedFiles(partition_by, path_for, shape, compression)
     return [(path, list(values), size) for values, path, size in write_pieces(pieces, files)]
+
+
+def data_files(meta, files: list[tuple[str, list[str], int]]) -> list:
+    """pyiceberg DataFile entries of ``files`` (``write_files``' answer) for the table whose
+    metadata (pyiceberg's) is ``meta``: record count, size, split offsets, partition values
+    typed by the default spec, and column metrics as Iceberg's Java ``ParquetUtil.fileMetrics``
+    takes them from the footer under the table's metrics modes (default ``truncate(16)``):
+    sizes for every column; value and null counts, and bounds (truncated for strings and
+    binary), for columns outside lists and maps, struct fields included.  (pyiceberg alone keeps no
+    bounds for struct fields.)"""
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+    schema, spec = meta.schema(), meta.spec()
+    plan, ids = metrics_plan(schema, meta.properties), parquet_path_to_id_mapping(schema)
+    kinds = [schema.find_field(f.source_id).field_type for f in spec.fields]
+    repeated = _ids_under_repeated(schema.as_struct(), False)
+    out = []
+    for path, values, size in files:
+        stats = data_file_statistics_from_parquet_metadata(pq.read_metadata(path), plan, ids)
+        for fid in repeated:   # Parquet counts a list's elements, not rows: Java keeps neither count
+            stats.value_counts.pop(fid, None)
+            stats.null_value_counts.pop(fid, None)
+        out.append(DataFile.from_args(
+            _table_format_version=meta.format_version, content=DataFileContent.DATA, file_path=path,
+            file_format=FileFormat.PARQUET, partition=Record(*[partition_value(k, v) for k, v in zip(kinds, values)]),
+            file_size_in_bytes=size, sort_order_id=None, spec_id=meta.default_spec_id, equality_ids=None,
+            key_metadata=None, **stats.to_serialized_dict()))
+    return out
+
+
+def partition_value(kind, text: str):
+    """An identity partition's value from its string (``arrow_rows.split_by``), typed as the
+    spec's source column: the types ``iceberg.refusal`` lets through."""
+    name = str(kind)
+    if name == "string":
+        return text
+    if name in ("int", "long"):
+        return int(text)
+    if name == "boolean":
+        return text == "True"
+    raise NotDirect(f"an identity partition on a column of type {name}")
+
+
+def metrics_plan(schema, properties: dict) -> dict:
+    """pyiceberg's statistics plan, with Java's bounds for fields nested in structs only
+    (pyiceberg counts every nested field; Java's ``ParquetUtil`` keeps bounds unless the
+    column is inside a list or map)."""
+    from pyiceberg.io.pyarrow import MetricModeTypes, MetricsMode, StatisticsCollector, compute_statistics_plan, \
+        match_metrics_mode
+    from pyiceberg.types import BinaryType, StringType
+    plan = compute_statistics_plan(schema, properties)
+    default = properties.get("write.metadata.metrics.default", "truncate(16)")
+    repeated = _ids_under_repeated(schema.as_struct(), False)
+    for fid, col in list(plan.items()):
+        if fid in repeated or col.mode.type != MetricModeTypes.COUNTS:
+            continue
+        mode = match_metrics_mode(properties.get(f"write.metadata.metrics.column.{col.column_name}", default))
+        if mode.type == MetricModeTypes.TRUNCATE and not isinstance(col.iceberg_type, (StringType, BinaryType)):
+            mode = MetricsMode(MetricModeTypes.FULL)
+        plan[fid] = StatisticsCollector(field_id=fid, iceberg_type=col.iceberg_type, mode=mode,
+                                        column_name=col.column_name)
+    return plan
+
+
+def _ids_under_repeated(kind, inside: bool) -> set[int]:
+    from pyiceberg.types import ListType, MapType, StructType
+    out: set[int] = set()
+    if isinstance(kind, StructType):
+        for f in kind.fields:
+            if inside:
+                out.add(f.field_id)
+            out |= _ids_under_repeated(f.field_type, inside)
+    elif isinstance(kind, ListType):
+        out.add(kind.element_id)
+        out |= _ids_under_repeated(kind.element_type, True)
+    elif isinstance(kind, MapType):
+        out |= {kind.key_id, kind.value_id}
+        out |= _ids_under_repeated(kind.key_type, True) | _ids_under_repeated(kind.value_type, True)
+    return out

@@ -45,17 +45,24 @@ def _versions(table_path: str) -> dict[int, str]:
 
 
 def current_metadata(table_path: str) -> dict | None:
-    """The newest metadata of the table (None if it has none yet).  The newest version file
-    is authoritative (a Hadoop commit is the atomic creation of v<N+1>); the hint only
-    saves a listing in Iceberg's reader, so it is not trusted here."""
+    """The newest metadata of the table (None if it has none yet)."""
+    current = load_current(table_path)
+    return None if current is None else current[2]
+
+
+def load_current(table_path: str) -> tuple[int, str, dict] | None:
+    """(version N, file name, parsed JSON) of the table's newest metadata, None without any.
+    The newest version file is authoritative (a Hadoop commit is the atomic creation of
+    v<N+1>); the hint only saves a listing in Iceberg's reader, so it is not trusted here."""
     versions = _versions(table_path)
     if not versions:
         return None
-    name = versions[max(versions)]
+    version = max(versions)
+    name = versions[version]
     path = os.path.join(metadata_dir(table_path), name)
     try:
         with (gzip.open if name.endswith(".gz.metadata.json") else open)(path, "rb") as fh:
-            return json.load(fh)
+            return version, name, json.load(fh)
     except (OSError, ValueError) as exc:
         raise IcebergMetadataError(f"cannot read the Iceberg metadata {path}: {exc}") from None
 
@@ -63,8 +70,11 @@ def current_metadata(table_path: str) -> dict | None:
 def committed_offsets(table_path: str) -> dict[tuple[str, int], int]:
     """Each (topic, partition)'s newest offset in the table by its snapshots' summaries."""
     meta = current_metadata(table_path)
-    if meta is None:
-        return {}
+    return {} if meta is None else offsets_of(meta, table_path)
+
+
+def offsets_of(meta: dict, table_path: str = "the table") -> dict[tuple[str, int], int]:
+    """``committed_offsets`` of the metadata ``meta`` (a ``v<N>.metadata.json``, parsed)."""
     snapshots = {s["snapshot-id"]: s for s in meta.get("snapshots") or []}
     out: dict[tuple[str, int], int] = {}
     sid = meta.get("current-snapshot-id")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import arrow_rows, tables
+from . import arrow_rows, ddl, tables
 from ...backoff import Backoff
 from ...durations import duration
 from .staging import validate_settings
@@ -166,8 +167,33 @@ class SparkWriter:
         # ...and the uploader can write a table's data files itself (arrow_rows): set in
         # start(), with the rows' types.
         self._direct_rows: tuple | None = None   # (the value's Arrow type, the rows' Spark schema)
+        self._checkpoint_wanted = threading.Event()
+        self._checkpointer: threading.Thread | None = None
+        self._stopping = False
+
+    def prepare_offline(self) -> None:
+        """What the writer can know before its session starts: ``value_schema`` parsed by
+        ``ddl.py`` and so whether direct writes apply (``direct_writes``).  With them, the
+        uploader serves jobs at once and starts the session beside them (``start``): Spark's
+        start (10 s here) and a first cold commit were the whole critical path of a daemon
+        started to deliver a topic.  A schema ``ddl.py`` does not parse waits for Spark's parser."""
+        if self.value_schema:
+            try:
+                self._value_struct = self._checked_value_struct(
+                    ddl.parse_schema(self.value_schema, conf=self.settings.get("conf")))
+            except ddl.NotParsedHere as exc:
+                log.info("value_schema is parsed once the Spark session is up (%s)", exc)
+                return
+        self._direct_rows = self._direct_rows_types()
+        if self._direct_rows and self.format == "iceberg":
+            try:   # pyiceberg's import (0.5 s) now, while the workers read their first batches
+                from . import iceberg_commit  # noqa: F401
+            except ImportError:
+                pass   # iceberg.append_files says so, and Spark writes the jobs
 
     def start(self) -> None:
+        """Start the SparkSession (the JVM: seconds), then parse ``value_schema`` with Spark's
+        own parser: the reference for ``ddl.py``'s result, or the parse it could not make."""
         check_master_reachable(self.master)
         from pyspark.sql import SparkSession
         builder = SparkSession.builder.appName("kdaemon-uploader")
@@ -194,17 +220,30 @@ class SparkWriter:
         for k, v in conf.items():
             builder = builder.config(k, v)
         try:
-            self.spark = builder.getOrCreate()
+            spark = builder.getOrCreate()
         except Exception as exc:
             raise SparkStartError(f"cannot start a SparkSession on master {self.master}: {first_line(exc)}") from None
         if not remote:
-            self.spark.sparkContext.setLogLevel("WARN")
+            spark.sparkContext.setLogLevel("WARN")
         if self.value_schema:
+            offline = self._value_struct
             self._value_struct = self._parse_value_schema(self.value_schema)
-        self._direct_rows = self._direct_rows_types()
-        log.info("Spark session ready (master %s, Spark %s); %s", self.master, self.spark.version,
+            if offline is not None and offline != self._value_struct:
+                # ddl.py's parity tests say this cannot happen; if it does, Spark's parse wins
+                # from here on (jobs committed before used ddl.py's, which the log names).
+                log.error("value_schema %r: kdaemon's parser read %s, Spark's %s; using Spark's from now on",
+                          self.value_schema, offline.simpleString(), self._value_struct.simpleString())
+                self._direct_rows = None
+        if self._direct_rows is None:
+            self._direct_rows = self._direct_rows_types()
+        self.spark = spark   # last: a job that needs Spark waits for this (``session_ready``)
+        log.info("Spark session ready (master %s, Spark %s); %s", self.master, spark.version,
                  "the uploader writes the table's data files itself where it can (direct_writes)"
                  if self._direct_rows else "Spark writes every job")
+
+    @property
+    def session_ready(self) -> bool:
+        return self.spark is not None
 
     def _direct_rows_types(self) -> tuple | None:
         """(the value's Arrow type, the rows' Spark schema) where ``append_direct`` may write
@@ -256,31 +295,71 @@ class SparkWriter:
                       self.partition_by, schema)
 
     def append_direct(self, batches: list, versions: dict[tuple[str, int], int]) -> bool:
-        """Table mode without a Spark job: the rows built by ``arrow_rows`` from ``batches``
-        (``staged.schema()`` tables without the rows the output holds), their files written by
-        the uploader and committed through the format's transaction API, as ``append_table``
-        commits a job.  False, with nothing written, where this job needs Spark (the reason is
-        logged at DEBUG): the caller then runs it through ``prepare``/``append_table``."""
+        """Table mode without Spark: the rows built by ``arrow_rows`` from ``batches``
+        (``staged.schema()`` tables without the rows the output holds), their files written and
+        committed by the uploader itself (``delta.append_files``, ``iceberg.append_files``: no
+        JVM, so this works before the session is up), as ``append_table`` commits a job.  False,
+        with nothing written, where this job needs Spark (the reason is logged at DEBUG): the
+        caller then runs it through ``prepare``/``append_table``."""
         if not self.direct_writes:
             return False
         arrow_value, schema = self._direct_rows
         # A batch at a time: the job's memory is two batches' rows, whatever its size.
         pieces = arrow_rows.each_batch_rows(batches, self.value_format, arrow_value)
         try:
-            return tables.FORMATS[self.format].append_files(self.spark, pieces, self.path, self.partition_by,
-                                                            versions, schema)
+            version = tables.FORMATS[self.format].append_files(pieces, self.path, self.partition_by, versions, schema)
         except arrow_rows.NotDirect as exc:
             log.debug("this job goes through Spark: %s", exc)
             return False
+        if version is None:
+            log.debug("this job goes through Spark: the table is not one the direct path writes")
+            return False
+        if self.format == "delta" and tables.delta.checkpoint_due(self.path, version):
+            self._checkpoint_soon()
+        return True
 
-    def _parse_value_schema(self, ddl: str):
-        from pyspark.sql.types import DataType, StringType, StructField, StructType
+    def _checkpoint_soon(self) -> None:
+        """Delta's checkpoint of the table, by the JVM in a thread of its own once the session
+        is up: the direct commits write none, and without them every reader (and the next
+        commit's state read) replays the whole log.  Requests made meanwhile are one checkpoint
+        (of the newest version); a failure costs only that checkpoint (the next one covers it)."""
+        self._checkpoint_wanted.set()
+        if self._checkpointer is not None:
+            return
+
+        def loop() -> None:
+            from . import delta
+            while not self._stopping:
+                if not self._checkpoint_wanted.wait(0.5) or self.spark is None:
+                    continue
+                self._checkpoint_wanted.clear()
+                started = time.monotonic()
+                try:
+                    delta.checkpoint(self.spark, self.path)
+                except Exception as exc:
+                    if not self._stopping:
+                        log.warning("Delta's checkpoint of %s failed (the next one covers it): %s", self.path,
+                                    first_line(exc))
+                    continue
+                log.info("checkpointed the Delta table at %s in %.1fs", self.path, time.monotonic() - started)
+
+        self._checkpointer = threading.Thread(target=loop, name="delta-checkpoint", daemon=True)
+        self._checkpointer.start()
+
+    def _parse_value_schema(self, text: str):
+        from pyspark.sql.types import DataType
         try:
-            parsed = DataType.fromDDL(ddl)
+            parsed = DataType.fromDDL(text)
         except Exception as exc:
-            raise SparkStartError(f"value_schema {ddl!r} is not a Spark DDL schema: {first_line(exc)}") from None
+            raise SparkStartError(f"value_schema {text!r} is not a Spark DDL schema: {first_line(exc)}") from None
+        return self._checked_value_struct(parsed)
+
+    def _checked_value_struct(self, parsed):
+        """``value_schema`` parsed, as a struct with the corrupt-record column that
+        ``from_json`` fills."""
+        from pyspark.sql.types import StringType, StructField, StructType
         if not isinstance(parsed, StructType):
-            raise SparkStartError(f"value_schema {ddl!r} must describe a struct (\"a INT, b STRING\"), "
+            raise SparkStartError(f"value_schema {self.value_schema!r} must describe a struct (\"a INT, b STRING\"), "
                                   f"not {parsed.simpleString()}")
         if _CORRUPT in parsed.fieldNames():
             raise SparkStartError(f"value_schema must not have a field named {_CORRUPT}")
@@ -412,6 +491,7 @@ class SparkWriter:
             job.cached.unpersist()
 
     def stop(self) -> None:
+        self._stopping = True
         if self.spark is not None:
             try:
                 self.spark.stop()
