@@ -41,6 +41,10 @@ class FakeWriter:
 
     format = "parquet"
     direct_writes = False   # every job goes through prepare (Spark's path), as path mode's do
+    session_ready = True    # no Spark to wait for (a test's own start() may take its time)
+
+    def prepare_offline(self) -> None:
+        pass
 
     def __init__(self) -> None:
         self.jobs = 0

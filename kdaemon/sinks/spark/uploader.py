@@ -8,9 +8,10 @@ gathers what arrives within a short window into one Spark job, and answers each 
 its batch is in the output (files moved into place, manifest written) — or with the error.
 
 The socket is bound before the SparkSession starts (which takes seconds), so a worker's first
-upload waits for the session instead of failing; if the session cannot start (a bad master
-URL, say), the uploader logs why and exits, its listeners see the connection close, and the
-supervisor starts it again with backoff (and at once after a reload that changed the settings).
+upload waits for the session instead of failing, or, with direct writes, is served while the
+session starts (``session_start.py``); if the session cannot start (a bad master URL, say), the
+uploader logs why and exits, its listeners see the connection close, and the supervisor starts
+it again with backoff (and at once after a reload that changed the settings).
 
 Exactly-once holds when the uploader and Spark's executors see the same filesystem at ``path``
 (local mode, or a shared mount): in Parquet mode the uploader moves Spark's output into place
@@ -52,6 +53,7 @@ from . import staged
 from .writer import BadValues, SparkStartError, SparkWriter, first_line, wait_for_master
 from .fresh import Fresh, inspect_batch, versions_of
 from .resume import resume_points
+from .session_start import SessionStart
 from .wire import ResumeQuery, UploadReply, decode_request, parse_line, socket_path, staging_root
 
 log = logging.getLogger("kdaemon.spark.uploader")
@@ -104,6 +106,8 @@ class Uploader:
         self._refused: dict[socket.socket, dict[tuple[str, int], BatchId]] = {}
         self._questions: list[tuple[socket.socket, ResumeQuery]] = []   # answered between jobs
         self.jobs = 0
+        self._server: socket.socket | None = None
+        self._starting: SessionStart | None = None
         self._careful_jobs = 0   # jobs still to prepare with the dead-letter pass (_write_rows)
 
     # -- serving --------------------------------------------------------------------------------
@@ -128,22 +132,36 @@ class Uploader:
             return EXIT_CANNOT_START
         server.listen(64)   # workers may connect and send while the session starts
         server.setblocking(False)
+        self._server = server
         warming = None
         try:
             self._sel.register(server, selectors.EVENT_READ, None)
             try:
-                if not self._start_session(server):
-                    return 0
+                self.writer.prepare_offline()
             except SparkStartError as exc:
                 log.error("the uploader cannot start: %s", exc)
                 return EXIT_CANNOT_START
+            # With direct writes, jobs are served while Spark starts (``session_start.py``).
+            self._starting = SessionStart(self.writer, lower_priority=self.writer.direct_writes)
+            if not self.writer.direct_writes:   # every job needs the session: serve once it is up
+                try:
+                    if not self._await_session(answer_questions=True):
+                        return 0
+                except SparkStartError as exc:
+                    log.error("the uploader cannot start: %s", exc)
+                    return EXIT_CANNOT_START
             self._remove_own_tmp()
-            warming = threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True)
-            warming.start()
-            log.info("uploader listening on %s, writing to %s%s", self.socket_path, self.root,
-                     f" (an {self.writer.format} table)" if self.writer.format in tables.FORMATS else "")
+            log.info("uploader listening on %s, writing to %s%s%s", self.socket_path, self.root,
+                     f" (an {self.writer.format} table)" if self.writer.format in tables.FORMATS else "",
+                     "" if self.writer.session_ready else "; its Spark session starts meanwhile")
             while not self._stop:
                 self._turn(server, 0.5)
+                if warming is None and not self._starting.running:
+                    if self._starting.failure() is not None:
+                        log.error("the uploader cannot start: %s", self._starting.failure())
+                        return EXIT_CANNOT_START
+                    warming = threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True)
+                    warming.start()
         finally:
             server.close()
             for conn in list(self._buffers):
@@ -152,34 +170,26 @@ class Uploader:
                 os.unlink(self.socket_path)
             except FileNotFoundError:
                 pass
+            if self._starting is not None:   # a stop while Spark starts: let it finish, then stop it
+                self._starting.join(120)
             self.writer.stop()
             if warming is not None:   # a stop in the middle of the warm-up: its JVM calls fail now
                 warming.join(10)
                 shutil.rmtree(self._warm_up_scratch(), ignore_errors=True)
         return 0
 
-    def _start_session(self, server: socket.socket) -> bool:
-        """Start the SparkSession (10-20 s here) in a thread while this one reads requests and
-        answers resume questions, which need only the output's files: a worker given partitions
-        meanwhile waited the whole start, then the cold first job.  Uploads wait in the queue
-        (an answer now does not count them: early, never late).  False if asked to stop;
+    def _await_session(self, answer_questions: bool) -> bool:
+        """Wait for the session, reading requests meanwhile and, when no job is under way
+        (``answer_questions``), answering resume questions, which need only the output's files:
+        a worker given partitions meanwhile waited the whole start.  Uploads wait in the queue
+        (an answer now does not count them: early, never late).  False if asked to stop first;
         raises what the start raised."""
-        failed: list[BaseException] = []
-
-        def start() -> None:
-            try:
-                self.writer.start()
-            except BaseException as exc:   # handed to this thread
-                failed.append(exc)
-
-        starting = threading.Thread(target=start, name="spark-session-start", daemon=True)
-        starting.start()
-        while starting.is_alive():
-            self._pump(server, 0.2)
-            if self._questions:
+        while self._starting.running:
+            self._pump(self._server, 0.2)
+            if answer_questions and self._questions:
                 self._answer_questions()
-        if failed:
-            raise failed[0]
+        if self._starting.failure() is not None:
+            raise self._starting.failure()
         return not self._stop
 
     def _warm_up(self) -> None:
@@ -460,6 +470,9 @@ class Uploader:
             self._announce(fresh, versions, {})
             if self.writer.append_direct([f.rows for f in fresh], versions):
                 return
+        if not self.writer.session_ready and self._starting is not None:
+            log.info("this job needs Spark: waiting for the Spark session to start")
+            self._await_session(answer_questions=False)
         for f in fresh:
             self._hold(f.req, f.rows)
             f.rows = None

@@ -1,0 +1,151 @@
+"""The uploader before its SparkSession is up (kdaemon/sinks/spark/session_start.py): with direct
+writes it serves whole jobs into a Delta or Iceberg table while Spark starts, a job that needs
+Spark waits for the session, a failed start fails that job and ends the uploader, and the JVM
+starts at a lower CPU priority.  The session's start is held by the test (no JVM is launched by
+the uploader here); the tables are read back with the tests' own reader session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from tests.spark.support import requires_spark
+
+requires_spark()
+
+from kdaemon.plugins.types import Record  # noqa: E402
+from kdaemon.sinks.spark import tables  # noqa: E402
+from kdaemon.sinks.spark.session_start import JVM_NICE, SessionStart  # noqa: E402
+from kdaemon.sinks.spark.staging import SparkSink  # noqa: E402
+from kdaemon.sinks.spark.uploader import EXIT_CANNOT_START, Uploader  # noqa: E402
+from kdaemon.sinks.spark.writer import SparkStartError  # noqa: E402
+
+pytestmark = [pytest.mark.spark]
+
+TOPIC = "events"
+SCHEMA = "n BIGINT, kind STRING"
+
+
+def _records(partition: int, offsets) -> list[Record]:
+    out = []
+    for o in offsets:
+        value = json.dumps({"n": o, "kind": f"k{o % 3}"}).encode()
+        out.append(Record(TOPIC, partition, o, 1_700_000_000_000 + o, 0, b"k", value, [("type", b"t")], b"k", value))
+    return out
+
+
+class _HeldStart:
+    """Stands in for ``SparkWriter.start``: returns (or raises ``fail``) once the test lets it."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.release = threading.Event()
+        self.fail = fail
+
+    def __call__(self) -> None:
+        assert self.release.wait(60), "the test never let the session start"
+        if self.fail:
+            raise SparkStartError("cannot start a SparkSession on master local[1]: held by the test")
+
+
+def _serve(tmp_path, monkeypatch, fmt: str, held: _HeldStart):
+    from kdaemon.sinks.spark import uploader as uploader_mod
+    monkeypatch.setattr(uploader_mod.signal, "signal", lambda *_: None)   # serve() runs in a thread here
+    path = tmp_path / "lake" / "db" / "events"
+    settings = {"type": "spark", "format": fmt, "master": "local[1]", "path": str(path),
+                "socket": str(tmp_path / "up.sock"), "value_format": "json", "value_schema": SCHEMA,
+                "partition_by": ["topic"]}
+    up = Uploader(settings, str(tmp_path / "state"))
+    monkeypatch.setattr(up.writer, "start", held)
+    result: list[int] = []
+    serving = threading.Thread(target=lambda: result.append(up.serve()), daemon=True)
+    serving.start()
+    sink = SparkSink(settings, str(tmp_path / "state"))
+    deadline = time.monotonic() + 30
+    while sink.probe() is not None:
+        assert time.monotonic() < deadline, "the uploader did not listen"
+        time.sleep(0.02)
+    return up, sink, serving, result, str(path)
+
+
+def _stop(up, sink, serving, held) -> None:
+    sink.close()
+    up._request_stop()
+    held.release.set()
+    serving.join(30)
+    assert not serving.is_alive()
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_direct_jobs_are_served_while_the_session_starts(tmp_path, monkeypatch, spark, fmt):
+    held = _HeldStart()
+    up, sink, serving, _, path = _serve(tmp_path, monkeypatch, fmt, held)
+    try:
+        assert up.writer.direct_writes and not up.writer.session_ready
+        sink.write(_records(0, range(0, 30)) + _records(1, range(0, 12)))
+        sink.flush()   # confirmed: committed to the table
+        assert not up.writer.session_ready and not held.release.is_set()
+        assert tables.FORMATS[fmt].committed_offsets(path) == {(TOPIC, 0): 29, (TOPIC, 1): 11}
+        sink.write(_records(0, range(30, 40)))
+        sink.flush()
+        assert tables.FORMATS[fmt].committed_offsets(path) == {(TOPIC, 0): 39, (TOPIC, 1): 11}
+    finally:
+        _stop(up, sink, serving, held)
+    rows = spark.read.format(fmt).load(path).select("partition", "offset", "value.n", "value.kind").collect()
+    assert sorted((r.partition, r.offset) for r in rows) == [(0, o) for o in range(40)] + [(1, o) for o in range(12)]
+    assert all(r.n == r.offset and r.kind == f"k{r.offset % 3}" for r in rows)
+
+
+def test_a_job_that_needs_spark_waits_and_fails_with_the_start(tmp_path, monkeypatch):
+    """A table the direct path does not write (here: another schema) needs Spark: its job waits
+    for the session; a session that cannot start fails the job (the worker keeps its batch and
+    rewinds) and ends the uploader, which the supervisor starts again with backoff."""
+    from kdaemon.sinks.spark import delta
+    from pyspark.sql import types as T
+    import pyarrow as pa
+    held = _HeldStart(fail=True)
+    up, sink, serving, result, path = _serve(tmp_path, monkeypatch, "delta", held)
+    try:
+        other = T.StructType([T.StructField("x", T.LongType())])
+        assert delta.append_files([pa.table({"x": pa.array([1], pa.int64())})], path, [], {("else", 0): 0},
+                                  other) is not None   # a table of another shape, made first
+        sink.write(_records(0, range(0, 5)))
+        pending = sink.flush_async()
+        time.sleep(1.0)
+        assert not pending.done(), "a job that needs Spark went ahead without it"
+        held.release.set()
+        deadline = time.monotonic() + 30
+        with pytest.raises(Exception, match="held by the test"):
+            while not pending.done():
+                assert time.monotonic() < deadline, "the job never ended"
+                time.sleep(0.05)
+        serving.join(30)
+        assert result == [EXIT_CANNOT_START]
+    finally:
+        _stop(up, sink, serving, held)
+    assert tables.delta.committed_offsets(path) == {("else", 0): 0}   # nothing of the job
+
+
+def test_the_jvm_starts_at_a_lower_priority_with_direct_writes(tmp_path):
+    """The nice value a process started by the session's thread has (the JVM is one)."""
+    seen: dict[bool, int] = {}
+
+    class Writer:
+        def __init__(self, lower: bool) -> None:
+            self.lower = lower
+
+        def start(self) -> None:
+            out = subprocess.run(["cat", "/proc/self/stat"], capture_output=True, text=True, check=True).stdout
+            seen[self.lower] = int(out.rsplit(")", 1)[1].split()[16])
+
+    for lower in (True, False):
+        start = SessionStart(Writer(lower), lower_priority=lower)
+        start.join(10)
+        assert not start.running and start.failure() is None
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert seen == {True: min(19, own + JVM_NICE), False: own}, seen
+    assert os.getpriority(os.PRIO_PROCESS, 0) == own   # the serving thread keeps its priority
