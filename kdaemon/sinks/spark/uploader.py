@@ -58,7 +58,10 @@ from .wire import ResumeQuery, UploadReply, decode_request, parse_line, socket_p
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
+# How long a job waits for more workers' requests, against its fixed cost: about half a second
+# through Spark, a few tens of milliseconds for a direct write (``_gather``).
 COALESCE_S = 0.2
+DIRECT_COALESCE_S = 0.05
 MAX_REQUESTS_PER_JOB = 256
 # After a job met a value that does not parse, this many more run with the dead-letter pass
 # (bad values tend to come in runs; each one found the optimistic way costs a failed write).
@@ -219,10 +222,12 @@ class Uploader:
 
     def _gather(self, server: socket.socket | None) -> list[Request]:
         """The next job's requests: what else arrives shortly joins the queued ones (a job's
-        fixed cost is about half a second), without waiting once every worker has asked; then
-        whatever has arrived meanwhile.  A flush split over two jobs is confirmed, and
-        committed, only after the second."""
-        deadline = time.monotonic() + COALESCE_S
+        fixed cost is about half a second through Spark), without waiting once every worker has
+        asked; then whatever has arrived meanwhile.  A direct write costs little more for being
+        its own job, so it waits less: a worker holding no partitions (it asks nothing) held
+        every job of the others the whole window.  A flush split over two jobs is confirmed,
+        and committed, only after the second."""
+        deadline = time.monotonic() + (DIRECT_COALESCE_S if self.writer.direct_writes else COALESCE_S)
         while time.monotonic() < deadline and len(self._queue) < MAX_REQUESTS_PER_JOB \
                 and not self._everyone_waiting():
             self._pump(server, max(0.0, deadline - time.monotonic()))
