@@ -43,8 +43,10 @@ class TreeSampler(threading.Thread):
 
     CPU: each process's own user+system time as last seen; at the end, the reaped-children times
     of the processes still alive are added (what exited and was waited for: a launcher, Spark's
-    ``spark-class`` launcher JVM), less the last-seen own time of exited processes whose parent
-    is alive (already inside that parent's reaped-children time).  RSS: the sum over the tree at
+    ``spark-class`` launcher JVM, the workers a reload replaced), less the last-seen own time of
+    exited processes whose parent is alive (already inside that parent's reaped-children time),
+    and less what such a process had used before ``rebase`` (a parent's reaped-children time
+    holds a child's whole life: a worker replaced in the warm run brought its earlier run's CPU).  RSS: the sum over the tree at
     each sample, and its peak; ``hwm_sum_mb``: the sum of each process's own peak (VmHWM)."""
 
     def __init__(self, root_pid: int, classify, interval: float = 0.2) -> None:
@@ -109,10 +111,14 @@ class TreeSampler(threading.Thread):
             alive = self.sample()
         self.join(5)
         by_kind: dict[str, float] = {}
+        before: dict[int, float] = {}   # per live parent: its reaped children's CPU before rebase
+        for pid, e in self.seen.items():
+            if pid not in alive and e["ppid"] in alive:
+                before[e["ppid"]] = before.get(e["ppid"], 0.0) + e.get("base", 0.0)
         for pid, e in self.seen.items():
             cpu = e.get("own", 0.0)
             if pid in alive:
-                cpu += e.get("children", 0.0)
+                cpu += e.get("children", 0.0) - before.get(pid, 0.0)
             elif e["ppid"] in alive:
                 continue   # counted in its parent's reaped-children time
             cpu = max(0.0, cpu - e.get("base", 0.0))
