@@ -30,15 +30,12 @@ configuration.
 from __future__ import annotations
 
 import json
-import logging
-import os
 import time
 import uuid
 
 from ... import __version__
 from .delta_log import TableState
-
-log = logging.getLogger("kdaemon.spark.uploader")
+from .layout import create_if_absent
 
 NEW_TABLE_PROTOCOL = {"minReaderVersion": 1, "minWriterVersion": 2}
 ACCEPTED_FEATURES = frozenset({
@@ -134,37 +131,7 @@ def append_actions(state: TableState, schema: dict, partition_by: list[str], add
 
 def put_if_absent(log_dir: str, version: int, actions: list[dict]) -> bool:
     """Create ``<version>.json`` in ``log_dir`` holding ``actions``, atomically and only if no
-    commit of that version exists: False when another writer's is there (it won the version).
-
-    A temporary file, synced, is hard-linked to the commit's name (``link`` fails if the name
-    exists, on every local filesystem), so a reader sees no commit or all of it.  The temporary
-    name starts with a dot, like Delta's own, so no reader takes it for a log file.  Once the
-    link is made the commit has happened, whatever fails after: that is logged, never raised
-    (the caller would take a committed job for a failed one)."""
-    os.makedirs(log_dir, exist_ok=True)
-    name = f"{version:020d}.json"
-    tmp = os.path.join(log_dir, f".{name}.{uuid.uuid4()}.tmp")
+    commit of that version exists (``layout.create_if_absent``): False when another writer's
+    is there (it won the version)."""
     data = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode()
-    try:
-        with open(tmp, "xb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, os.path.join(log_dir, name))
-        except FileExistsError:
-            return False
-    finally:
-        try:
-            os.unlink(tmp)
-        except OSError as exc:
-            log.warning("could not remove the temporary commit file %s: %s", tmp, exc)
-    try:
-        fd = os.open(log_dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        log.warning("committed %s, but syncing %s failed: %s", name, log_dir, exc)
-    return True
+    return create_if_absent(log_dir, f"{version:020d}.json", data)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from .iceberg_meta import load_current, metadata_dir
+from .layout import create_if_absent
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +111,8 @@ class _RecordingIO(PyArrowFileIO):
         self.written = []
 
 
-def _fsync(path: str, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -209,18 +210,8 @@ def _put(table_path: str, version: int, meta, io: _RecordingIO) -> bool:
     if os.path.exists(os.path.join(d, f"v{version}.gz.metadata.json")):
         return False
     io.sync()   # manifests and manifest list first: the metadata names them
-    tmp = os.path.join(d, f".kdaemon-{uuid.uuid4()}.metadata.json.tmp")
-    with open(tmp, "xb") as fh:
-        fh.write(meta.model_dump_json().encode())
-        fh.flush()
-        os.fsync(fh.fileno())
-    try:
-        os.link(tmp, os.path.join(d, f"v{version}.metadata.json"))
-    except FileExistsError:
+    if not create_if_absent(d, f"v{version}.metadata.json", meta.model_dump_json().encode()):
         return False
-    finally:
-        os.unlink(tmp)
-    _fsync(d, directory=True)
     _write_hint(d, version)
     return True
 

@@ -39,9 +39,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
+import uuid
 from dataclasses import dataclass
+
+log = logging.getLogger("kdaemon.spark.uploader")
 
 _PART = re.compile(r"^part-p(\d+)-(\d{19})-(\d{19})-(\d+)\.parquet$")
 
@@ -168,6 +172,40 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def create_if_absent(directory: str, name: str, data: bytes) -> bool:
+    """Create ``directory/name`` holding ``data``, atomically and only if no file of that name
+    exists: False, with nothing changed, when one does.  A table commit is this (Delta's
+    ``<version>.json``, Iceberg's ``v<N>.metadata.json``): the writer that creates the name
+    has the version, and the loser reads the table again.
+
+    A synced temporary file (named with a leading dot, as the formats' own writers name theirs,
+    so no reader takes it for the real one) is hard-linked to the name: ``link`` fails on an
+    existing name on every local filesystem, where ``rename`` replaces it.  A reader sees no
+    file or all of it.  Once the link is made the file exists, whatever fails after: that is
+    logged, never raised (a caller would take a commit that happened for one that failed)."""
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{name}.{uuid.uuid4()}.tmp")
+    try:
+        with open(tmp, "xb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, os.path.join(directory, name))
+        except FileExistsError:
+            return False
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError as exc:
+            log.warning("could not remove the temporary file %s: %s", tmp, exc)
+    try:
+        fsync_dir(directory)
+    except OSError as exc:
+        log.warning("created %s, but syncing %s failed: %s", name, directory, exc)
+    return True
 
 
 def write_durably(path: str, data: bytes) -> None:
