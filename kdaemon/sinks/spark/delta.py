@@ -7,7 +7,8 @@ application's version conflicts with any concurrent commit that changes it; so t
 version of a partition is the newest offset of it in the table, whoever wrote it — another
 uploader, another daemon sharing the table — and a write repeated after a crash adds nothing.
 
-A job is **one commit** carrying every partition's ``txn`` action (``_append_one_commit``),
+A job is **one commit** carrying every partition's ``txn`` action: the direct path's, written by
+Python (``append_files``, below), or a Spark-written job's (``_append_one_commit``),
 through Delta's transaction API on the JVM (``DeltaLog.startTransaction``, ``writeFiles``,
 ``commit``): a Delta commit costs about a second of driver time on a small machine, and the
 DataFrame writer's ``txnAppId``/``txnVersion`` options carry one application per commit, which
