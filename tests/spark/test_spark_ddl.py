@@ -272,7 +272,11 @@ MUST_PARSE += [
 def session(request):
     from tests.spark.support import requires_spark
     requires_spark()
-    return request.getfixturevalue("spark")
+    spark = request.getfixturevalue("spark")
+    # Spark's parser reads the settings of the JVM thread's active session, which may still be an
+    # earlier test's (seen in CI: the timestampType check then saw no change); make it this one.
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    return spark
 
 
 def _spark_parse(ddl: str):
