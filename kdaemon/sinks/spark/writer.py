@@ -330,7 +330,10 @@ class SparkWriter:
         def loop() -> None:
             from . import delta
             while not self._stopping:
-                if not self._checkpoint_wanted.wait(0.5) or self.spark is None:
+                if self.spark is None:   # the session still starts: the request waits for it
+                    time.sleep(0.5)
+                    continue
+                if not self._checkpoint_wanted.wait(0.5):
                     continue
                 self._checkpoint_wanted.clear()
                 started = time.monotonic()
