@@ -89,12 +89,12 @@ def append(spark, df, table_path: str, partition_by: list[str], versions: dict[t
         if (meta.get("properties") or {}).get(ACCEPT_ANY_SCHEMA) != "true":
             spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ('{ACCEPT_ANY_SCHEMA}' = 'true')")
         writer = writer.option("merge-schema", "true")
-    writer.option(f"snapshot-property.{SUMMARY_KEY}", _summary_after(table_path, versions)).append()
+    writer.option(f"snapshot-property.{SUMMARY_KEY}", _summary_after(committed_offsets(table_path), versions)).append()
 
 
-def _summary_after(table_path: str, versions: dict[tuple[str, int], int]) -> str:
-    """The ``kdaemon.offsets`` of an append recording ``versions`` over what the table has."""
-    offsets = committed_offsets(table_path)
+def _summary_after(offsets: dict[tuple[str, int], int], versions: dict[tuple[str, int], int]) -> str:
+    """The ``kdaemon.offsets`` of an append recording ``versions`` over what the table has
+    recorded (``offsets``, a copy of its own to change)."""
     for key, version in versions.items():
         offsets[key] = max(offsets.get(key, -1), version)
     return summary_value(offsets)
@@ -182,10 +182,8 @@ def append_files(pieces, table_path: str, partition_by: list[str], versions: dic
                 raise iceberg_commit.IcebergCommitError(
                     f"another writer committed rows of {moved[0][0]}[{moved[0][1]}] to {table_path} during this "
                     f"append, which holds its upload lock: is flock working on this filesystem?")
-        offsets = offsets_of(current.raw, table_path)
-        for key, version in versions.items():
-            offsets[key] = max(offsets.get(key, -1), version)
-        return iceberg_files.data_files(current.metadata, written), {SUMMARY_KEY: summary_value(offsets)}
+        summary = _summary_after(offsets_of(current.raw, table_path), versions)
+        return iceberg_files.data_files(current.metadata, written), {SUMMARY_KEY: summary}
 
     try:
         return iceberg_commit.commit_append(table_path, base, build)
