@@ -17,9 +17,9 @@ import time
 import click
 
 from .. import __version__
-from ..config import ENV_LAYOUT, ConfigError, DaemonConfig, Override, effective_toml, load_for_check
+from ..config import ENV_LAYOUT, ConfigError, DaemonConfig, effective_toml, load_for_check
 from ..exit_codes import EXIT_CONFIG
-from ..worker.build import check_against_plugins, unchecked_sinks
+from ..worker.build import check_against_plugins
 from .common import config_option, fail, load_or_exit, plugins_or_exit, setup_logging
 from .lag_exporter import lag_exporter
 from .offsets import offsets
@@ -84,10 +84,10 @@ def run(config_path: str, workers: int | None, in_process: bool) -> None:
             sys.exit(EXIT_CONFIG)
         sys.exit(_run_in_process(config))
     from ..supervisor.arbiter import Arbiter
-    from ..supervisor.configs import validate_in_subprocess
-    # Plugin checks run in a throw-away process: the supervisor must stay free of plugin state
+    from ..supervisor.configs import validate_in_child
+    # Plugin checks run in a throw-away child: the supervisor must stay free of plugin state
     # (threads, sockets) because every worker is forked from it.
-    problems = validate_in_subprocess(config_path)
+    problems = validate_in_child(config_path)
     if problems:
         for p in problems:
             click.echo(p, err=True)
@@ -146,27 +146,10 @@ def check_config(config_path: str, show: bool) -> None:
     variables set over it, then what the plugins' factories (filters, deserializers,
     interceptors, sinks' validate) say about their settings.  Each value taken from the
     environment is listed on stdout (``run`` takes the same ones)."""
-    from ..plugins.manager import PluginError
-    from ..worker.main import load_plugins
-    problems: list[str] = []
-    overrides: list[Override] = []
-    config = load_for_check(config_path, problems, overrides=overrides)
-    notes: list[str] = []
-    if config is not None:
-        file_ok = not problems
-        try:
-            manager = load_plugins(config)
-            problems += check_against_plugins(config, manager)
-            notes = unchecked_sinks(config, manager)
-        except PluginError as exc:
-            problems.append(f"{config.path}: plugins: {exc}")
-        except Exception as exc:
-            if file_ok:
-                raise
-            # What the file got wrong can keep the plugins from being asked at all.
-            problems.append(f"{config.path}: the plugins' checks did not run ({type(exc).__name__}: {exc}); "
-                            "fix the problems above first")
-    # On stdout: the supervisor reads a failed check's stderr as its list of problems.
+    from ..worker.main import check_file
+    checked = check_file(config_path)
+    config, problems, notes, overrides = checked.config, checked.problems, checked.notes, checked.overrides
+    # Problems and notes on stderr, the rest on stdout.
     if show and config is not None:
         click.echo(f"# {config_path}, with the environment's values over it (each marked with its "
                    "variable); secrets hidden")

@@ -3,9 +3,14 @@ workers are forked from, and what a reload (SIGHUP) can and cannot change."""
 
 from __future__ import annotations
 
+import json
 import logging
-import subprocess
+import os
+import select
+import signal
 import sys
+import time
+import traceback
 from dataclasses import dataclass, replace
 
 from ..config import ConfigError, DaemonConfig, load
@@ -21,19 +26,84 @@ RESTART_ONLY = {
 }
 
 
-def validate_in_subprocess(config_path: str) -> list[str]:
-    """Run ``kdaemon check-config`` in a fresh process and return its problems.
+# How long a configuration check may take (plugin factories run in it) before it is killed.
+CHECK_TIMEOUT_S = 120.0
+
+
+def validate_in_child(config_path: str, timeout_s: float = CHECK_TIMEOUT_S) -> list[str]:
+    """``worker.main.check_file``'s problems, found in a forked child; [] if there are none.
 
     Checking what the plugins think of a configuration means running plugin code (factories);
     doing it in the supervisor would leave whatever it creates (threads, sockets) in the
-    process every worker is forked from.
+    process every worker is forked from.  A fork rather than a fresh interpreter: the child
+    already has every module imported, so the check costs milliseconds instead of the 0.4 s of
+    starting ``kdaemon check-config`` (paid before every start and every SIGHUP roll), and it
+    checks with exactly the code the workers are forked with.  The problems come back as JSON
+    over a pipe; a child that fails, dies or outlives ``timeout_s`` is a problem itself.
     """
-    proc = subprocess.run([sys.executable, "-m", "kdaemon.cli", "check-config", "-c", config_path],
-                          capture_output=True, text=True, timeout=120)
-    if proc.returncode == 0:
-        return []
-    return [line for line in proc.stderr.splitlines() if line.strip()] or \
-        [f"{config_path}: check-config exited with {proc.returncode}"]
+    r, w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:   # the child: never returns
+        code = 1
+        try:
+            os.close(r)
+            # The supervisor's handlers would wake *its* loop; a stop must end this check.
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
+                        signal.SIGCHLD, signal.SIGUSR2):
+                signal.signal(sig, signal.SIG_DFL)
+            os.environ.pop("NOTIFY_SOCKET", None)
+            from ..worker.main import check_file
+            try:
+                problems = check_file(config_path).problems
+            except Exception as exc:
+                traceback.print_exc()
+                problems = [f"{config_path}: the configuration check failed ({type(exc).__name__}: {exc}); "
+                            "the traceback is in the log"]
+            data = json.dumps(problems).encode()
+            while data:
+                data = data[os.write(w, data):]
+            code = 0
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(w)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            try:
+                ready, _, _ = select.select([r], [], [], left)
+            except InterruptedError:
+                continue
+            if ready:
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    finally:
+        os.close(r)
+        if timed_out:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return [f"{config_path}: the configuration check (the plugins' factories) did not finish within "
+                f"{timeout_s:g} s"]
+    code = os.waitstatus_to_exitcode(status)
+    try:
+        problems = json.loads(b"".join(chunks)) if code == 0 else None
+    except ValueError:
+        problems = None
+    if not isinstance(problems, list):
+        return [f"{config_path}: the configuration check ended with exit code {code} before it reported"]
+    return [str(p) for p in problems]
 
 
 def load_plugins(config: DaemonConfig) -> PluginManager:
@@ -55,7 +125,7 @@ def prepare_reload(config_path: str, running: DaemonConfig) -> Reload:
     cannot be used.  Settings a reload cannot apply keep their running values, each change
     said in the log: a reload that ignored them quietly left operators looking at the old port."""
     new = load(config_path)
-    problems = validate_in_subprocess(config_path)
+    problems = validate_in_child(config_path)
     if problems:
         raise ConfigError(problems)
     plugins = load_plugins(new)

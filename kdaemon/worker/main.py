@@ -19,16 +19,17 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from ..client import Consumer, ConsumerConfig, TopicPartition
 from ..client.config import CLASSIC_ONLY_OPTIONS
 from ..client.errors import KafkaClientError, NoBrokersAvailableError
 from ..client.features import CLASSIC, CONSUMER, choose_group_protocol, probe
 from ..client.group.release import leave_classic_member, release_static_member
-from ..config import DaemonConfig
-from ..plugins.manager import PluginManager
+from ..config import DaemonConfig, Override, load_for_check
+from ..plugins.manager import PluginError, PluginManager
 from ..protocol.errors import BrokerError
-from .build import build_pipeline_parts
+from .build import build_pipeline_parts, check_against_plugins, unchecked_sinks
 from .health import CONDITIONS, FIRST_WARNING_S
 from .memory import MemoryShares, MemoryWatch
 from .ownership import OwnershipCheck
@@ -47,6 +48,43 @@ def load_plugins(config: DaemonConfig, *, configure: bool = True) -> PluginManag
     if configure:
         plugins.configure(config)
     return plugins
+
+
+@dataclass
+class Checked:
+    """What ``check_file`` found: every problem of the file, of the environment's values over it
+    and of the plugins' checks; ``notes`` (sinks whose settings could not be checked) and the
+    ``overrides`` taken from the environment, for ``check-config`` to show."""
+    config: DaemonConfig | None
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    overrides: list[Override] = field(default_factory=list)
+
+
+def check_file(config_path: str) -> Checked:
+    """The one configuration check: ``check-config`` prints it, ``kdaemon run`` and a SIGHUP
+    reload refuse on its problems.  It runs plugin code (factories), so the supervisor runs it
+    in a throw-away child (``supervisor.configs.validate_in_child``).  An unexpected failure of
+    a plugin's check propagates when the file itself was fine (a bug to see whole); with
+    problems in the file it becomes one more problem (what was wrong can keep the plugins from
+    being asked at all)."""
+    checked = Checked(None)
+    checked.config = config = load_for_check(config_path, checked.problems, overrides=checked.overrides)
+    if config is None:
+        return checked
+    file_ok = not checked.problems
+    try:
+        manager = load_plugins(config)
+        checked.problems += check_against_plugins(config, manager)
+        checked.notes = unchecked_sinks(config, manager)
+    except PluginError as exc:
+        checked.problems.append(f"{config.path}: plugins: {exc}")
+    except Exception as exc:
+        if file_ok:
+            raise
+        checked.problems.append(f"{config.path}: the plugins' checks did not run ({type(exc).__name__}: {exc}); "
+                                "fix the problems above first")
+    return checked
 
 
 # A daemon whose "auto" resolves to the consumer protocol drops the classic-only consumer options

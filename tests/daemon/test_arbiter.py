@@ -26,7 +26,7 @@ def arbiter(tmp_path, monkeypatch):
 def test_sighup_after_sigterm_is_ignored(arbiter, monkeypatch):
     def must_not_validate(path):
         raise AssertionError("a reload was attempted while stopping")
-    monkeypatch.setattr(configs_module, "validate_in_subprocess", must_not_validate)
+    monkeypatch.setattr(configs_module, "validate_in_child", must_not_validate)
     arbiter.handle_term()
     config = arbiter.config
     arbiter.handle_hup()

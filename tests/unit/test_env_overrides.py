@@ -276,7 +276,7 @@ def test_check_config_and_run_refuse_a_bad_value_with_the_same_lines(config_file
 
 
 def test_a_reload_applies_the_environment_again(config_file, monkeypatch):
-    """SIGHUP goes through ``load`` (and the check-config subprocess inherits the environment)."""
+    """SIGHUP goes through ``load`` (and the forked configuration check inherits the environment)."""
     from kdaemon.supervisor.configs import prepare_reload
     running = load(config_file, environ={})
     monkeypatch.setenv("KDAEMON_DAEMON_WORKERS", "3")
