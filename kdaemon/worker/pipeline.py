@@ -37,7 +37,11 @@ __all__ = ["EXIT_OK", "EXIT_STOPPED_ON_ERROR", "Mode", "Pipeline", "StageObserve
 
 log = logging.getLogger(__name__)
 
-RESUME_POLL_MS = 50   # the longest poll while a partition waits for the sink's answer (resume.py)
+# The longest poll while the worker waits for a sink's answer: a flush in flight (its commit
+# follows the confirmation) or a partition waiting to resume (resume.py).  The answer arrives on
+# the sink's own socket and does not end a poll: a caught-up worker blocked for the whole
+# poll_timeout_ms (500 ms) before it committed what the uploader had confirmed.
+SINK_ANSWER_POLL_MS = 50
 
 
 class Worker:
@@ -186,8 +190,8 @@ class Worker:
             return
         self.resume.step()
         poll_ms = self.config.daemon.poll_timeout_ms
-        if self.resume.waiting:
-            poll_ms = min(poll_ms, RESUME_POLL_MS)   # the sink's answer does not end a poll
+        if self.resume.waiting or self.delivery.mode is Mode.FLUSHING:
+            poll_ms = min(poll_ms, SINK_ANSWER_POLL_MS)
         before = self.consumer.positions()
         polled = self.consumer.poll(poll_ms)
         positions = self.consumer.positions()

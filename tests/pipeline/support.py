@@ -22,11 +22,13 @@ class ScriptedConsumer:
         self.paused = False
         self.durable = durable
         self.commits: list[int] = []
+        self.timeouts: list[int] = []   # what each poll was given
 
     def positions(self):
         return {TP: self.position}
 
     def poll(self, timeout_ms):
+        self.timeouts.append(timeout_ms)
         if self.paused or self.position >= self.total:
             return {}
         start, self.position = self.position, min(self.total, self.position + PER_POLL)

@@ -134,6 +134,26 @@ def test_consumes_while_a_batch_uploads_and_commits_it_on_confirmation(setup):
     assert consumer.commits == [30]        # the batch's own positions, not the 60 read by now
 
 
+def test_a_caught_up_worker_polls_briefly_while_a_flush_is_in_flight(setup):
+    """The confirmation comes on the sink's socket and does not end a poll: while one is owed,
+    a caught-up worker polls for at most SINK_ANSWER_POLL_MS, so the commit follows the
+    confirmation within that instead of a whole poll_timeout_ms."""
+    from kdaemon.worker.pipeline import SINK_ANSWER_POLL_MS
+    build, handles, sinks, durable = setup
+    worker, consumer = build(30)
+    for _ in range(3):
+        worker.step()
+    assert len(handles) == 1 and consumer.timeouts == [500, 500, 500]
+    worker.step()
+    worker.step()                          # caught up, the flush in flight
+    assert consumer.timeouts[3:] == [SINK_ANSWER_POLL_MS] * 2 and consumer.commits == []
+    handles[0].confirm()
+    worker.step()                          # confirmed and committed in this step's hold()
+    worker.step()
+    assert consumer.commits == [30]
+    assert consumer.timeouts[-1] == 500    # nothing owed any more: the configured poll again
+
+
 def test_at_most_one_flush_in_flight_and_the_next_takes_what_gathered_meanwhile(setup):
     build, handles, sinks, durable = setup
     worker, consumer = build(1000)
