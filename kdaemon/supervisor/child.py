@@ -109,6 +109,17 @@ class Heartbeat:
 RETIRE_SIGNAL = signal.SIGUSR2
 
 
+def detach_from_supervisor() -> None:
+    """What any child forked from the supervisor does first: the supervisor's signal handlers
+    would only wake *its* loop (the child must stop on SIGTERM like any process), and only the
+    supervisor talks to systemd."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
+                signal.SIGCHLD, RETIRE_SIGNAL):
+        signal.signal(sig, signal.SIG_DFL)
+    for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+        os.environ.pop(name, None)
+
+
 def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
               predecessor=None) -> int:
     """Build and run one worker; never returns to the supervisor's code (the caller _exit()s).
@@ -118,12 +129,7 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
     boot failure (the worker would run without what the plugin meant to set up).
     ``predecessor``: what the supervisor knew of this index's previous worker (a
     ``heartbeat.Predecessor``); a static membership it left behind is released first."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
-                signal.SIGCHLD, RETIRE_SIGNAL):
-        signal.signal(sig, signal.SIG_DFL)
-    os.environ.pop("NOTIFY_SOCKET", None)
-    os.environ.pop("WATCHDOG_USEC", None)
-    os.environ.pop("WATCHDOG_PID", None)
+    detach_from_supervisor()
     logging.getLogger().handlers.clear()
     logging.basicConfig(level=getattr(logging, config.daemon.log_level, logging.INFO),
                         format=f"%(asctime)s %(levelname)s worker-{index} %(name)s: %(message)s",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from ..config import ConfigError, DaemonConfig, load
 from ..plugins.manager import PluginManager
+from .child import detach_from_supervisor
 from .companions import specs_for
 
 log = logging.getLogger(__name__)
@@ -49,11 +50,7 @@ def validate_in_child(config_path: str, timeout_s: float = CHECK_TIMEOUT_S) -> l
         code = 1
         try:
             os.close(r)
-            # The supervisor's handlers would wake *its* loop; a stop must end this check.
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
-                        signal.SIGCHLD, signal.SIGUSR2):
-                signal.signal(sig, signal.SIG_DFL)
-            os.environ.pop("NOTIFY_SOCKET", None)
+            detach_from_supervisor()
             from ..worker.main import check_file
             try:
                 problems = check_file(config_path).problems
