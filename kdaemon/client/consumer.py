@@ -48,6 +48,7 @@ class Consumer:
             self._group = GroupCoordinator(config, self._network, self._metadata, self._subscriptions,
                                            on_commit=config.on_commit)
         self._closed = False
+        self._yield = False   # yield_poll(): the running poll returns after the listener
         self._owner = threading.RLock()
         self._owner_thread: int | None = None
         self._listener_error: BaseException | None = None
@@ -157,6 +158,7 @@ class Consumer:
             if not self._subscriptions.assigned() and not self._subscriptions.has_subscription:
                 raise ValueError("poll() needs assigned partitions or a subscription")
             deadline = time.monotonic() + timeout_ms / 1000
+            self._yield = False
             group = self._group
             if group is not None:
                 group.membership.poll(time.monotonic())
@@ -167,6 +169,8 @@ class Consumer:
                     if self._subscriptions.has_subscription:
                         joined = group.membership.ensure_active(deadline, self._drive, self._invoke_listener)
                         self._raise_listener_error()
+                        if self._yield:
+                            return {}
                         if not joined and not self._subscriptions.assigned():
                             return {}
                         # Not joined yet but still owning partitions (a cooperative rebalance,
@@ -501,6 +505,14 @@ class Consumer:
             partitions=partitions)
 
     # -- lifecycle ------------------------------------------------------------------------------
+
+    def yield_poll(self) -> None:
+        """From a rebalance listener: the poll that runs it returns, with no records, as soon as
+        the listener is done (librdkafka's ``rd_kafka_yield``).  For a listener that pauses what
+        it was just given: that poll would otherwise wait out its whole timeout with nothing it
+        may return.  Unlike ``wakeup()`` nothing is raised and nothing is left pending: the
+        request ends with the poll it was made in."""
+        self._yield = True
 
     def wakeup(self) -> None:
         """Thread-safe: make a blocked (or the next) poll raise WakeupError."""

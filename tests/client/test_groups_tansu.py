@@ -283,3 +283,45 @@ def test_mixed_group_with_librdkafka_member(broker, strategy):
     finally:
         ours.stop()
         rd.close()
+
+
+def test_yield_poll_from_the_listener_ends_that_poll_and_only_that_one(broker):
+    """A listener that pauses what it was just given calls ``yield_poll``: the poll that ran it
+    returns at once with nothing instead of waiting out its timeout (the worker's resume-at-output
+    does this), and the next poll is not cut short by it."""
+    topic, group = _name("yield"), _name("g-yield")
+    create_topic(broker.bootstrap, topic, 2)
+    produce(broker.bootstrap, topic, [(b"k", b"v%d" % i) for i in range(20)])
+    consumer = Consumer(broker.bootstrap, group_id=group, **GROUP_OPTS)
+
+    class PauseAndYield:
+        assigned: list = []
+
+        def on_partitions_assigned(self, partitions):
+            self.assigned.append(set(partitions))
+            consumer.pause(*partitions)
+            consumer.yield_poll()
+
+        def on_partitions_revoked(self, partitions):
+            pass
+
+    listener = PauseAndYield()
+    consumer.subscribe([topic], listener=listener)
+    try:
+        deadline = time.monotonic() + 60
+        while not listener.assigned and time.monotonic() < deadline:
+            t0 = time.monotonic()
+            got = consumer.poll(30_000)
+            took = time.monotonic() - t0
+        assert listener.assigned == [{TopicPartition(topic, 0), TopicPartition(topic, 1)}]
+        assert got == {} and took < 20, took   # not the 30 s timeout
+        t0 = time.monotonic()
+        assert consumer.poll(400) == {}          # paused: nothing, and the whole timeout
+        assert time.monotonic() - t0 >= 0.35
+        consumer.resume(*listener.assigned[0])
+        seen = 0
+        while seen < 20 and time.monotonic() < deadline:
+            seen += sum(len(r) for r in consumer.poll(1000).values())
+        assert seen == 20
+    finally:
+        consumer.close()

@@ -47,6 +47,9 @@ class ScriptedConsumer:
     def assignment(self):
         return {TP}
 
+    def yield_poll(self):
+        self.yields = getattr(self, "yields", 0) + 1
+
     def pause(self, *tps):
         self.paused = True
 

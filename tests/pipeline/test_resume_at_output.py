@@ -18,6 +18,9 @@ class FakeConsumer:
     def positions(self):
         return dict(self.known)
 
+    def yield_poll(self):
+        self.yields = getattr(self, "yields", 0) + 1
+
     def pause(self, *tps):
         self.paused.update(tps)
 
@@ -62,6 +65,7 @@ def test_paused_until_the_answer_then_started_past_the_output():
     r, consumer, holder, started, _ = _make()
     r.assigned({A, B})
     assert consumer.paused == {A, B} and r.waiting
+    assert consumer.yields == 1                # the poll that gave them returns now
     r.step()                                   # positions not known yet: nothing asked
     assert holder["sink"].asked == []
     consumer.known = {A: 100, B: 7}
@@ -180,4 +184,4 @@ def test_paused_again_after_a_mode_change_resumed_everything():
 def test_a_sink_without_answers_changes_nothing():
     r, consumer, _, _, _ = _make(sink=object())
     r.assigned({A})
-    assert consumer.paused == set() and not r.waiting
+    assert consumer.paused == set() and not r.waiting and getattr(consumer, "yields", 0) == 0

@@ -416,6 +416,9 @@ class _Consumer:
     def assignment(self):
         return {self.tp}
 
+    def yield_poll(self):
+        self.yields = getattr(self, "yields", 0) + 1
+
     def pause(self, *tps):
         pass
 
