@@ -82,3 +82,14 @@ def test_a_write_that_fails_in_a_lane_is_raised_and_leaves_no_file(tmp_path):
         write_pieces(iter([_batch(0, 100), _batch(100, 100), _batch(200, 100), bad, _batch(400, 100)]),
                      _files(tmp_path))
     assert _parquet(tmp_path) == []
+
+
+def test_a_second_failing_lane_is_logged_not_lost(tmp_path, caplog):
+    """Both lanes refuse a batch: the job raises the first failure and the other one is logged
+    (an abort must not swallow it), and no file is left."""
+    bad = _batch(300, 10).set_column(3, "value", pa.array(list(range(10)), pa.int64()))
+    with pytest.raises(ValueError, match="does not match"):
+        write_pieces(iter([_batch(0, 100), _batch(100, 100), bad, bad]), _files(tmp_path))
+    assert _parquet(tmp_path) == []
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "a write thread of the aborted job failed too" in warned[0], warned

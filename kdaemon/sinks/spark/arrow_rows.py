@@ -28,11 +28,14 @@ to the dead letters.  The rules that make the two the same:
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
+
+log = logging.getLogger("kdaemon.spark.uploader")
 
 COLUMNS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers", "date")
 HEADERS = pa.map_(pa.string(), pa.binary())
@@ -270,13 +273,14 @@ class PartitionedFiles:
             for lane in self._lanes:
                 try:
                     lane.settle()
-                except Exception:
-                    pass   # the error that made us abort is the one raised
+                except Exception as exc:   # the error that made us abort is the one raised
+                    log.warning("a write thread of the aborted job failed too: %s: %s", type(exc).__name__, exc)
                 for path, writer in lane.open.values():
                     try:
                         writer.close()
-                    except Exception:
-                        pass
+                    except Exception as exc:
+                        log.warning("closing %s of the aborted job failed (removed all the same): %s: %s",
+                                    path, type(exc).__name__, exc)
                     try:
                         os.unlink(path)
                     except FileNotFoundError:
