@@ -309,8 +309,10 @@ class CapturingNetwork:
     """Just enough of NetworkClient for Fetcher.send_fetches: one ready node, bodies captured."""
 
     def __init__(self, version: int) -> None:
+        import threading
         self.version = version
         self.sent: list[tuple[int, dict, object]] = []
+        self.lock = threading.RLock()   # send_fetches runs under the client's lock
 
     def ready(self, node_id: int) -> bool:
         return True
