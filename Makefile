@@ -37,10 +37,10 @@ $(STAMP): pyproject.toml $(wildcard setup.py) Makefile
 		os.chmod(p, os.stat(p).st_mode | 0o111); print("tansu broker:", p)'
 	touch $@
 
-# Apache Kafka's jars (tests/support/maven/pom.xml) into the cache, before pytest starts a broker,
+# Apache Kafka's jars (testkit/maven/pom.xml) into the cache, before pytest starts a broker,
 # so resolution happens once, visibly, and fails with its reason (no java, no mvn, no Maven Central).
 kafka: venv system-deps
-	$(VPY) -c 'from tests.support.apache_kafka import kafka_jars, cache_dir; \
+	$(VPY) -c 'from testkit.apache_kafka import kafka_jars, cache_dir; \
 		jars = kafka_jars(); print(f"apache kafka: {len(jars)} jars in {cache_dir()}")'
 
 # The jars the spark sink's Delta format needs (kdaemon/sinks/spark/maven/), staged once so a

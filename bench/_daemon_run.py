@@ -19,7 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench._workload import FETCH_MAX_BYTES, MAX_PARTITION_FETCH_BYTES, TARGET, TOPIC
+from testkit.workload import FETCH_MAX_BYTES, MAX_PARTITION_FETCH_BYTES, TARGET, TOPIC
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WINDOW = (0.10, 0.90)
@@ -137,7 +137,7 @@ def child_env() -> dict:
     """Children import kdaemon, its bundled plugins (the json deserializer) and bench from the
     tree this script lives in, so a copy of the tree can be measured; the daemon's own
     environment (its metrics directory, the profile plugin's) is not passed on."""
-    from bench import _common
+    from testkit import common as _common
     return _common.child_env(after=[str(REPO_ROOT / "plugins")], drop=("PROMETHEUS_MULTIPROC_DIR", PROFILE_ENV))
 
 
@@ -179,7 +179,7 @@ def _proc_status(pid: int) -> dict:
                     out[line[:5]] = int(line.split()[1]) / 1024
     except (OSError, IndexError, ValueError):
         return {}
-    from bench import _common
+    from testkit import common as _common
     cpu = _common.process_cpu_s(pid)
     if cpu is None:
         return {}
@@ -265,7 +265,7 @@ type = "null"
 
 def run_daemon(*, broker, produced: dict, mode: str, workers: int, run_dir: Path, args,
                profile_dir: Path | None = None) -> dict:
-    from bench import _common
+    from testkit import common as _common
 
     run_dir.mkdir(parents=True)
     expected = produced["expected"]

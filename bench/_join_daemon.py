@@ -103,7 +103,7 @@ class DaemonGroup:
                  session_ms: int, heartbeat_ms: int, quiet_s: float, env: dict) -> None:
         import uuid
 
-        from bench._common import free_port
+        from testkit.common import free_port
         from confluent_kafka.admin import AdminClient
 
         self.topic, self.partitions, self.quiet_s = topic, partitions, quiet_s

@@ -3,7 +3,7 @@
 Child side (``run_worker``, run by ``group_join.py --worker SPEC``): kdaemon's ``Consumer`` or
 confluent-kafka's, subscribed to the bench topic with the rebalance protocol the spec names,
 polling until the parent says stop (a line on stdin), then closing (leaving the group).  The
-Java consumer is bench/java/KafkaPeer.java's ``consume`` through tests/support/java_peer.py.
+Java consumer is testkit/java/KafkaPeer.java's ``consume`` through testkit/java_peer.py.
 
 Every member prints the same events, one JSON object a line, each stamped ``t`` with the
 child's ``time.monotonic()`` (the Java peer: ``System.nanoTime()``, the same CLOCK_MONOTONIC on
@@ -258,13 +258,13 @@ class PythonMember(_Member):
 
 
 class JavaMember(_Member):
-    """The Java KafkaConsumer: KafkaPeer's ``consume`` (tests/support/java_peer.py); SIGTERM
+    """The Java KafkaConsumer: KafkaPeer's ``consume`` (testkit/java_peer.py); SIGTERM
     makes it close (its shutdown hook wakes the consumer up) and leave."""
 
     client = "java"
 
     def __init__(self, name: str, spec: dict, log_path: Path) -> None:
-        from tests.support.java_peer import JavaConsumerProcess
+        from testkit.java_peer import JavaConsumerProcess
         super().__init__(name, log_path)
         group_protocol, assignor = PROTOCOLS[spec["protocol"]]
         settings = {}   # the Java consumer refuses the classic-only settings under the consumer protocol

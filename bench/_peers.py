@@ -17,7 +17,7 @@ import json
 import resource
 import time
 
-from bench._workload import FETCH_MAX_BYTES, MAX_PARTITION_FETCH_BYTES, TARGET, type_is_target
+from testkit.workload import FETCH_MAX_BYTES, MAX_PARTITION_FETCH_BYTES, TARGET, type_is_target
 
 CHILD_TIMEOUT_S = 600
 
@@ -323,19 +323,19 @@ def java_settings(spec: dict) -> dict[str, str]:
 
 def prepare_java() -> None:
     """Compile the Java peer now (javac, once per source hash), so no run's figures include it."""
-    from tests.support.java_peer import peer_command
+    from testkit.java_peer import peer_command
     peer_command()
 
 
 def run_java(spec: dict, *, samples: bool = False) -> dict:
-    """The Java KafkaConsumer doing ``spec``'s mode (bench/java/KafkaPeer.java ``bench``): the
+    """The Java KafkaConsumer doing ``spec``'s mode (testkit/java/KafkaPeer.java ``bench``): the
     result has a Python worker's fields (``records_per_s``, ``steady_cpu_s``, ...), plus the
     JVM's own (``jit_compile_s``, ``gc_s``, ``construct_s``) and, with ``samples``, a progress
     point [t, records, cpu_s, wait_s] after every poll."""
     import subprocess as sp
 
-    from tests.support.apache_kafka import KafkaUnavailable
-    from tests.support.java_peer import JavaPeerError, java_bench
+    from testkit.apache_kafka import KafkaUnavailable
+    from testkit.java_peer import JavaPeerError, java_bench
     try:
         return java_bench(spec["bootstrap"], spec["topic"], spec["expected"], spec["mode"],
                           header="type", value=TARGET.decode(), settings=java_settings(spec),

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import psutil
 
-from bench._common import child_env, free_port
+from testkit.common import child_env, free_port
 from bench._spark_peer_spark import PROTOCOL
-from bench._workload import TARGET, TYPES
+from testkit.workload import TARGET, TYPES
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 SPARK_SCRIPT = Path(__file__).resolve().with_name("_spark_peer_spark.py")
 MASTER = "local[2]"
 WORKERS = 2
 PARTITION_BY = ["topic", "date"]
-# bench/_workload.py's JSON values, all seven fields.
+# testkit/workload.py's JSON values, all seven fields.
 VALUE_SCHEMA = "id BIGINT, event STRING, user STRING, amount DOUBLE, currency STRING, items ARRAY<INT>, note STRING"
 WORKLOADS = {
     "filter-10%": [{"header": "type", "op": "in", "action": "drop",

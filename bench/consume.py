@@ -9,7 +9,7 @@ Run from the repository root::
 ``--records`` must be a multiple of 20; ``--clients kdaemon java aiokafka ...`` and ``--modes raw
 ...`` run a subset; ``--requests-only`` prints only the Fetch request sizes (no broker needed).
 
-Input: a broker on a free loopback port (``bench/_common.py``): Apache Kafka by default (one
+Input: a broker on a free loopback port (``testkit/common.py``): Apache Kafka by default (one
 combined KRaft node, the reference and the figures the goals are judged on), or kdaemon's
 embedded Tansu with ``--broker tansu``.  One topic of 4 partitions, ``--records`` records
 (default 1,000,000) written by confluent-kafka with lz4 and large batches: a ~200-byte JSON
@@ -20,7 +20,7 @@ records per partition, never on the high watermark or on end-of-partition: Kafka
 true, but Tansu's is the last batch's base offset + 1, and counting works on both.
 
 Every client runs in a fresh child process (``--worker``; the Java consumer is the ``bench``
-sub-command of bench/java/KafkaPeer.java, through tests/support/java_peer.py), so imports do
+sub-command of testkit/java/KafkaPeer.java, through testkit/java_peer.py), so imports do
 not interfere and the peak RSS (``VmHWM``) is the client's own.  Each assigns all four
 partitions from offset 0 and does one mode's work on every record:
 
@@ -81,9 +81,9 @@ if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this 
 from bench._peers import (  # noqa: E402
     CHILD_TIMEOUT_S, JAVA_ON_TANSU, PEER_WORKERS, Tally, attr_work, client_us_per_record, prepare_java, run_java,
     skip_java, with_broker_cpu)
-from bench._report import (  # noqa: E402
+from testkit.report import (  # noqa: E402
     arguments, banner, best, check_sources, command_line, number, parse, rate_ratio, table, times, write_json)
-from bench._workload import (  # noqa: E402
+from testkit.workload import (  # noqa: E402
     FETCH_MAX_BYTES, MAX_PARTITION_FETCH_BYTES, RECORDS_UNIT, SEED, TARGET, TOPIC, produce, type_is_target)
 
 GOAL_RAW_VS_KAFKA_PYTHON = 3.0
@@ -176,7 +176,7 @@ def describe_partition(broker, max_bytes: int = 8 << 20) -> dict:
     """Batch layout at the head of partition 0, fetched with kdaemon's protocol layer."""
     import struct
 
-    from bench import _common
+    from testkit import common as _common
     from kdaemon.protocol.apis.fetch import FETCH
 
     body = {"max_wait_ms": 500, "min_bytes": 1, "max_bytes": max_bytes, "topics": [
@@ -200,7 +200,7 @@ def describe_partition(broker, max_bytes: int = 8 << 20) -> dict:
 
 def run_child(spec: dict) -> dict:
     """One Python client's run in a fresh child process (``--worker``)."""
-    from bench import _common
+    from testkit import common as _common
     return _common.run_child(__file__, "--worker", spec, CHILD_TIMEOUT_S)
 
 
@@ -229,7 +229,7 @@ MODES = ("raw", "json", "filter")
 
 
 def consume_benchmark(args, log_dir: Path) -> dict:
-    from bench import _common
+    from testkit import common as _common
 
     with _common.open_broker(args.broker, log_dir) as broker:
         print(broker.describe(), flush=True)

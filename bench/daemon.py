@@ -13,7 +13,7 @@ with no name: the daemon only).  ``--daemon-poll-records N`` sets the daemon's
 producer's codec (default lz4).  ``--keep DIR`` keeps every run's configuration and log.
 
 Input: the topic of bench/consume.py, written once by its producer: a broker on a free loopback
-port (``bench/_common.py``; Apache Kafka, one combined KRaft node, by default and for the goals,
+port (``testkit/common.py``; Apache Kafka, one combined KRaft node, by default and for the goals,
 or Tansu with ``--broker tansu``), 4 partitions, confluent-kafka with lz4 (or ``--compression``)
 and large batches, every record a ~200-byte JSON value, a key and two headers, ``type`` (one of
 ten values, exactly a tenth each, shuffled) and ``trace``.  Everyone counts records per
@@ -25,7 +25,7 @@ Two modes, the same work for everyone:
 * filter: keep the records whose ``type`` header is ``order.shipped`` (10%) and decode their
   JSON value.  The daemon does it with a ``[[filters]]`` rule (compiled to ``HeaderRules``, which
   the C record loop evaluates) and the ``json`` value deserializer; the peers check the header in
-  Python (bench/_workload.py's predicate) and ``json.loads`` the kept values; the Java consumer
+  Python (testkit/workload.py's predicate) and ``json.loads`` the kept values; the Java consumer
   compares the header's bytes and parses the kept values with Jackson.
 * json: decode every value: the daemon's ``json`` deserializer, the peers' ``json.loads``, the
   Java consumer's Jackson ``readTree``.
@@ -54,7 +54,7 @@ sets it to 250 ms (``--metrics-interval``, 1 for the daemon's own cadence).  An 
 The peers run single-process through bench/consume.py's worker loops (bench/_peers.py: ``assign``
 of the four partitions from offset 0, no group), each in a fresh child process, with a tally that
 also records (time, records counted, CPU time, run-queue wait) after every poll.  The Java
-consumer is bench/java/KafkaPeer.java's ``bench`` sub-command (``_peers.run_java``), which records the same
+consumer is testkit/java/KafkaPeer.java's ``bench`` sub-command (``_peers.run_java``), which records the same
 progress points (``--samples``); it gets no warm-up, as the Python peers get none, so its JIT
 compiles inside the run (its first-record time, JIT and GC seconds are printed).
 
@@ -113,9 +113,9 @@ from bench._daemon_run import (  # noqa: E402
 from bench._peers import (  # noqa: E402
     CHILD_TIMEOUT_S, JAVA_ON_TANSU, PEER_WORKERS, Tally, cpu_s, prepare_java, run_java, skip_java,
     with_broker_cpu)
-from bench._report import (  # noqa: E402
+from testkit.report import (  # noqa: E402
     arguments, banner, best, check_sources, command_line, number, parse, percent, table, times, write_json)
-from bench._workload import (  # noqa: E402
+from testkit.workload import (  # noqa: E402
     COMPRESSIONS, FETCH_MAX_BYTES, MAX_PARTITION_FETCH_BYTES, RECORDS_UNIT, TOPIC, iter_records, produce)
 
 MODES = ("filter", "json")
@@ -182,7 +182,7 @@ def java_peer(spec: dict) -> dict:
 
 
 def peer_child(spec: dict) -> dict:
-    from bench import _common
+    from testkit import common as _common
     return _common.run_child(__file__, "--peer", spec, CHILD_TIMEOUT_S, env=child_env())
 
 
@@ -428,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     import shutil
     import tempfile
 
-    from bench import _common
+    from testkit import common as _common
 
     head = banner("bench/daemon.py", require_accelerated=True)
     machine, started, source = head["machine"], head["started"], head["source"]

@@ -52,9 +52,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `bench` importable from the repo root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import _common  # noqa: E402
-from bench._report import banner  # noqa: E402
-from bench._workload import SEED, TARGET, iter_records, type_is_target  # noqa: E402
+from testkit import common as _common  # noqa: E402
+from testkit.report import banner  # noqa: E402
+from testkit.workload import SEED, TARGET, iter_records, type_is_target  # noqa: E402
 from kdaemon.protocol import compression, records  # noqa: E402
 from kdaemon.protocol.builder import RecordSpec, build_batch  # noqa: E402
 from kdaemon.protocol.header_match import HeaderRule, HeaderRules  # noqa: E402
@@ -71,7 +71,7 @@ _BATCH_CODEC = struct.Struct(">h")  # attributes at byte 21; bits 0-2 are the co
 # -- input -------------------------------------------------------------------------------------
 
 def make_records(n: int = N_RECORDS, seed: int = SEED) -> list[tuple[bytes, bytes, list]]:
-    """(key, value, headers) for n records: the consuming benchmarks' records (bench/_workload.py),
+    """(key, value, headers) for n records: the consuming benchmarks' records (testkit/workload.py),
     ~200-byte JSON values, exactly n/10 of each type."""
     return [(key, value, headers) for _, _, key, value, headers in iter_records(n, seed)]
 
@@ -107,7 +107,7 @@ def produced_batch(recs, log_dir: Path) -> tuple[bytes, dict]:
 def _produce(bootstrap: str, recs) -> None:
     # Imported here: --synthetic must work without confluent-kafka.  The producer is local so it
     # is destroyed before the broker stops (no reconnect noise on stderr).
-    from tests.support.produce import Writer, create_topic
+    from testkit.produce import Writer, create_topic
 
     create_topic(bootstrap, TOPIC)
     writer = Writer(bootstrap, TOPIC, "lz4", **{

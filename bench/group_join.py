@@ -7,7 +7,7 @@ Run from the repository root::
                                [--trace [--trace-rounds N]] [--daemon [classic] [consumer]]
                                [--json results.json]
 
-Input: one Apache Kafka node (the test suite's launcher, tests/support/apache_kafka.py, through
+Input: one Apache Kafka node (the test suite's launcher, testkit/apache_kafka.py, through
 ``bench/_common.KafkaBroker``), one topic of 12 partitions with a few records in each, written
 by confluent-kafka.  The broker runs with ``group.consumer.heartbeat.interval.ms`` = the
 heartbeat interval and ``group.consumer.session.timeout.ms`` = the session timeout the classic
@@ -22,7 +22,7 @@ minimum is lowered to the value), so one run shows the consumer / classic-eager 
 Three rebalance protocols: ``eager`` (classic, the ``range`` assignor), ``cooperative``
 (classic, ``cooperative-sticky``) and ``consumer`` (KIP-848, the broker's ``uniform``
 assignor).  Three clients, each in its own process per member (bench/_join_members.py):
-kdaemon's ``Consumer``, the Java ``KafkaConsumer`` (bench/java/KafkaPeer.java) and
+kdaemon's ``Consumer``, the Java ``KafkaConsumer`` (testkit/java/KafkaPeer.java) and
 confluent-kafka; every member subscribes to the topic, ``auto.offset.reset=earliest``,
 auto-commit off, and polls with 200 ms timeouts (the Java peer's) until told to leave.
 
@@ -97,7 +97,7 @@ TOPIC = "bench-group-join"
 PARTITIONS = 12
 RECORDS_PER_PARTITION = 50
 EVENT_TIMEOUT_S = 90.0       # one awaited event or stable group
-MIN_HEARTBEAT_MS = 500        # group.consumer.min.heartbeat.interval.ms in tests/support/apache_kafka.py
+MIN_HEARTBEAT_MS = 500        # group.consumer.min.heartbeat.interval.ms in testkit/apache_kafka.py
 RESTART_PAUSE_S = 0.5        # between a failed restart of a killed member and the next
 CLIENTS = ("kdaemon", "java", "confluent")
 LABELS = {"kdaemon": "kdaemon", "java": "Java consumer", "confluent": "librdkafka"}
@@ -114,7 +114,7 @@ if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this 
 from bench._join_daemon import SCENARIOS as DAEMON_SCENARIOS, print_daemon_table  # noqa: E402
 from bench._join_decompose import DECOMPOSERS, decompose_from_logs, print_decomposition  # noqa: E402
 from bench._join_members import ASSIGNMENT_EVENTS, MemberFailed, start_member  # noqa: E402
-from bench._report import arguments, banner, check_sources, command_line, parse, write_json  # noqa: E402
+from testkit.report import arguments, banner, check_sources, command_line, parse, write_json  # noqa: E402
 
 
 # -- one group's life ----------------------------------------------------------------------------
@@ -155,7 +155,7 @@ class Round:
     def pump(self) -> None:
         """Take every member's new events and a CPU sample of every live one; a member that
         exits unasked, or reports an error, fails the round."""
-        from bench._common import process_cpu_s
+        from testkit.common import process_cpu_s
         now = time.monotonic()
         for name, m in self.members.items():
             for ev in m.pump():
@@ -323,7 +323,7 @@ def run_round(args, bootstrap: str, client: str, protocol: str, log_dir: Path, t
 def prepare_topic(bootstrap: str) -> None:
     """Create the topic, write RECORDS_PER_PARTITION records to every partition, and have one
     group join before any round."""
-    from tests.support.produce import Writer, create_topic
+    from testkit.produce import Writer, create_topic
 
     create_topic(bootstrap, TOPIC, PARTITIONS)
     writer = Writer(bootstrap, TOPIC, **{"linger.ms": 20})
@@ -417,7 +417,7 @@ def broker_properties(heartbeat_ms: int, session_ms: int) -> dict:
 def run_interval(args, heartbeat_ms: int, log_dir: Path, env: dict) -> dict:
     """Every round at one heartbeat interval, on a broker of its own (the consumer protocol's
     interval is a static broker setting): the timed rounds, the traced ones, the daemon's."""
-    from bench import _common
+    from testkit import common as _common
     from bench._join_daemon import PROTOCOLS as DAEMON_PROTOCOLS, run_daemon_round
 
     sub = argparse.Namespace(**vars(args))
@@ -522,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import tempfile
 
-    from bench import _common
+    from testkit import common as _common
 
     head = banner("bench/group_join.py")
     source = head["source"]

@@ -8,8 +8,8 @@ Run from the repository root::
 ``--records`` must be a multiple of 20 (default 1,000,000); ``--clients kdaemon aiokafka ...``
 and ``--modes filter ...`` run a subset.
 
-Input: the records of bench/consume.py (bench/_workload.py's generator and producer): a Tansu
-broker on a free loopback port (``bench/_common.py``), one topic of 4 partitions written by
+Input: the records of bench/consume.py (testkit/workload.py's generator and producer): a Tansu
+broker on a free loopback port (``testkit/common.py``), one topic of 4 partitions written by
 confluent-kafka with lz4 and large batches, each record a ~200-byte JSON value, a key and two headers, ``type`` (one
 of ten values, exactly a tenth each) and ``trace``.  Every client stops when it has counted the
 records the delivery reports gave for each partition, never on Tansu's high watermark.
@@ -31,7 +31,7 @@ evaluated in the C record loop), the ``json`` value and ``str`` key deserializer
 ``jsonl`` sink (fsync on); json mode without a filter and with the ``null`` sink.  Its flushes are
 made to follow the clock only (``flush_max_records`` and ``max_buffered_records`` set out of
 reach), the cadence the peers use.  The peers assign all four partitions from offset 0, poll,
-filter by header in Python (bench/_workload.py's predicate), ``json.loads``, build each line
+filter by header in Python (testkit/workload.py's predicate), ``json.loads``, build each line
 with one shared ``json.JSONEncoder`` and write it through a buffered file.  Everyone polls
 ``--poll-records`` (default 10,000) records per call with the same fetch sizes (1 MiB per
 partition, 50 MiB per request); otherwise each keeps its defaults.  Two diagnostic rows,
@@ -69,9 +69,9 @@ if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this 
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench._peers import Tally, cpu_s, run_aiokafka, run_confluent, run_kafka_python  # noqa: E402
-from bench._report import (  # noqa: E402
+from testkit.report import (  # noqa: E402
     arguments, banner, best, check_sources, command_line, parse, rate_ratio, table, times, write_json)
-from bench._workload import (  # noqa: E402
+from testkit.workload import (  # noqa: E402
     FETCH_MAX_BYTES, MAX_PARTITION_FETCH_BYTES, PARTITIONS, RECORDS_UNIT, TARGET, TOPIC, produce,
     type_is_target)
 
@@ -279,7 +279,7 @@ def run_worker(spec: dict) -> dict:
 
 
 def run_child(spec: dict) -> dict:
-    from bench import _common
+    from testkit import common as _common
     return _common.run_child(__file__, "--worker", spec, CHILD_TIMEOUT_S)
 
 
@@ -311,7 +311,7 @@ def check(r: dict, spec: dict, produced: dict) -> str | None:
 
 
 def pipeline_benchmark(args, tmpdir: Path) -> dict:
-    from bench import _common
+    from testkit import common as _common
 
     with _common.TansuBroker(tmpdir / "tansu.log") as broker:
         print(f"Tansu on {broker.bootstrap} (pid {broker.pid})", flush=True)

@@ -12,7 +12,7 @@ On one Apache Kafka topic and one machine, two ways to land a topic's records in
   with the same schema, kdaemon's columns, written to the same format with a checkpoint
   (Delta and Iceberg with the jars kdaemon staged, through the same ``session_conf``).
 
-The data is the consuming benchmarks' (bench/_workload.py): ``--records`` records (1,000,000 by
+The data is the consuming benchmarks' (testkit/workload.py): ``--records`` records (1,000,000 by
 default), ~200-byte JSON values, two headers (``type``, exactly a tenth of each of ten values, and
 ``trace``), lz4, round-robin over 4 partitions, produced with confluent-kafka.  Two workloads,
 each one rule (a drop rule: records whose ``type`` header matches are dropped):
@@ -98,14 +98,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import _report  # noqa: E402
-from bench._common import KafkaBroker, child_env  # noqa: E402
+from testkit import report as _report  # noqa: E402
+from testkit.common import KafkaBroker, child_env  # noqa: E402
 from bench._spark_peer_procs import (SPARK_SCRIPT, VALUE_SCHEMA, WORKLOADS, Kdaemon, SparkPeer,  # noqa: E402
                                      TreeSampler, kdaemon_kind, kdaemon_sink, spark_kind, spark_spec)
 from bench._spark_peer_spark import PROTOCOL  # noqa: E402
-from bench._workload import PARTITIONS, RECORDS_UNIT, TYPES, iter_records  # noqa: E402
+from testkit.workload import PARTITIONS, RECORDS_UNIT, TYPES, iter_records  # noqa: E402
 from kdaemon.protocol.header_match import HeaderRules, resolve_default, rule_from_table  # noqa: E402
-from tests.support.produce import Writer, create_topic, paced  # noqa: E402
+from testkit.produce import Writer, create_topic, paced  # noqa: E402
 
 FORMATS = ("parquet", "delta", "iceberg")
 THROUGHPUT_SINK = {"max_records": 100_000, "max_age_s": 5}
@@ -139,7 +139,7 @@ class Produced:
 
 def produce(bootstrap: str, topic: str, n: int, workloads: list[str], *, rate: float | None = None,
             seed: int = 20240601) -> Produced:
-    """``n`` records of bench/_workload.py's data set into ``topic`` (lz4), at ``rate`` records/s
+    """``n`` records of testkit/workload.py's data set into ``topic`` (lz4), at ``rate`` records/s
     if given (then with a short linger: the producer's wait is part of every row's latency)."""
     conf = ({"linger.ms": 5, "batch.num.messages": 10_000} if rate else
             {"linger.ms": 200, "batch.size": 1_000_000, "batch.num.messages": 10_000,

@@ -52,8 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil  # noqa: E402
 
-from bench._common import TansuBroker, free_port, machine_facts  # noqa: E402
-from tests.support.produce import Writer, committed_offsets, create_topic, paced  # noqa: E402
+from testkit.common import TansuBroker, free_port, machine_facts  # noqa: E402
+from testkit.produce import Writer, committed_offsets, create_topic, paced  # noqa: E402
 
 TOPIC_PARTITIONS = 4
 TYPES = (b"order.created", b"order.shipped", b"page.view", b"heartbeat")

@@ -1,6 +1,6 @@
 """Regenerate ``fuzz/corpus/``: seeds captured from a real client session against Apache Kafka 4.4.
 
-    .venv/bin/python -m fuzz.make_corpus        # needs Java and Maven (tests/support/apache_kafka.py)
+    .venv/bin/python -m fuzz.make_corpus        # needs Java and Maven (testkit/apache_kafka.py)
 
 What it does, all against one throwaway KRaft node:
 
@@ -12,7 +12,7 @@ What it does, all against one throwaway KRaft node:
    (ConsumerGroupHeartbeat), and asks ListOffsets for beginning/end/time offsets.  Every response
    frame the connection decodes is recorded as the broker sent it (``messages.read_response``
    is wrapped; the bytes are copied before decoding).
-3. A SCRAM-SHA-256, a SCRAM-SHA-512 and a PLAIN login through ``tests/support/secure.py``'s
+3. A SCRAM-SHA-256, a SCRAM-SHA-512 and a PLAIN login through ``testkit/secure.py``'s
    SecureProxy in front of the broker, with the client nonce pinned to ``targets.SCRAM_NONCE``
    so the captured server-final still verifies when the fuzz target replays it.
 
@@ -47,7 +47,7 @@ SASL_USERS = {targets.SCRAM_USER: targets.SCRAM_PASSWORD}
 def _produce(bootstrap: str) -> list[str]:
     from confluent_kafka import Producer
 
-    from tests.support.produce import create_topic
+    from testkit.produce import create_topic
     topics = []
     for codec in CODECS:
         topic = f"fuzz-{codec}"
@@ -117,7 +117,7 @@ def _consume(bootstrap: str, topics: list[str], protocol: str, expect: int) -> N
 def _sasl(bootstrap_host: str, port: int) -> list[tuple[str, list[bytes]]]:
     """Log in with each mechanism through SecureProxy; return the server messages per exchange."""
     from kdaemon.client import Consumer, sasl
-    from tests.support.secure import SecureProxy
+    from testkit.secure import SecureProxy
     exchanges: list[tuple[str, list[bytes]]] = []
     scram_receive, plain_receive = sasl.ScramMechanism.receive, sasl.PlainMechanism.receive
     token_bytes = sasl.secrets.token_bytes
@@ -208,7 +208,7 @@ type = "jsonl"
 
 def main() -> int:
     sys.path.insert(0, str(ROOT))
-    from tests.support.apache_kafka import start_kafka
+    from testkit.apache_kafka import start_kafka
     with tempfile.TemporaryDirectory(prefix="kdaemon-fuzz-corpus-") as tmp, \
             start_kafka(Path(tmp) / "kafka") as cluster:
         bootstrap = cluster.bootstrap

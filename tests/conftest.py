@@ -4,7 +4,7 @@
 the reference broker.  ``kafka_cluster``: three Apache Kafka nodes with racks r1-r3, and SSL
 (client certificates required) and SASL_SSL (PLAIN, SCRAM-SHA-256/512) listeners beside
 PLAINTEXT, for the session; tests that kill or restart a node must leave it running again.
-Both come from Maven Central jars (tests/support/apache_kafka.py); their logs are printed under
+Both come from Maven Central jars (testkit/apache_kafka.py); their logs are printed under
 any test that used them and failed.
 
 ``broker``: one Tansu broker for the session (the embedded default, for quick tests).
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.apache_kafka import KafkaCluster, start_or_fail
-from tests.support.mockcluster import MockCluster
-from tests.support.schema_registry import SchemaRegistryServer
-from tests.support.tansu import TansuBroker, start_tansu
+from testkit.apache_kafka import KafkaCluster, start_or_fail
+from testkit.mockcluster import MockCluster
+from testkit.schema_registry import SchemaRegistryServer
+from testkit.tansu import TansuBroker, start_tansu
 
 
 @pytest.fixture(scope="session")

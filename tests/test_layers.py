@@ -1,4 +1,4 @@
-"""The layer contract (tests/support/layers.py): nothing lower imports anything higher, no cycle
+"""The layer contract (testkit/layers.py): nothing lower imports anything higher, no cycle
 between layers or between modules, and every module of kdaemon imports on its own.
 
 The first tests hold the real tree to the contract; the ones after them run the checker on small
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.layers import (LEAVES, RANK, SIDEWAYS, Import, check_layers, collect_imports,
+from testkit.layers import (LEAVES, RANK, SIDEWAYS, Import, check_layers, collect_imports,
                                   layer_cycles, layer_of, module_cycles, modules)
 
 ROOT = Path(__file__).resolve().parents[1] / "kdaemon"
@@ -31,7 +31,7 @@ def test_no_lower_layer_imports_a_higher_one():
 
 def test_every_module_has_a_layer():
     unplaced = sorted(m for m in modules(ROOT) if layer_of(m) not in RANK and layer_of(m) not in LEAVES)
-    assert not unplaced, f"add these to LAYERS in tests/support/layers.py: {unplaced}"
+    assert not unplaced, f"add these to LAYERS in testkit/layers.py: {unplaced}"
 
 
 def test_no_cycle_between_layers_or_modules():
@@ -146,7 +146,7 @@ def test_siblings_leaves_and_unknown_layers(tmp_path):
         "kdaemon/backoff.py:1: kdaemon.backoff (backoff) imports kdaemon.protocol.errors: kdaemon.backoff is "
         "a leaf and imports nothing from kdaemon",
         "kdaemon/gadgets/thing.py:1: kdaemon.gadgets.thing (gadgets) imports kdaemon.client: layer 'gadgets' "
-        "is not in the layer table (tests/support/layers.py LAYERS)",
+        "is not in the layer table (testkit/layers.py LAYERS)",
         "kdaemon/plugins/types.py:1: kdaemon.plugins.types (plugins) imports kdaemon.sinks.jsonl (sinks): "
         "siblings plugins and sinks may not import each other (SIDEWAYS)",
     ]

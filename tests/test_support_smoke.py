@@ -14,11 +14,11 @@ from confluent_kafka import KafkaError
 from kdaemon.protocol.apis.api_versions import API_VERSIONS
 from kdaemon.protocol.messages import encode_request
 from kdaemon.protocol.versions import broker_ranges
-from tests.support.produce import (CODECS, ConsumedRecord, Writer, consume_all, create_topic, produce,
+from testkit.produce import (CODECS, ConsumedRecord, Writer, consume_all, create_topic, produce,
                                    produce_transactional)
-from tests.support.rawfetch import fetch_raw
-from tests.support.tansu import tansu_binary
-from tests.support.wire import api_versions
+from testkit.rawfetch import fetch_raw
+from testkit.tansu import tansu_binary
+from testkit.wire import api_versions
 
 FETCH, METADATA, PRODUCE = 1, 3, 0
 
@@ -95,7 +95,7 @@ def test_produce_consume_round_trip(broker, codec):
 def test_produce_transactional_writes_markers(broker):
     """Tansu runs transactions: data batches flagged transactional, then an ABORT or COMMIT
     marker batch, each taking an offset.  (Its Fetch never lists aborted transactions, so
-    read_committed filtering cannot be tested against it; see tests/support/tansu.py.)"""
+    read_committed filtering cannot be tested against it; see testkit/tansu.py.)"""
     topic = unique("smoke-txn")
     create_topic(broker.bootstrap, topic)
     reports = produce_transactional(broker.bootstrap, topic,
@@ -215,7 +215,7 @@ def test_mock_cluster_coordinator_set(mock_cluster):
 
 
 def test_mock_cluster_reports_bad_calls(mock_cluster):
-    from tests.support.mockcluster import MockClusterError
+    from testkit.mockcluster import MockClusterError
     with pytest.raises(MockClusterError, match="broker_set_down"):
         mock_cluster.broker_set_down(99)
     mock_cluster.close()

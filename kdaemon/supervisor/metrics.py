@@ -111,7 +111,7 @@ class WorkerFiles:
     """The multiprocess files of every process, merged as prometheus_client's
     ``MultiProcessCollector`` does, except a file too short to hold its header: prometheus_client
     creates a file empty and sizes it a moment later, and a scrape in between raised
-    ``struct.error`` (the chaos run of bench/chaos.py caught one as a worker started).  Such a
+    ``struct.error`` (the chaos run of testkit/chaos/run.py caught one as a worker started).  Such a
     file has no value yet; it is skipped and counted next time."""
 
     def __init__(self, path: str) -> None:

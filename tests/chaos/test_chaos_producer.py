@@ -12,10 +12,10 @@ import uuid
 
 import pytest
 
-from bench import _chaos_produce
-from bench._chaos_produce import KEPT, Ledger, PlainProducer, reconcile
-from tests.daemon.harness import wait_for
-from tests.support.produce import create_topic, high_watermarks
+from testkit.chaos import produce as _chaos_produce
+from testkit.chaos.produce import KEPT, Ledger, PlainProducer, reconcile
+from testkit.daemon import wait_for
+from testkit.produce import create_topic, high_watermarks
 
 pytestmark = pytest.mark.kafka
 

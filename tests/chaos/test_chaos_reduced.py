@@ -1,4 +1,4 @@
-"""The chaos run of bench/chaos.py, reduced: 30,000 records over 75 s with every fault kind,
+"""The chaos run of testkit/chaos/run.py, reduced: 30,000 records over 75 s with every fault kind,
 into the jsonl sink under both group protocols and into the Spark sink.
 
 A worker is SIGKILLed every 10 s, a partition leader's broker is killed and restarted, the
@@ -9,7 +9,7 @@ an aborted transaction and none the header rule drops.  (A worker SIGKILLed betw
 its commit leaves records its successor consumes again; the jsonl sink's dedupe recognises them
 and writes them once, the Spark uploader's manifests likewise.)  With the Spark sink the
 uploader is SIGKILLed twice as well, and the verdict reads the output back with Spark.  The
-full run (a million records) is ``bench/chaos.py``; its latest figures are in
+full run (a million records) is ``testkit/chaos/run.py``; its latest figures are in
 docs/RELIABILITY.md.
 
 Each fault kind must really have happened (counted by the run), else the test proves nothing.
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench._chaos_faults import KINDS
-from bench.chaos import ChaosOptions, print_result, run_chaos
-from tests.support.apache_kafka import KafkaUnavailable
+from testkit.chaos.faults import KINDS
+from testkit.chaos.run import ChaosOptions, print_result, run_chaos
+from testkit.apache_kafka import KafkaUnavailable
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -34,7 +34,7 @@ DURATION_S = 75.0
     pytest.param("consumer", "spark", marks=pytest.mark.spark)])
 def test_chaos_reduced(tmp_path, group_protocol, sink):
     if sink == "spark":
-        from tests.spark.support import requires_spark
+        from testkit.spark import requires_spark
         requires_spark()
     # The uploader is killed early and late: a restart takes about 25 s here, and in 75 s the
     # default times (a quarter, two thirds) leave the sink down through the whole sink-failure

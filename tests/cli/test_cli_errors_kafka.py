@@ -17,7 +17,7 @@ from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import TopicPartition as CKTopicPartition
 
 from kdaemon.exit_codes import EXIT_CONFIG, EXIT_FAILURE
-from tests.support.produce import create_topic, produce
+from testkit.produce import create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

@@ -20,8 +20,8 @@ from kdaemon.client.group.describe import describe_group
 from kdaemon.client.types import TopicPartition
 from kdaemon.protocol.apis import API_VERSIONS, CONSUMER_GROUP_DESCRIBE
 from tests.cli.test_cli_errors_kafka import kdaemon, write_config
-from tests.support.apache_kafka import java_binary, kafka_classpath
-from tests.support.produce import create_topic, produce
+from testkit.apache_kafka import java_binary, kafka_classpath
+from testkit.produce import create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kdaemon.exit_codes import EXIT_BOOT_FAILURE, EXIT_CONFIG
-from tests.support.produce import create_topic
+from testkit.produce import create_topic
 
 PLUGIN = textwrap.dedent('''
     from kdaemon.plugins import hookimpl

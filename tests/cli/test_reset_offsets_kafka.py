@@ -18,8 +18,8 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 from kdaemon.exit_codes import EXIT_CONFIG, EXIT_FAILURE
 from tests.cli.test_cli_errors_kafka import BASE_MS, kdaemon, one_line_error, write_config
 from tests.cli.test_cli_errors_kafka import commit_offsets as commit
-from tests.support.apache_kafka import java_binary, kafka_classpath
-from tests.support.produce import create_topic, produce
+from testkit.apache_kafka import java_binary, kafka_classpath
+from testkit.produce import create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

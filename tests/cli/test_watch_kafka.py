@@ -16,7 +16,7 @@ from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import TopicPartition as CKTopicPartition
 
 from tests.cli.test_cli_errors_kafka import kdaemon, write_config
-from tests.support.produce import Writer, create_topic, produce
+from testkit.produce import Writer, create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

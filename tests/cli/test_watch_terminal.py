@@ -13,7 +13,7 @@ import pytest
 from tests.cli.terminal import ANSI, plain, run_on_pty
 from tests.cli.test_cli_errors_kafka import kdaemon, write_config
 from tests.cli.test_watch_kafka import Committer, group_statuses
-from tests.support.produce import create_topic, produce
+from testkit.produce import create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

@@ -18,7 +18,7 @@ import pytest
 from kdaemon.client import Consumer, TopicPartition, WakeupError
 from kdaemon.client.types import CREATE_TIME
 from kdaemon.protocol.header_match import HeaderRule, HeaderRules
-from tests.support.produce import CODECS, consume_all, create_topic, produce
+from testkit.produce import CODECS, consume_all, create_topic, produce
 
 DEADLINE_S = 30
 

@@ -17,7 +17,7 @@ from kdaemon.client.subscription import EARLIEST, LATEST, SubscriptionState
 from kdaemon.client.types import TopicPartition
 from kdaemon.protocol.errors import BrokerError, Errors
 from kdaemon.protocol.primitives import ZERO_UUID
-from tests.support.secure import ScramAuthError, ScramCredential, ScramServer
+from testkit.secure import ScramAuthError, ScramCredential, ScramServer
 
 SECRET = "s3cr3t-\u00e9-pw-7d1e"
 USER = "user-5b9a"

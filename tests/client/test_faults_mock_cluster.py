@@ -37,9 +37,9 @@ from kdaemon.client import (Consumer, KafkaTimeoutError, NoBrokersAvailableError
                             TopicPartition)
 from kdaemon.protocol.apis import LIST_OFFSETS
 from kdaemon.protocol.errors import BrokerError, Errors
-from tests.support import produce
-from tests.support.mockcluster import ERR_TRANSPORT
-from tests.support.proxy import CuttingProxy
+from testkit import produce
+from testkit.mockcluster import ERR_TRANSPORT
+from testkit.proxy import CuttingProxy
 
 TOPIC = "faults"
 FETCH_KEY, LIST_OFFSETS_KEY = 1, 2
@@ -504,7 +504,7 @@ def test_connections_cut_at_random_points(mock_cluster):
 
 def test_an_unreachable_coordinator_is_looked_up_with_backoff_and_reconnected(mock_cluster):
     """The coordinator's broker refuses connections for a while but the cluster still names it
-    (bench/chaos.py's proxy cuts did this): the member looks it up again with a growing backoff
+    (testkit/chaos/run.py's proxy cuts did this): the member looks it up again with a growing backoff
     and reconnects to it once it answers.  (A classic member, as here, always recovered: its
     heartbeat goes out whatever the lookup thinks and reconnects.  A KIP-848 member sends only
     to a coordinator the lookup calls known, and the lookup called a failed connection unknown

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from kdaemon.client import Consumer, TopicPartition
-from tests.support.produce import produce
+from testkit.produce import produce
 
 
 def _produce(bootstrap: str, topic: str, start: int, n: int) -> None:

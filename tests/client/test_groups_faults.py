@@ -51,8 +51,8 @@ from kdaemon.protocol.apis import (API_VERSIONS, FETCH, FIND_COORDINATOR, HEARTB
                                    LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP, api_by_key)
 from kdaemon.protocol.errors import Errors
 from kdaemon.protocol.messages import decode_request, encode_response
-from tests.support import produce
-from tests.support.produce import create_topic
+from testkit import produce
+from testkit.produce import create_topic
 
 SCENARIO_LIMIT_S = 45
 

@@ -19,7 +19,7 @@ from confluent_kafka import TopicPartition as RdTopicPartition
 
 from kdaemon.client import Consumer, TopicPartition
 from kdaemon.protocol.header_match import HeaderRule, HeaderRules
-from tests.support.produce import create_topic, produce
+from testkit.produce import create_topic, produce
 
 GROUP_OPTS = dict(session_timeout_ms=6000, heartbeat_interval_ms=500, fetch_max_wait_ms=100,
                   auto_offset_reset="earliest", retry_backoff_ms=50, request_timeout_ms=10_000)

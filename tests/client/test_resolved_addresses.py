@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from kdaemon.client import Consumer, KafkaTimeoutError, NoBrokersAvailableError, TopicPartition
-from tests.support.produce import create_topic, produce
+from testkit.produce import create_topic, produce
 
 HOST = "kafka.kdaemon-test.invalid"   # never resolved by a real resolver: the stub answers it
 

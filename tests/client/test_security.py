@@ -1,6 +1,6 @@
 """TLS, SASL and connection failures, end to end against Tansu.
 
-What Tansu 0.6.0 can and cannot do is written up in ``tests/support/secure.py``.  In short:
+What Tansu 0.6.0 can and cannot do is written up in ``testkit/secure.py``.  In short:
 * TLS and successful SASL go through ``SecureProxy``, which terminates TLS (Python's ssl module,
   certificates made with openssl for this run) and answers SaslHandshake/SaslAuthenticate like a
   Kafka listener (PLAIN and a SCRAM server written from RFC 5802), in front of a plaintext Tansu
@@ -27,9 +27,9 @@ import pytest
 
 from kdaemon.client import (AuthenticationError, Consumer, NoBrokersAvailableError, TopicPartition,
                             UnknownTopicError)
-from tests.support.produce import create_topic, produce
-from tests.support.secure import SecureProxy, make_pki, openssl_available, server_context
-from tests.support.tansu import start_tansu
+from testkit.produce import create_topic, produce
+from testkit.secure import SecureProxy, make_pki, openssl_available, server_context
+from testkit.tansu import start_tansu
 
 PASSWORD = "Pa55-\u00e9t\u00e9\u00a0\ufb01-9f2c"  # non-ASCII, with a no-break space and a ligature
 USER = "alice,admin=1"  # "," and "=" must be escaped in SCRAM's n= attribute

@@ -427,7 +427,7 @@ def test_a_leader_change_on_a_broker_without_the_api_is_not_waited_for(mock_clus
     """Java skips validation when the leader cannot answer OffsetForLeaderEpoch v3+; so do we,
     and the partition is fetched on at once instead of stalling."""
     from kdaemon.client import Consumer
-    from tests.support.produce import Record, produce
+    from testkit.produce import Record, produce
 
     topic = f"validation-{uuid.uuid4().hex[:8]}"
     tp = TopicPartition(topic, 0)

@@ -9,7 +9,7 @@ from kdaemon.config import dump_toml, load
 from kdaemon.supervisor import arbiter as arbiter_module
 from kdaemon.supervisor import configs as configs_module
 from kdaemon.supervisor.arbiter import Arbiter
-from tests.daemon.harness import daemon_config
+from testkit.daemon import daemon_config
 
 
 @pytest.fixture

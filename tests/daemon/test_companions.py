@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from kdaemon.plugins.companion import CompanionSpec
-from tests.daemon.harness import Daemon, daemon_config, kdaemon_command, wait_for
-from tests.support.produce import create_topic
+from testkit.daemon import Daemon, daemon_config, kdaemon_command, wait_for
+from testkit.produce import create_topic
 
 PLUGIN = '''
 import json, os, signal, time

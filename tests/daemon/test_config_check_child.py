@@ -13,7 +13,7 @@ import pytest
 from kdaemon.config import dump_toml
 from kdaemon.supervisor.configs import validate_in_child
 from kdaemon.worker import main as worker_main
-from tests.daemon.harness import daemon_config
+from testkit.daemon import daemon_config
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from kdaemon.config import ConfigError, parse
 from kdaemon.protocol.apis import API_VERSIONS, CONSUMER_GROUP_HEARTBEAT
 from kdaemon.protocol.messages import decode_response, encode_response
 from kdaemon.worker.main import consumer_options, resolve_group_protocol
-from tests.daemon.harness import Daemon, daemon_config, free_port
-from tests.support.produce import create_topic
+from testkit.daemon import Daemon, daemon_config, free_port
+from testkit.produce import create_topic
 
 HB = CONSUMER_GROUP_HEARTBEAT
 

@@ -21,9 +21,9 @@ import pytest
 
 from kdaemon.config import parse
 from kdaemon.supervisor import sdnotify
-from tests.daemon.harness import Daemon, daemon_config
-from tests.daemon.notify_socket import NotifySocket
-from tests.support.produce import create_topic
+from testkit.daemon import Daemon, daemon_config
+from testkit.notify_socket import NotifySocket
+from testkit.produce import create_topic
 
 
 def _name(prefix: str) -> str:

@@ -18,9 +18,9 @@ import uuid
 
 import pytest
 
-from tests.daemon.harness import Daemon, daemon_config, wait_for
-from tests.daemon.notify_socket import NotifySocket
-from tests.support.produce import create_topic
+from testkit.daemon import Daemon, daemon_config, wait_for
+from testkit.notify_socket import NotifySocket
+from testkit.produce import create_topic
 
 pytestmark = pytest.mark.kafka
 

@@ -7,7 +7,7 @@ than root, a plain chmod does.  Each worker
 says so once ("sink unavailable"), pauses, reads nothing again, and reports the stall through
 STATUS= and /metrics; once the directory is writable again every record is in the output
 exactly once.  The long version (2,000,000 records, ten minutes, RSS and CPU sampled, the Spark
-sink too) is bench/stall.py; its figures are in docs/RELIABILITY.md.
+sink too) is testkit/stall/run.py; its figures are in docs/RELIABILITY.md.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.harness import Daemon, daemon_config, wait_for
-from tests.daemon.notify_socket import NotifySocket
-from tests.support.produce import committed_offsets, create_topic, produce
+from testkit.daemon import Daemon, daemon_config, wait_for
+from testkit.notify_socket import NotifySocket
+from testkit.produce import committed_offsets, create_topic, produce
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from kdaemon.supervisor.control import socket_path
-from tests.daemon.harness import Daemon, daemon_config, wait_for
-from tests.support.produce import create_topic, produce
+from testkit.daemon import Daemon, daemon_config, wait_for
+from testkit.produce import create_topic, produce
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

@@ -32,8 +32,8 @@ from collections import Counter
 
 
 from kdaemon.config import dump_toml
-from tests.daemon.harness import SESSION_TIMEOUT_MS, Daemon, daemon_config, free_port, wait_for
-from tests.support.produce import committed_offsets as read_committed_offsets, create_topic, produce
+from testkit.daemon import SESSION_TIMEOUT_MS, Daemon, daemon_config, free_port, wait_for
+from testkit.produce import committed_offsets as read_committed_offsets, create_topic, produce
 
 PARTITIONS = 4
 

@@ -34,8 +34,8 @@ from datetime import datetime
 from pathlib import Path
 
 from kdaemon.exit_codes import EXIT_BOOT_FAILURE, EXIT_FAILURE, EXIT_OK, EXIT_STOPPED_ON_ERROR
-from tests.daemon.harness import Daemon, daemon_config, wait_for
-from tests.support.produce import committed_offsets, create_topic, produce
+from testkit.daemon import Daemon, daemon_config, wait_for
+from testkit.produce import committed_offsets, create_topic, produce
 
 PLUGIN = '''
 import os, signal, time

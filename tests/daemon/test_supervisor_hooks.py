@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from kdaemon.config import ConfigError, dump_toml, load
-from tests.daemon.harness import Daemon, daemon_config, wait_for
-from tests.support.produce import create_topic
+from testkit.daemon import Daemon, daemon_config, wait_for
+from testkit.produce import create_topic
 
 PLUGIN = '''
 import gc, json, os, time

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from kdaemon.exit_codes import EXIT_CONFIG, PERMANENT
-from tests.daemon.harness import kdaemon_command
+from testkit.daemon import kdaemon_command
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "systemd" / "kdaemon.service"

@@ -17,8 +17,8 @@ import uuid
 import pytest
 
 from kdaemon.exit_codes import EXIT_CONFIG, EXIT_FENCED
-from tests.daemon.harness import Daemon, daemon_config, wait_for
-from tests.support.produce import create_topic
+from testkit.daemon import Daemon, daemon_config, wait_for
+from testkit.produce import create_topic
 
 pytestmark = pytest.mark.kafka
 

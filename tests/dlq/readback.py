@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.support.produce import ConsumedRecord, consume_all, high_watermarks
+from testkit.produce import ConsumedRecord, consume_all, high_watermarks
 
 
 def read_topic(bootstrap: str, topic: str, partitions: int) -> dict[int, list[ConsumedRecord]]:

@@ -29,11 +29,11 @@ import pytest
 from kdaemon.client.config import ConsumerConfig
 from kdaemon.client.producer import Producer, ProducerSettings
 from kdaemon.protocol.apis import PRODUCE
-from tests.daemon.harness import Daemon, daemon_config, wait_for
+from testkit.daemon import Daemon, daemon_config, wait_for
 from tests.dlq.readback import read_topic
-from tests.support.apache_kafka import KafkaCluster, start_or_fail
-from tests.support.kafka_capture import KafkaCapture
-from tests.support.produce import Writer, committed_offsets, create_topic, produce
+from testkit.apache_kafka import KafkaCluster, start_or_fail
+from testkit.kafka_capture import KafkaCapture
+from testkit.produce import Writer, committed_offsets, create_topic, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

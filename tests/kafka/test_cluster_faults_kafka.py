@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from kdaemon.client import Consumer, TopicPartition
-from tests.kafka.cluster_admin import (elect_preferred, find_coordinator, find_coordinators, leaders,
+from testkit.cluster_admin import (elect_preferred, find_coordinator, find_coordinators, leaders,
                                        reassign, wait_full_isr, wait_partitions)
-from tests.support.apache_kafka import KafkaCluster, start_or_fail
-from tests.support.produce import Writer, create_topic
+from testkit.apache_kafka import KafkaCluster, start_or_fail
+from testkit.produce import Writer, create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -48,7 +48,7 @@ SESSION_TIMEOUT_MS = 10_000
 RESUME_MARGIN_S = 30.0
 RESUME_BOUND_S = SESSION_TIMEOUT_MS / 1000 + RESUME_MARGIN_S
 BROKER_SESSION_MS = 6000
-OFFSETS_PARTITIONS = 8          # offsets.topic.num.partitions of tests/support/apache_kafka.py
+OFFSETS_PARTITIONS = 8          # offsets.topic.num.partitions of testkit/apache_kafka.py
 RATE = 400                      # records per second the writer aims at
 # A poll(POLL_MS) that takes longer than this has hung (a sync commit inside the loop may wait for
 # a coordinator, which the margin covers).

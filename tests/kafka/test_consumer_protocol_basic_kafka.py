@@ -16,8 +16,8 @@ import pytest
 
 from kdaemon.client import Consumer
 from kdaemon.client.types import TopicPartition
-from tests.kafka.group_members import set_group_session
-from tests.support.produce import create_topic, produce
+from testkit.group_members import set_group_session
+from testkit.produce import create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

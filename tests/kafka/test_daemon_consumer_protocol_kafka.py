@@ -50,9 +50,9 @@ from confluent_kafka.admin import AdminClient
 from kdaemon.client import ConsumerConfig
 from kdaemon.client.features import choose_group_protocol, probe
 from kdaemon.protocol.apis import CONSUMER_GROUP_HEARTBEAT
-from tests.daemon.harness import SESSION_TIMEOUT_MS, Daemon, daemon_config, wait_for
-from tests.support.apache_kafka import start_or_fail
-from tests.support.produce import committed_offsets as read_committed_offsets, create_topic, produce
+from testkit.daemon import SESSION_TIMEOUT_MS, Daemon, daemon_config, wait_for
+from testkit.apache_kafka import start_or_fail
+from testkit.produce import committed_offsets as read_committed_offsets, create_topic, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ daemon stops cleanly on SIGTERM, and the jsonl output holds exactly the records 
 each once, with its decoded value: 0 lost, 0 duplicates.
 
 The cluster is this module's own (a node is killed).  The daemon runs through the same
-``Daemon`` harness as the supervisor tests on Tansu (tests/daemon/harness.py).
+``Daemon`` harness as the supervisor tests on Tansu (testkit/daemon.py).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from pathlib import Path
 import pytest
 
 from kdaemon.client import Consumer, TopicPartition
-from tests.daemon.harness import Daemon, daemon_config, wait_for
-from tests.kafka.cluster_admin import (elect_preferred, find_coordinator, leaders, wait_full_isr,
+from testkit.daemon import Daemon, daemon_config, wait_for
+from testkit.cluster_admin import (elect_preferred, find_coordinator, leaders, wait_full_isr,
                                       wait_partitions)
-from tests.support.apache_kafka import KafkaCluster, start_or_fail
-from tests.support.produce import create_topic, produce
+from testkit.apache_kafka import KafkaCluster, start_or_fail
+from testkit.produce import create_topic, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -33,8 +33,8 @@ from kdaemon.protocol import messages
 from kdaemon.protocol.apis import FETCH
 from kdaemon.protocol.errors import Errors
 from tests.kafka.test_protocol_kafka import CLIENT_ID, Recorder, Wire, observed_consumer
-from tests.support.apache_kafka import start_or_fail
-from tests.support.produce import create_topic, produce
+from testkit.apache_kafka import start_or_fail
+from testkit.produce import create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

@@ -5,7 +5,7 @@ restarts a node.  The topic's replicas are pinned to nodes 1, 2, 3 with 1 the le
 consumer in rack r2 has a follower of its own rack to read from.
 
 What proves that kdaemon reads from the follower:
-* the broker's decision: a raw Fetch (kdaemon's codec, tests/support/wire.py) to the leader with
+* the broker's decision: a raw Fetch (kdaemon's codec, testkit/wire.py) to the leader with
   rack_id "r2" is answered with preferred_read_replica = 2 and no records (with rack_id "r1",
   the leader's own rack, it is answered with the records);
 * where our fetches go: the consumer's per-node Fetch counts (``fetch_requests_per_node``)
@@ -32,9 +32,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kdaemon.client import Consumer, TopicPartition
 from kdaemon.protocol.apis import FETCH
-from tests.support.apache_kafka import HOST, KafkaCluster, start_or_fail
-from tests.support.produce import Writer
-from tests.support.wire import request
+from testkit.apache_kafka import HOST, KafkaCluster, start_or_fail
+from testkit.produce import Writer
+from testkit.wire import request
 
 pytestmark = pytest.mark.kafka
 

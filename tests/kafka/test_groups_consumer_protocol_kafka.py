@@ -38,10 +38,10 @@ import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.kafka.group_members import (TP, JavaMember, KdMember, KdProcessMember, RdMember, all_partitions,
+from testkit.group_members import (TP, JavaMember, KdMember, KdProcessMember, RdMember, all_partitions,
                                        group_log, split_is_complete, wait_until)
-from tests.support.apache_kafka import start_or_fail
-from tests.support.produce import Writer, create_topic, produce
+from testkit.apache_kafka import start_or_fail
+from testkit.produce import Writer, create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

@@ -27,9 +27,9 @@ from confluent_kafka import TopicPartition as RdTopicPartition
 
 from kdaemon.client import OffsetAndMetadata, TopicPartition
 from kdaemon.client.group.assignors import MemberSubscription, get_assignor
-from tests.kafka.group_members import (JavaMember, KdMember, RdMember, all_partitions, describe_members,
+from testkit.group_members import (JavaMember, KdMember, RdMember, all_partitions, describe_members,
                                        kd_committed_of, rd_committed_of, split_is_complete, wait_until)
-from tests.support.produce import create_topic, produce
+from testkit.produce import create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

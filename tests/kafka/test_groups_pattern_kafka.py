@@ -17,8 +17,8 @@ import uuid
 
 import pytest
 
-from tests.kafka.group_members import JavaMember, KdMember, wait_until
-from tests.support.produce import create_topic
+from testkit.group_members import JavaMember, KdMember, wait_until
+from testkit.produce import create_topic
 
 pytestmark = pytest.mark.kafka
 

@@ -19,9 +19,9 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from tests.kafka.group_members import (JavaMember, KdMember, KdProcessMember, RdMember, all_partitions,
+from testkit.group_members import (JavaMember, KdMember, KdProcessMember, RdMember, all_partitions,
                                        describe_members, group_log, split_is_complete, wait_until)
-from tests.support.produce import create_topic, produce
+from testkit.produce import create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

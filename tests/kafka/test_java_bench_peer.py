@@ -1,4 +1,4 @@
-"""The Java peer's ``bench`` sub-command (the consuming benchmarks' workload, bench/_workload.py, in
+"""The Java peer's ``bench`` sub-command (the consuming benchmarks' workload, testkit/workload.py, in
 the Java KafkaConsumer): the benchmarks compare kdaemon with it, so it must read every record once
 and do the same work.
 
@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from bench import _workload as workload
-from tests.support.java_peer import java_bench
-from tests.support.produce import Record, create_topic, produce
+from testkit import workload
+from testkit.java_peer import java_bench
+from testkit.produce import Record, create_topic, produce
 
 pytestmark = pytest.mark.kafka
 
@@ -23,7 +23,7 @@ N = 400   # a multiple of 20: equal partitions, exactly a tenth of each type
 @pytest.fixture(scope="module")
 def bench_topic(kafka):
     """The benchmarks' records (lz4) in a fresh 4-partition topic; the check values every mode
-    must reach, computed as bench/_workload.py's producer does."""
+    must reach, computed as testkit/workload.py's producer does."""
     topic = f"java-bench-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap, topic, workload.PARTITIONS)
     by_partition: dict[int, list[Record]] = {p: [] for p in range(workload.PARTITIONS)}

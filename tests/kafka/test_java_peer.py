@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from tests.support.java_peer import (JavaConsumerProcess, JavaProduceOps, java_consume,
+from testkit.java_peer import (JavaConsumerProcess, JavaProduceOps, java_consume,
                                      java_offsets_for_times, java_produce)
-from tests.support.produce import create_topic
+from testkit.produce import create_topic
 
 pytestmark = pytest.mark.kafka
 

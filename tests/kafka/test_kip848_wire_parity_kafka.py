@@ -3,9 +3,9 @@
 The group suites compare outcomes (disjoint, complete assignments; records exactly once).  This
 one compares the requests themselves.  One scenario runs twice on one Apache Kafka 4.4 broker
 (``group.consumer.heartbeat.interval.ms`` = 1 s), with member A behind a capturing proxy
-(tests/support/kafka_capture.py, which points the Metadata and FindCoordinator answers at itself,
+(testkit/kafka_capture.py, which points the Metadata and FindCoordinator answers at itself,
 so every byte A sends is seen): once A is the kdaemon Consumer (``group_protocol="consumer"``),
-once the Java consumer (bench/java/KafkaPeer.java, ``group.protocol=consumer``).  Both have
+once the Java consumer (testkit/java/KafkaPeer.java, ``group.protocol=consumer``).  Both have
 auto-commit on with a 60 s interval, so the only commits are the ones the protocol makes (before
 a revocation, on close) and no timer decides what the sequence looks like.
 
@@ -52,7 +52,7 @@ Deliberate and harmless differences, documented here and pinned by the checks:
   group id, member id, instance id and epoch from a leave (GroupMetadataManager
   .consumerGroupHeartbeat hands an epoch of -1/-2 to consumerGroupLeave before anything else).
 * The Java peer reads ``committed()`` for its end-of-run report after it stops polling and
-  before it closes (bench/java/KafkaPeer.java): an OffsetFetch of the harness, not of the
+  before it closes (testkit/java/KafkaPeer.java): an OffsetFetch of the harness, not of the
   protocol; OffsetFetches sent after the peer's "end" event are not compared.
 * Which connection a request travels on, other APIs (Java's telemetry, Fetch, ListOffsets) and
   the timing of plain heartbeats: not what KIP-848 prescribes.
@@ -78,10 +78,10 @@ from confluent_kafka import KafkaException
 from confluent_kafka import TopicPartition as RdTopicPartition
 
 from kdaemon.protocol.apis import CONSUMER_GROUP_HEARTBEAT, METADATA, OFFSET_COMMIT, OFFSET_FETCH
-from tests.kafka.group_members import JavaMember, KdMember, RdMember, all_partitions, group_log, wait_until
-from tests.support.apache_kafka import start_or_fail
-from tests.support.kafka_capture import Exchange, KafkaCapture
-from tests.support.produce import create_topic, produce
+from testkit.group_members import JavaMember, KdMember, RdMember, all_partitions, group_log, wait_until
+from testkit.apache_kafka import start_or_fail
+from testkit.kafka_capture import Exchange, KafkaCapture
+from testkit.produce import create_topic, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

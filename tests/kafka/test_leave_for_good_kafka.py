@@ -18,8 +18,8 @@ import uuid
 
 import pytest
 
-from tests.kafka.group_members import KdMember, all_partitions, set_group_session, split_is_complete, wait_until
-from tests.support.produce import create_topic
+from testkit.group_members import KdMember, all_partitions, set_group_session, split_is_complete, wait_until
+from testkit.produce import create_topic
 
 pytestmark = pytest.mark.kafka
 

@@ -18,9 +18,9 @@ from collections import defaultdict
 import pytest
 
 from kdaemon.client import Consumer, TopicPartition
-from tests.kafka.parity import read_to_end
-from tests.support.java_peer import JavaProduceOps, java_offsets_for_times, java_produce
-from tests.support.produce import Record, create_topic, produce
+from testkit.parity import read_to_end
+from testkit.java_peer import JavaProduceOps, java_offsets_for_times, java_produce
+from testkit.produce import Record, create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

@@ -2,7 +2,7 @@
 
 Against Apache Kafka (the session ``kafka`` fixture), each test writes records with both
 producers, reads the partitions to the end with kdaemon's ``Consumer`` and with the Java
-``KafkaConsumer`` (tests/support/java_peer.py), and compares the two per partition, record for
+``KafkaConsumer`` (testkit/java_peer.py), and compares the two per partition, record for
 record and field for field (topic, partition, offset, timestamp, timestamp type, leader epoch,
 key, value, headers).  Both are also checked against what was produced (the acknowledged
 offsets, keys, values, headers, explicit timestamps), so two clients wrong in the same way
@@ -17,9 +17,9 @@ import uuid
 
 import pytest
 
-from tests.kafka.parity import by_partition, first_difference, read_to_end
-from tests.support.java_peer import JavaProduceOps, java_consume, java_produce
-from tests.support.produce import CODECS, Record, create_topic, produce
+from testkit.parity import by_partition, first_difference, read_to_end
+from testkit.java_peer import JavaProduceOps, java_consume, java_produce
+from testkit.produce import CODECS, Record, create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

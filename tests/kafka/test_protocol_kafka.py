@@ -42,7 +42,7 @@ from kdaemon.protocol.apis.consumer_protocol import encode_assignment, encode_su
 from kdaemon.protocol.errors import Errors
 from kdaemon.protocol.primitives import ZERO_UUID
 from kdaemon.protocol.versions import choose_version
-from tests.support.produce import create_topic, produce
+from testkit.produce import create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

@@ -19,9 +19,9 @@ import uuid
 import pytest
 
 from kdaemon.client import Consumer, TopicPartition
-from tests.kafka.parity import by_partition, drain_until, first_difference, read_to_end
-from tests.support.java_peer import JavaProduceOps, java_consume, java_offsets_for_times, java_produce
-from tests.support.produce import TIMEOUT, Writer, create_topic, produce, produce_transactions
+from testkit.parity import by_partition, drain_until, first_difference, read_to_end
+from testkit.java_peer import JavaProduceOps, java_consume, java_offsets_for_times, java_produce
+from testkit.produce import TIMEOUT, Writer, create_topic, produce, produce_transactions
 
 pytestmark = pytest.mark.kafka
 

@@ -36,8 +36,8 @@ import pytest
 from kdaemon.client import AuthenticationError, Consumer, TopicPartition
 from kdaemon.protocol.apis import METADATA, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from kdaemon.protocol.connection import KafkaConnection
-from tests.support.apache_kafka import HOST, REAUTH_MS, SASL_USERS, KafkaCluster
-from tests.support.produce import Writer, create_topic, produce
+from testkit.apache_kafka import HOST, REAUTH_MS, SASL_USERS, KafkaCluster
+from testkit.produce import Writer, create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

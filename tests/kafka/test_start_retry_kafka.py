@@ -11,8 +11,8 @@ import socket
 
 import pytest
 
-from tests.support import apache_kafka
-from tests.support.wire import request
+from testkit import apache_kafka
+from testkit.wire import request
 from kdaemon.protocol.apis import METADATA
 
 
@@ -62,7 +62,7 @@ def test_a_start_that_fails_for_another_reason_is_not_retried(tmp_path, monkeypa
 
 
 def test_listen_ports_lie_below_the_ephemeral_range():
-    from tests.support.ports import listen_port
+    from testkit.ports import listen_port
     low, high = (int(x) for x in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
     ports = {listen_port() for _ in range(20)}
     assert len(ports) == 20 and all(p < low for p in ports)

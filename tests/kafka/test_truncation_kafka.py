@@ -19,7 +19,7 @@ restarts, so the scenario runs once per module and the tests read its outcome):
 4. The old leader comes back, truncates its log to match and follows; five more records are read
    by everyone: nobody stalls.
 
-The Java KafkaConsumer (bench/java/KafkaPeer.java) runs the same scenario with ``earliest`` and
+The Java KafkaConsumer (testkit/java/KafkaPeer.java) runs the same scenario with ``earliest`` and
 with ``none``; its records and its exception are compared with kdaemon's.
 """
 
@@ -39,11 +39,11 @@ from kdaemon.client.types import OffsetAndMetadata
 from kdaemon.protocol.apis import FETCH, METADATA
 from kdaemon.protocol.apis.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from kdaemon.protocol.records import RecordSetReader
-from tests.support.apache_kafka import (HOST, KafkaCluster, java_binary,
+from testkit.apache_kafka import (HOST, KafkaCluster, java_binary,
                                         kafka_classpath, start_or_fail)
-from tests.support.java_peer import JavaConsumerProcess
-from tests.support.produce import Record, create_topic, produce
-from tests.support.wire import request
+from testkit.java_peer import JavaConsumerProcess
+from testkit.produce import Record, create_topic, produce
+from testkit.wire import request
 
 pytestmark = pytest.mark.kafka
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kdaemon.config import dump_toml
-from tests.daemon.harness import HOST, free_port, kdaemon_command, wait_for
+from testkit.daemon import HOST, free_port, kdaemon_command, wait_for
 
 
 def _config(root: Path, *, bootstrap: str, group: str | None = "lagx-group", **daemon) -> Path:

@@ -38,9 +38,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.daemon.harness import HOST, Daemon, daemon_config, free_port, kdaemon_command, wait_for
+from testkit.daemon import HOST, Daemon, daemon_config, free_port, kdaemon_command, wait_for
 from tests.monitoring.test_monitoring_rules import ALERTS, alert_rules, dashboard_queries
-from tests.support.produce import Writer, committed_offsets, create_topic, paced
+from testkit.produce import Writer, committed_offsets, create_topic, paced
 
 PROMETHEUS = shutil.which("prometheus")
 

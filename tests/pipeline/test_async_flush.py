@@ -16,7 +16,7 @@ import pytest
 from kdaemon.config import parse
 from kdaemon.worker.build import PipelineParts
 from kdaemon.worker.pipeline import Worker
-from tests.pipeline.support import TOPIC, TP, ScriptedConsumer
+from testkit.pipeline import TOPIC, TP, ScriptedConsumer
 
 BATCH = 30   # the sink wants a flush at this many buffered records
 

@@ -4,7 +4,7 @@ JSON lines under ``<state_dir>/dlq``, durably, before their offsets are committe
 here also names the json value deserializer: the default, ``bytes``, cannot fail.)
 
 First the daemon's own Worker, pipeline parts built from the minimal file (the json plugin, the
-real jsonl DLQ) and the scripted one-partition consumer of tests/pipeline/support.py, whose
+real jsonl DLQ) and the scripted one-partition consumer of testkit/pipeline.py, whose
 every commit is checked against what the DLQ files hold at that moment; then ``kdaemon run``
 against a real broker (Tansu).
 """
@@ -24,8 +24,8 @@ from kdaemon.config import load
 from kdaemon.worker.build import build_pipeline_parts
 from kdaemon.worker.main import load_plugins
 from kdaemon.worker.pipeline import Worker
-from tests.pipeline.support import TOPIC, ScriptedConsumer
-from tests.support.produce import committed_offsets, create_topic, produce
+from testkit.pipeline import TOPIC, ScriptedConsumer
+from testkit.produce import committed_offsets, create_topic, produce
 
 MINIMAL = """\
 [kafka]

@@ -3,7 +3,7 @@ recovery from sink failures follows it.
 
 The table is checked against the transitions written out here (a change to it must change this
 test too), every pair outside it must raise, and a real ``Delivery`` is driven through the
-retry and rewind paths with the scripted one-partition consumer of tests/pipeline/support.py
+retry and rewind paths with the scripted one-partition consumer of testkit/pipeline.py
 (which checks every commit against what was durable) and a sink whose failures the test
 switches on and off (the faults a real sink cannot be made to produce on
 demand).
@@ -20,7 +20,7 @@ from kdaemon.worker.build import PipelineParts
 from kdaemon.worker.modes import (PAUSED_MODES, TRANSITIONS, DeliveryModes, Event,
                                      IllegalDeliveryTransition, Mode)
 from kdaemon.worker.pipeline import Worker
-from tests.pipeline.support import TOPIC, TP, ScriptedConsumer
+from testkit.pipeline import TOPIC, TP, ScriptedConsumer
 
 M, E = Mode, Event
 

@@ -1,6 +1,6 @@
 """kdaemon/worker/memory.py: the budget's shares reach the consumer and the sink, and the watch
 gives memory back and says so when the RSS is above the budget.  The RSS the budget holds
-under a stalled sink is measured by bench/stall.py (docs/RELIABILITY.md)."""
+under a stalled sink is measured by testkit/stall/run.py (docs/RELIABILITY.md)."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ import pytest
 from kdaemon.client import Consumer, TopicPartition
 from kdaemon.config import dump_toml
 from kdaemon.sinks.encoding import decode_data
-from tests.support.produce import create_topic, produce
+from testkit.produce import create_topic, produce
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -105,7 +105,7 @@ class Produced:
 
 def record(i: int, partition: int, kind: str, timestamp: int, value: bytes | None = None,
            **fields) -> tuple:
-    """(key, value, headers, timestamp) for tests.support.produce; the value is JSON unless given."""
+    """(key, value, headers, timestamp) for testkit.produce; the value is JSON unless given."""
     if value is None:
         value = json.dumps({"id": i, "partition": partition, "type": kind, "note": MARKER, **fields},
                            separators=(",", ":")).encode()

@@ -2,11 +2,11 @@
 
 confluent-kafka (librdkafka) produces, a real Tansu broker stores and serves, and kdaemon fetches
 the raw record sets with its own ApiVersions / Metadata / Fetch codec over a plain socket
-(``tests/support/ourfetch.py``) and decodes them with ``RecordSetReader``, once with the C record
+(``testkit/ourfetch.py``) and decodes them with ``RecordSetReader``, once with the C record
 loop and once with the pure-Python one.  The reference for every field is what confluent-kafka's
 consumer returns for the same offsets, and, where the test chose the value, what was produced.
 
-What Tansu does that shapes these tests (see ``tests/support/tansu.py``):
+What Tansu does that shapes these tests (see ``testkit/tansu.py``):
 
 * Its high watermark is not to be trusted as the log end, so every fetch loop stops on the
   offsets the delivery reports gave, never on the watermark.
@@ -35,12 +35,12 @@ from kdaemon.protocol.apis.metadata import METADATA
 from kdaemon.protocol.header_match import HeaderRule, HeaderRules
 from kdaemon.protocol.records import ConsumerRecord, RecordSetReader
 from kdaemon.protocol.versions import broker_ranges, choose_version
-from tests.support.ourfetch import (READ_COMMITTED, SOFTWARE, BrokerConnection, FetchRound,
+from testkit.ourfetch import (READ_COMMITTED, SOFTWARE, BrokerConnection, FetchRound,
                                     PartitionLeader, api_version_ranges, fetch_request,
                                     fetch_until, find_leader, metadata_request)
-from tests.support.produce import (CODECS, TIMEOUT, ConsumedRecord, Record, Writer, consume_all,
+from testkit.produce import (CODECS, TIMEOUT, ConsumedRecord, Record, Writer, consume_all,
                                    create_topic, produce, write_all)
-from tests.support.rawfetch import RawBatch, fetch_raw, split_batches
+from testkit.rawfetch import RawBatch, fetch_raw, split_batches
 
 pytestmark = pytest.mark.broker
 

@@ -1,4 +1,4 @@
-"""``schema_registry``: one Apicurio Registry for the session (tests/support/schema_registry.py),
+"""``schema_registry``: one Apicurio Registry for the session (testkit/schema_registry.py),
 in-memory, Confluent's API at ``.ccompat_url``; its log is printed under a failed test that used it (tests/conftest.py).
 Tests register their own uniquely named subjects."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.schema_registry import RegistryUnavailable, SchemaRegistryServer, start_registry
+from testkit.schema_registry import RegistryUnavailable, SchemaRegistryServer, start_registry
 
 
 @pytest.fixture(scope="session")

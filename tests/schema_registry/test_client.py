@@ -13,7 +13,7 @@ from kdaemon_schema_registry.errors import (RegistryError, RegistryUnavailable, 
                                             SchemaRegistryError)
 from kdaemon_schema_registry.settings import registry_settings
 from tests.schema_registry.helpers import FakeRegistry
-from tests.support.secure import make_pki, openssl_available, server_context
+from testkit.secure import make_pki, openssl_available, server_context
 
 SCHEMA = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "int"}]}
 

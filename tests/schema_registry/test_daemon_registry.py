@@ -27,9 +27,9 @@ from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kdaemon.sinks.encoding import decode_data
-from tests.daemon.harness import Daemon, daemon_config, wait_for
+from testkit.daemon import Daemon, daemon_config, wait_for
 from tests.schema_registry.helpers import wire
-from tests.support.produce import committed_offsets, create_topic, high_watermarks, produce
+from testkit.produce import committed_offsets, create_topic, high_watermarks, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

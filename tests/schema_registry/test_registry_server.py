@@ -2,7 +2,7 @@
 own AvroSerializer decode into exactly the objects it was given; an unknown id, a registry that
 hangs and one that is gone reach the deserialize-error policy with a clear error.
 
-Needs Java and Maven (the registry comes from Maven Central, tests/support/schema_registry.py)
+Needs Java and Maven (the registry comes from Maven Central, testkit/schema_registry.py)
 and takes ~25 s to start the registry once per session."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 import kdaemon_schema_registry as sr
 from kdaemon.worker.pipeline import WorkerStop
 from tests.schema_registry.helpers import consumer_records, deserialize_stage, wire
-from tests.support.ports import listen_port
+from testkit.ports import listen_port
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,7 @@ def _start_reader():
 
     from kdaemon.sinks.spark import delta, iceberg
     from kdaemon.sinks.spark.writer import merged_conf
-    from tests.spark.support import fresh_jvm
+    from testkit.spark import fresh_jvm
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # only loopback, whatever the host name says
     fresh_jvm()   # one with Delta's and Iceberg's jars
     builder = SparkSession.builder

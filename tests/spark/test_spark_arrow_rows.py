@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.spark.support import requires_spark
+from testkit.spark import requires_spark
 
 requires_spark()
 

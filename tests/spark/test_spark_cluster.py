@@ -1,5 +1,5 @@
 """The Spark sink on a real cluster: a standalone master with two workers, and a Spark Connect
-server, started from the pyspark distribution (tests/support/spark_cluster.py), on Apache Kafka.
+server, started from the pyspark distribution (testkit/spark_cluster.py), on Apache Kafka.
 
 Each test produces with confluent-kafka, runs ``kdaemon run`` with the uploader's master set to
 ``spark://`` or ``sc://``, SIGKILLs the uploader once after its first upload (the supervisor
@@ -23,9 +23,9 @@ import time
 import pytest
 
 from kdaemon.sinks.spark import iceberg, tables
-from tests.spark.support import (Produced, SparkDaemon, assert_exact, make_record, new_topic, produce,
+from testkit.spark import (Produced, SparkDaemon, assert_exact, make_record, new_topic, produce,
                                  read_output, requires_spark, spark_config, wait_for)
-from tests.support.spark_cluster import start_connect, start_standalone
+from testkit.spark_cluster import start_connect, start_standalone
 
 requires_spark()
 

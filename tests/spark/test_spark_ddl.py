@@ -270,7 +270,7 @@ MUST_PARSE += [
 
 @pytest.fixture
 def session(request):
-    from tests.spark.support import requires_spark
+    from testkit.spark import requires_spark
     requires_spark()
     spark = request.getfixturevalue("spark")
     # Spark's parser reads the settings of the JVM thread's active session, which may still be an

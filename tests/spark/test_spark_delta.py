@@ -11,7 +11,7 @@ import os
 import pytest
 
 from kdaemon.sinks.spark import delta, delta_log
-from tests.spark.support import check_unfinished_uploads_settle, requires_spark
+from testkit.spark import check_unfinished_uploads_settle, requires_spark
 
 requires_spark()
 

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from kdaemon.sinks.spark import arrow_rows, delta, delta_commit, delta_log, staged
-from tests.spark.support import requires_spark
+from testkit.spark import requires_spark
 
 requires_spark()
 

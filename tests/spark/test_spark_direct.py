@@ -16,7 +16,7 @@ import pytest
 
 from kdaemon.sinks.spark import delta_log, iceberg, iceberg_meta, staged, tables
 from kdaemon.sinks.spark.writer import SparkWriter
-from tests.spark.support import fresh_jvm, requires_spark
+from testkit.spark import fresh_jvm, requires_spark
 
 requires_spark()
 

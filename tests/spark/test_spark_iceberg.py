@@ -16,7 +16,7 @@ import pytest
 from kdaemon.sinks.spark import iceberg, iceberg_meta, layout
 from kdaemon.sinks.spark.uploader import Uploader
 from kdaemon.sinks.spark.writer import SparkWriter
-from tests.spark.support import check_unfinished_uploads_settle, fresh_jvm, requires_spark, staged_request
+from testkit.spark import check_unfinished_uploads_settle, fresh_jvm, requires_spark, staged_request
 
 requires_spark()
 

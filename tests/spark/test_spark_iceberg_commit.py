@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kdaemon.sinks.spark import arrow_rows, iceberg, iceberg_commit, iceberg_files, iceberg_meta, staged
-from tests.spark.support import fresh_jvm, requires_spark
+from testkit.spark import fresh_jvm, requires_spark
 
 requires_spark()
 

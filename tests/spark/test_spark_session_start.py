@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.spark.support import requires_spark
+from testkit.spark import requires_spark
 
 requires_spark()
 

@@ -19,7 +19,7 @@ import time
 import psutil
 import pytest
 
-from tests.spark.support import (Produced, SizeSampler, SparkDaemon, assert_exact, make_record, new_topic,
+from testkit.spark import (Produced, SizeSampler, SparkDaemon, assert_exact, make_record, new_topic,
                                  produce, read_output, requires_spark, spark_config, wait_for)
 
 requires_spark()

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from kdaemon.sinks.spark import tables
-from tests.spark.support import (SizeSampler, SparkDaemon, make_record, new_topic, produce, Produced,
+from testkit.spark import (SizeSampler, SparkDaemon, make_record, new_topic, produce, Produced,
                                  read_output, requires_spark, row_key, spark_config, assert_exact,
                                  committed, ts_of)
 

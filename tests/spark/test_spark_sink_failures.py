@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.spark.support import (Produced, SizeSampler, SparkDaemon, assert_exact, committed, make_record,
+from testkit.spark import (Produced, SizeSampler, SparkDaemon, assert_exact, committed, make_record,
                                  new_topic, produce, read_output, requires_spark, spark_config)
 
 requires_spark()

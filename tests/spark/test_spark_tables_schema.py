@@ -13,7 +13,7 @@ import pytest
 from kdaemon.sinks.spark import tables
 from kdaemon.sinks.spark.uploader import Uploader
 from kdaemon.sinks.spark.writer import SchemaMismatch
-from tests.spark.support import fresh_jvm, requires_spark, staged_request
+from testkit.spark import fresh_jvm, requires_spark, staged_request
 
 requires_spark()
 

@@ -1,4 +1,4 @@
-"""The stall run of bench/stall.py, reduced: 60,000 records and a 20 s stall per sink fault.
+"""The stall run of testkit/stall/run.py, reduced: 60,000 records and a 20 s stall per sink fault.
 
 Each fault must really have taken the sink away (each worker logged "sink unavailable" and,
 once it was back, "sink available again", as often), the workers must have waited as invariant
@@ -7,19 +7,19 @@ delivered before the sink came back), every worker's RSS must have stayed within
 budget (``[daemon] memory_budget_mb``) during the stall and the recovery, and the output must
 hold every produced (partition, offset) exactly once.  Nothing here is timed: how long the
 recovery took, and the CPU-seconds of the stall, are figures of the full run
-(``bench/stall.py``, two million records and ten minutes; docs/RELIABILITY.md), not assertions.
+(``testkit/stall/run.py``, two million records and ten minutes; docs/RELIABILITY.md), not assertions.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from bench.stall import BUDGET_MB, StallOptions, print_result, run_stall
+from testkit.stall.run import BUDGET_MB, StallOptions, print_result, run_stall
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 # Enough that records still wait when the workers pause (the Spark scenarios flush at 20,000
-# records a worker: bench/_stall_faults.py SPARK_BATCH), so "nothing polled while paused" is
+# records a worker: testkit/stall/faults.py SPARK_BATCH), so "nothing polled while paused" is
 # about records that were there to poll.
 RECORDS = 60_000
 STALL_S = 20.0
@@ -32,7 +32,7 @@ STALL_S = 20.0
 ])
 def test_stall_reduced(kafka, tmp_path, fault):
     if fault.startswith("spark"):
-        from tests.spark.support import requires_spark
+        from testkit.spark import requires_spark
         requires_spark()
     result = run_stall(StallOptions(fault=fault, records=RECORDS, stall_s=STALL_S, workdir=tmp_path,
                                     bootstrap=kafka.bootstrap))

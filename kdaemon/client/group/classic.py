@@ -38,7 +38,7 @@ from .release import KIP345_LEAVE, leave_group_request
 from .state import MemberEvent, MemberState
 
 # The membership's log lines keep the name they had before the split into modules: operators'
-# log filters (and tests/daemon/harness.py, which counts "joined generation" lines) match on it.
+# log filters (and testkit/daemon.py, which counts "joined generation" lines) match on it.
 log = logging.getLogger("kdaemon.client.group.coordinator")
 
 # JoinGroup errors no retry mends: the configuration must change.

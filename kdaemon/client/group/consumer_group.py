@@ -68,7 +68,7 @@ from .reconcile import owned_by_topic_id, plan, resolve_target
 from .state import MemberEvent, MemberState
 
 # The logger and the join line are the classic membership's ("group <g>: joined generation <n>"),
-# the generation being the member epoch: operators' log filters and tests/daemon/harness.py count
+# the generation being the member epoch: operators' log filters and testkit/daemon.py count
 # joins by them whichever protocol the daemon chose.
 log = logging.getLogger("kdaemon.client.group.coordinator")
 
