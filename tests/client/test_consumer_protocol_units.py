@@ -2,7 +2,7 @@
 request logic, and the membership driven through scripted coordinator answers (errors Kafka
 will not produce on demand: UNRELEASED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED, a stale epoch on a
 commit racing a heartbeat, a coordinator loading).  The Kafka suite is
-tests/kafka/test_consumer_protocol_basic_kafka.py."""
+tests/client/test_consumer_protocol_basic_kafka.py."""
 
 from __future__ import annotations
 

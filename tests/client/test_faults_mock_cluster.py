@@ -16,7 +16,7 @@ What the mock cluster (librdkafka 2.16) does not do, and how that shapes the tes
 * no fetch sessions: it answers every Fetch with session id 0, so the consumer stays on full
   fetches (checked below); incremental sessions are tested in test_fetch_session.py;
 * no ListOffsets by timestamp: any timestamp gets offset -1, so offsets_for_times is tested
-  against Apache Kafka's time index instead (tests/kafka/test_offsets_for_times_kafka.py);
+  against Apache Kafka's time index instead (tests/client/test_offsets_for_times_kafka.py);
 * injected Fetch errors are set on the whole response (the top-level error code), not on one
   partition; a partition-level NOT_LEADER_OR_FOLLOWER comes from really moving the leader;
 * flexible Metadata responses carry one trailing byte too many (the client logs and ignores it).

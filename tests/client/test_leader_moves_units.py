@@ -1,5 +1,5 @@
 """What the client does when a partition's leader moves, found against a three-node Apache Kafka
-(tests/kafka/test_cluster_faults_kafka.py) and pinned here without a broker.
+(tests/client/test_cluster_faults_kafka.py) and pinned here without a broker.
 
 1. A killed leader is never asked anything again, so no error says its partitions moved: the
    metadata must refresh because its connection failed (Java: ``handleServerDisconnect``).

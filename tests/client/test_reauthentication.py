@@ -1,6 +1,6 @@
 """KIP-368 re-authentication of one BrokerConnection, against a scripted broker on a local socket.
 
-The Apache Kafka suite (tests/kafka/test_security_kafka.py) shows connections surviving many
+The Apache Kafka suite (tests/client/test_security_kafka.py) shows connections surviving many
 session lifetimes on a real broker; this one pins down the order on the wire, which a real broker
 cannot be made to show deterministically: once re-authentication is due, no request goes out
 until the requests in flight are answered, then SaslHandshake and SaslAuthenticate go out alone,

@@ -5,7 +5,7 @@ Pure, no broker, no sockets: the state machine of ``kdaemon/client/validation.py
 sends, and the epoch a position carries after draining real record batches.  Last, one test on
 librdkafka's mock cluster, which has no OffsetForLeaderEpoch: validation is skipped there, not
 waited for.  The Kafka side (an unclean election that truncates a log under a consumer) is
-tests/kafka/test_truncation_kafka.py.
+tests/client/test_truncation_kafka.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The pure part (``choose_group_protocol``) is fed ApiVersions answers encoded and
 own codec, so the tagged ``finalized_features`` field is read as it comes off the wire.  The
 probe itself runs against the real Tansu broker here (no API 68 there: "auto" is classic, and
 a daemon started with "auto" logs that, with the reason); the Apache Kafka side ("auto" is
-consumer) is in tests/kafka/test_daemon_consumer_protocol_kafka.py.
+consumer) is in tests/worker/test_daemon_consumer_protocol_kafka.py.
 """
 
 from __future__ import annotations

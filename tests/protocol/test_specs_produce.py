@@ -1,7 +1,7 @@
 """Produce (key 0) and InitProducerId (key 22) specs: round trips at every version, and frames
 built by hand with ``struct.pack`` from the layouts in Kafka's ``ProduceRequest.json``,
 ``ProduceResponse.json`` and ``InitProducerId*.json`` (not from our spec).  Against Kafka 4.4
-itself, every version round-trips byte for byte in tests/kafka/test_protocol_kafka.py."""
+itself, every version round-trips byte for byte in tests/protocol/test_protocol_kafka.py."""
 
 from __future__ import annotations
 

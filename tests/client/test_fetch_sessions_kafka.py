@@ -32,7 +32,7 @@ from kdaemon.client.types import TopicPartition
 from kdaemon.protocol import messages
 from kdaemon.protocol.apis import FETCH
 from kdaemon.protocol.errors import Errors
-from tests.kafka.test_protocol_kafka import CLIENT_ID, Recorder, Wire, observed_consumer
+from tests.protocol.test_protocol_kafka import CLIENT_ID, Recorder, Wire, observed_consumer
 from testkit.apache_kafka import start_or_fail
 from testkit.produce import create_topic, produce
 
