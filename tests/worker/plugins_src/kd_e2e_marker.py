@@ -1,5 +1,5 @@
 """A kdaemon plugin (entry point ``e2e_marker``) whose import leaves a trace: it writes the file
-named by ``KD_E2E_MARKER_FILE``.  tests/pipeline/test_pipeline_e2e.py installs it (a dist-info
+named by ``KD_E2E_MARKER_FILE``.  tests/worker/test_pipeline_e2e.py installs it (a dist-info
 on PYTHONPATH) and checks that kdaemon never imports it unless ``plugins`` lists it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fault injection for tests/pipeline/test_pipeline_e2e.py: a kdaemon plugin that misbehaves on
+"""Fault injection for tests/worker/test_pipeline_e2e.py: a kdaemon plugin that misbehaves on
 purpose.  The test copies this file into a temporary directory with a dist-info whose
 ``entry_points.txt`` names it (entry point ``e2e_faults``), and puts that directory on the
 daemon's PYTHONPATH, so kdaemon finds it exactly like an installed third-party plugin.

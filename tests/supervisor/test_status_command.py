@@ -148,9 +148,9 @@ def test_status_says_which_socket_it_tried_when_no_daemon_answers(tmp_path):
 
 
 def test_status_names_the_sinks_companion_processes(broker, tmp_path):
-    """The probe companion of tests/daemon/test_companions.py (a plugin loaded by path): its name
-    and the pid the supervisor started it with."""
-    from tests.daemon.test_companions import _setup
+    """The probe companion of tests/supervisor/test_companions.py (a plugin loaded by path): its
+    name and the pid the supervisor started it with."""
+    from tests.supervisor.test_companions import _setup
     topic = f"status-comp-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic, partitions=1)
     config, env, _ = _setup(tmp_path, broker.bootstrap, topic)
