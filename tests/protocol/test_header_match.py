@@ -254,7 +254,7 @@ BAD_TABLES = [
 ]
 # Not here: a value of the wrong TOML type ("values = [1]"), which the daemon's loader reports
 # before the rule's own checks, as every type problem: "filters[0].values[0]: expected a string,
-# found integer 1" (tests/unit/test_config_types.py).
+# found integer 1" (tests/config/test_config_types.py).
 
 
 @pytest.mark.parametrize("table, field, text", BAD_TABLES)

@@ -1,6 +1,6 @@
 """``kdaemon lag-exporter`` without a broker: what it refuses, and that it keeps serving /metrics,
 saying that its polls fail, while no broker answers.  Its readings on Apache Kafka, through a real
-Prometheus, are in test_prometheus_live.py.
+Prometheus, are in tests/monitoring/test_prometheus_live.py.
 """
 
 from __future__ import annotations
