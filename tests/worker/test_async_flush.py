@@ -3,8 +3,8 @@ it keeps consuming while a batch is made durable, commits a batch's positions on
 batch is confirmed, keeps one flush in flight at most, and rewinds after a failed one.
 
 The consumer and the sink are scripted so the test decides when a confirmation arrives; the
-Spark sink's own handle is tested against a stand-in uploader in tests/spark, and the whole path
-with real PySpark and a real broker in tests/spark/test_spark_e2e.py.
+Spark sink's own handle is tested against a stand-in uploader in tests/sinks/spark, and the whole
+path with real PySpark and a real broker in tests/sinks/spark/test_spark_sink_e2e.py.
 """
 
 from __future__ import annotations

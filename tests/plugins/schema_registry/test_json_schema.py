@@ -10,7 +10,7 @@ import pytest
 
 import kdaemon_schema_registry as sr
 from kdaemon_schema_registry.errors import SchemaDecodeError, SchemaNotFound
-from tests.schema_registry.helpers import FakeRegistry, consumer_records, deserialize_stage, wire
+from tests.plugins.schema_registry.helpers import FakeRegistry, consumer_records, deserialize_stage, wire
 
 ADDRESS = {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "integer"}},
            "required": ["city"]}

@@ -19,7 +19,7 @@ from kdaemon.sinks.spark.resume import resume_point, resume_points  # noqa: E402
 from kdaemon.sinks.spark.staging import SparkSink  # noqa: E402
 from kdaemon.sinks.spark.uploader import Uploader  # noqa: E402
 from kdaemon.sinks.spark.wire import ResumeQuery, UploadReply, UploadRequest  # noqa: E402
-from tests.spark.test_spark_sink_rules import TOPIC, FakeWriter, _records, _stage  # noqa: E402
+from tests.sinks.spark.test_spark_sink_rules import TOPIC, FakeWriter, _records, _stage  # noqa: E402
 
 
 @pytest.mark.parametrize("ranges, start, expected", [

@@ -12,7 +12,7 @@ from kdaemon_schema_registry.client import SchemaReference, SchemaRegistryClient
 from kdaemon_schema_registry.errors import (RegistryError, RegistryUnavailable, SchemaNotFound,
                                             SchemaRegistryError)
 from kdaemon_schema_registry.settings import registry_settings
-from tests.schema_registry.helpers import FakeRegistry
+from tests.plugins.schema_registry.helpers import FakeRegistry
 from testkit.secure import make_pki, openssl_available, server_context
 
 SCHEMA = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "int"}]}

@@ -30,7 +30,7 @@ from kdaemon.client.config import ConsumerConfig
 from kdaemon.client.producer import Producer, ProducerSettings
 from kdaemon.protocol.apis import PRODUCE
 from testkit.daemon import Daemon, daemon_config, wait_for
-from tests.dlq.readback import read_topic
+from tests.client.readback import read_topic
 from testkit.apache_kafka import KafkaCluster, start_or_fail
 from testkit.kafka_capture import KafkaCapture
 from testkit.produce import Writer, committed_offsets, create_topic, produce

@@ -14,8 +14,9 @@ import kdaemon_schema_registry as sr
 from kdaemon.testing import make_record, run_plugin
 from kdaemon_schema_registry.errors import SchemaDecodeError, SchemaNotFound, WireFormatError
 from kdaemon_schema_registry.protobuf import message_to_dict
-from tests.schema_registry.helpers import (EMPTY_ORDER, FULL_ORDER, FakeRegistry, consumer_records,
-                                           deserialize_stage, full_order, proto_source, protobuf_wire, wire)
+from tests.plugins.schema_registry.helpers import (EMPTY_ORDER, FULL_ORDER, FakeRegistry, consumer_records,
+                                                   deserialize_stage, full_order, proto_source, protobuf_wire,
+                                                   wire)
 
 COMMON, SHOP = "kdaemon_tests/common.proto", "kdaemon_tests/shop.proto"
 COMMON_REF = [{"name": COMMON, "subject": "common", "version": 1}]

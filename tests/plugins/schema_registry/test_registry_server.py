@@ -23,7 +23,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 import kdaemon_schema_registry as sr
 from kdaemon.worker.pipeline import WorkerStop
-from tests.schema_registry.helpers import consumer_records, deserialize_stage, wire
+from tests.plugins.schema_registry.helpers import consumer_records, deserialize_stage, wire
 from testkit.ports import listen_port
 
 pytestmark = pytest.mark.slow

@@ -23,5 +23,5 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> SchemaRegistryS
 @pytest.fixture(scope="session")
 def pb2(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The test .proto files (protos/) compiled by protoc into imported _pb2 modules."""
-    from tests.schema_registry.helpers import compile_protos
+    from tests.plugins.schema_registry.helpers import compile_protos
     return compile_protos(tmp_path_factory.mktemp("pb2"))

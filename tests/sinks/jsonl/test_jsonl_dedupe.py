@@ -56,7 +56,7 @@ def crash_after_flush(d: Path, offsets: range, *, drop_index: bool = False) -> N
         os._exit(0)
     """)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60,
-                   cwd=Path(__file__).resolve().parents[2])
+                   cwd=Path(__file__).resolve().parents[3])
 
 
 @pytest.mark.parametrize("drop_index", [False, True], ids=["index", "no index: the file is read"])

@@ -1,4 +1,5 @@
-"""Reading a topic back whole with confluent-kafka (librdkafka), for the DLQ tests."""
+"""Reading a topic back whole with confluent-kafka (librdkafka), for the producer's tests here
+(test_producer_mock.py) and the Kafka DLQ's (tests/sinks/kafka_dlq/test_kafka_dlq_kafka.py)."""
 
 from __future__ import annotations
 

@@ -3,10 +3,10 @@ what the uploader reads with it, value for value, and a damaged file is refused 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -121,7 +121,7 @@ def test_a_worker_stages_a_batch_without_importing_pyarrow(tmp_path):
         print(sorted(m for m in sys.modules if m.split(".")[0] == "pyarrow"))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+                         cwd=Path(__file__).resolve().parents[3])
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     assert staged.read(str(tmp_path / "x.staged")).num_rows == 10

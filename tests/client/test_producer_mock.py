@@ -22,7 +22,7 @@ from kdaemon.client.errors import UnknownTopicError
 from kdaemon.client.partitioner import Partitioner, murmur2, to_positive
 from kdaemon.client.producer import Producer, ProduceError, ProducerSettings
 from kdaemon.protocol.errors import Errors
-from tests.dlq.readback import read_topic
+from tests.client.readback import read_topic
 
 PARTITIONS = 3
 ERR_TRANSPORT = -195   # librdkafka's RD_KAFKA_RESP_ERR__TRANSPORT: the mock closes the connection

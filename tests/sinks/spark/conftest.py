@@ -1,7 +1,7 @@
 """Fixtures of the Spark sink tests: a SparkSession (local mode) to read the output back.
 
 Each test module skips itself, not fails, without PySpark or a Java runtime
-(``support.requires_spark``): the spark extra is optional (``pip install -e '.[spark]'``).
+(``testkit.spark.requires_spark``): the spark extra is optional (``pip install -e '.[spark]'``).
 """
 
 from __future__ import annotations

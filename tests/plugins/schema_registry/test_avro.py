@@ -16,8 +16,8 @@ from kdaemon.testing import make_record, run_plugin
 from kdaemon.worker.pipeline import WorkerStop
 from kdaemon_schema_registry.errors import (RegistryUnavailable, SchemaDecodeError, SchemaNotFound,
                                             WireFormatError)
-from tests.schema_registry.helpers import (FakeRegistry, avro_bytes, consumer_records, deserialize_stage,
-                                           wire)
+from tests.plugins.schema_registry.helpers import (FakeRegistry, avro_bytes, consumer_records, deserialize_stage,
+                                                   wire)
 
 USER = {"type": "record", "name": "User", "namespace": "acme", "fields": [
     {"name": "id", "type": "long"},

@@ -226,7 +226,7 @@ def test_random_types_rendered_as_ddl_parse_back(seed):
 
 # The schemas of the Spark tests and benches (value_schema, SCHEMA = ..., createDataFrame).
 PROJECT_SCHEMAS = [
-    DIRECT_SCHEMA,   # tests/spark/test_spark_direct.py
+    DIRECT_SCHEMA,   # tests/sinks/spark/test_spark_direct.py
     "id BIGINT, kind STRING, amount DOUBLE, tags ARRAY<STRING>",   # test_spark_sink_e2e.py
     "id BIGINT", "id BIGINT, kind STRING", "id STRING, kind STRING",   # test_spark_tables_schema.py
     "a INT",   # test_spark_sink_rules.py

@@ -28,7 +28,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kdaemon.sinks.encoding import decode_data
 from testkit.daemon import Daemon, daemon_config, wait_for
-from tests.schema_registry.helpers import wire
+from tests.plugins.schema_registry.helpers import wire
 from testkit.produce import committed_offsets, create_topic, high_watermarks, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

@@ -23,8 +23,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 import kdaemon_schema_registry as sr
 from kdaemon_schema_registry.protobuf import message_to_dict
-from tests.schema_registry.helpers import (FULL_ORDER, consumer_records, deserialize_stage, full_order, proto_source,
-                                           protobuf_wire, wire)
+from tests.plugins.schema_registry.helpers import (FULL_ORDER, consumer_records, deserialize_stage, full_order,
+                                                   proto_source, protobuf_wire, wire)
 
 pytestmark = pytest.mark.slow
 
