@@ -49,10 +49,10 @@ from .schema import key_path, toml_key, toml_string, toml_type, toml_value
 
 PREFIX = "KDAEMON_"
 # kdaemon's own variables that are not configuration: where jars and test brokers are cached
-# (kdaemon.sinks.spark.jars, tests/support), the pure-Python record loop
+# (kdaemon.sinks.spark.jars, testkit/), the pure-Python record loop
 # (kdaemon.protocol.record_loop), a companion's arguments (kdaemon.supervisor.companion_run); and
 # those of the benchmark and fuzzing tools.  Their modules sit in layers that cannot import this
-# one, so the names are repeated here; tests/unit/test_env_overrides.py fails when kdaemon,
+# one, so the names are repeated here; tests/config/test_env_overrides.py fails when kdaemon,
 # bench/ or fuzz/ use a KDAEMON_ variable this list does not cover.
 NOT_CONFIGURATION = frozenset({"KDAEMON_CACHE", "KDAEMON_PURE_PYTHON", "KDAEMON_COMPANION"})
 NOT_CONFIGURATION_PREFIXES = ("KDAEMON_BENCH_", "KDAEMON_FUZZ_")

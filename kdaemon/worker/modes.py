@@ -25,7 +25,7 @@ state.
   the sink are possible, losses are not).
 
 The table is apart from kdaemon/worker/delivery.py (which acts on it) so it can be read, and
-tested, on its own: tests/pipeline/test_delivery_modes.py checks every legal transition and
+tested, on its own: tests/worker/test_delivery_modes.py checks every legal transition and
 that every other pair raises.
 """
 

@@ -16,8 +16,8 @@ fetches as a follower would (``replica_id`` set, as a replica broker's fetcher d
 cache then evicts our consumer's session by its own rules.
 
 Every request and response of the consumer under test is observed through
-``NetworkClient.observers`` (see test_protocol_kafka.py), so the session ids and epochs below
-are the ones that went over the wire.
+``NetworkClient.observers`` (see tests/protocol/test_protocol_kafka.py), so the session ids and
+epochs below are the ones that went over the wire.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ injected errors were answered (a test where the error never happened would prove
 
 The mock checks sequence numbers only for transactional producers, so an append whose answer
 is lost (the retry must be taken as a duplicate) is shown on Apache Kafka instead
-(test_kafka_dlq_kafka.py)."""
+(tests/sinks/kafka_dlq/test_kafka_dlq_kafka.py)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ field the member does not repeat is sent as null (or -1), meaning "unchanged".  
 full after a join (member epoch 0), an error, a lost connection or a coordinator change: the
 coordinator we talk to may never have seen the earlier fields.  ``group_id``, ``member_id``,
 ``member_epoch`` and a static member's ``instance_id`` are in every request (Java sets the
-instance id whenever there is one; tests/kafka/test_kip848_wire_parity_kafka.py compares).
+instance id whenever there is one; tests/client/test_kip848_wire_parity_kafka.py compares).
 
 ``ConsumerHeartbeatTimer`` keeps the deadlines, as ``heartbeat.HeartbeatTimer`` does for the
 classic protocol, but the interval comes from the broker (each answer's

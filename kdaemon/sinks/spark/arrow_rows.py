@@ -22,8 +22,8 @@ to the dead letters.  The rules that make the two the same:
   line *i* of the reader's input is value *i*.  Whatever the reader refuses (a field of another
   type, a number out of range, a repeated key, a value that is not one object) is not direct:
   Spark's ``from_json`` decides those, as before.  Only the types whose JSON reading the two
-  agree on are direct (``value_arrow_type``); tests/spark/test_spark_arrow_rows.py compares the
-  two readers value by value.
+  agree on are direct (``value_arrow_type``); tests/sinks/spark/test_spark_arrow_rows.py compares
+  the two readers value by value.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ The rule: refuse when unsure.  Anything outside the subset, and anything invalid
 ``NotParsedHere``; the caller asks Spark's own parser once its JVM is up.  A refusal costs
 seconds, a wrong guess a wrong table.
 
-The subset (checked against Spark 4.1.1 by tests/spark/test_spark_ddl.py): BOOLEAN, TINYINT/BYTE,
+The subset (checked against Spark 4.1.1 by tests/sinks/spark/test_spark_ddl.py): BOOLEAN, TINYINT/BYTE,
 SMALLINT/SHORT, INT/INTEGER, BIGINT/LONG, FLOAT/REAL, DOUBLE, DECIMAL/DEC/NUMERIC [(p[, s])],
 STRING, BINARY, DATE, TIMESTAMP, TIMESTAMP_LTZ, TIMESTAMP_NTZ, ARRAY<T>, MAP<K, V>, STRUCT<...>;
 fields ``name T`` or ``name: T`` with ``NOT NULL`` and ``COMMENT 'text'``; names plain (keywords
