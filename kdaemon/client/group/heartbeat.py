@@ -92,7 +92,7 @@ class HeartbeatThread:
     """A daemon thread calling ``tick()`` until stopped: every ``min(0.1, interval / 2)``
     seconds, or sooner when ``tick`` returns the seconds until its next heartbeat is due.  A
     fixed tick alone sent each heartbeat up to 100 ms late, and under KIP-848 a newcomer's
-    partitions arrive only with its next heartbeat (bench/group_join.py --trace showed it)."""
+    partitions arrive only with its next heartbeat (bench/groups --trace showed it)."""
 
     def __init__(self, tick: Callable[[], float | None], interval: float, name: str) -> None:
         self._tick = tick

@@ -1,4 +1,4 @@
-"""bench/group_join.py's traces: the request timeline of a traced kdaemon member (``KdaemonTrace``,
+"""bench/groups' traces: the request timeline of a traced kdaemon member (``KdaemonTrace``,
 installed in the member's child process) and librdkafka's debug log turned into the same kind of
 timeline, printed by ``--trace``.
 

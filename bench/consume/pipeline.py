@@ -3,12 +3,12 @@ doing the same work by hand.
 
 Run from the repository root::
 
-    python bench/pipeline.py [--records N] [--repeats R] [--flush-ms MS] [--poll-records N] [--json PATH]
+    python bench/consume/pipeline.py [--records N] [--repeats R] [--flush-ms MS] [--poll-records N] [--json PATH]
 
 ``--records`` must be a multiple of 20 (default 1,000,000); ``--clients kdaemon aiokafka ...``
 and ``--modes filter ...`` run a subset.
 
-Input: the records of bench/consume.py (testkit/workload.py's generator and producer): a Tansu
+Input: the records of bench/consume (testkit/workload.py's generator and producer): a Tansu
 broker on a free loopback port (``testkit/common.py``), one topic of 4 partitions written by
 confluent-kafka with lz4 and large batches, each record a ~200-byte JSON value, a key and two headers, ``type`` (one
 of ten values, exactly a tenth each) and ``trace``.  Every client stops when it has counted the
@@ -43,7 +43,7 @@ exactly the target records, their ``id``s must add up to the producer's sum, and
 must hash the same for every client (so everyone wrote the same bytes).  A json-mode run must
 have decoded every record.  A run that fails a check is reported as FAILED.
 
-Timing ("steady state", as in bench/consume.py): the clock starts when the first poll that
+Timing ("steady state", as in bench/consume): the clock starts when the first poll that
 returned records has been processed and stops when the last expected record has been processed
 and the final flush + fsync returned; the records of the first poll are not counted.  Each
 client runs in a fresh child process (peak RSS is its own ``VmHWM``); repeats are interleaved
@@ -52,8 +52,8 @@ and the best is shown.
 
 from __future__ import annotations
 
-# Only the standard library at module level (and bench's _workload, _peers and _report, which
-# are stdlib-only at module level too): a child imports nothing but its own client.
+# Only the standard library at module level (and bench.peers, testkit.workload and testkit.report,
+# which are stdlib-only at module level too): a child imports nothing but its own client.
 import binascii
 import hashlib
 import json
@@ -64,11 +64,11 @@ import time
 import uuid
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench._peers import Tally, cpu_s, run_aiokafka, run_confluent, run_kafka_python  # noqa: E402
+from bench.peers import Tally, cpu_s, run_aiokafka, run_confluent, run_kafka_python  # noqa: E402
 from testkit.report import (  # noqa: E402
     arguments, banner, best, check_sources, command_line, parse, rate_ratio, table, times, write_json)
 from testkit.workload import (  # noqa: E402
@@ -159,7 +159,7 @@ def worker_kdaemon(spec: dict, tally: Tally, out: Path) -> dict:
     }
     if mode == "filter":
         raw["filters"] = [{"header": "type", "op": "equals", "value": TARGET.decode(), "action": "keep"}]
-    config = parse(raw, "<bench/pipeline.py>")
+    config = parse(raw, "<bench/consume/pipeline.py>")
     counts = [0] * PARTITIONS
 
     def on_tick(worker) -> None:  # after every step of the worker's loop
@@ -189,7 +189,7 @@ def worker_kdaemon(spec: dict, tally: Tally, out: Path) -> dict:
 
 
 def _peer_run(spec: dict, tally: Tally, out: Path, loop, work) -> dict:
-    """One peer's run through its loop in bench/_peers.py: JSON lines through a ``LineFile``,
+    """One peer's run through its loop in bench/peers.py: JSON lines through a ``LineFile``,
     fsync'ed on the clock after a poll and once more at the end (inside the clock), read back
     afterwards (filter mode); ``json.loads`` of every value (json mode)."""
     if spec["mode"] != "filter":
@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kdaemon.protocol import records as krecords
 
-    head = banner("bench/pipeline.py", accelerated=krecords.ACCELERATED, require_accelerated=True)
+    head = banner("bench/consume/pipeline.py", accelerated=krecords.ACCELERATED, require_accelerated=True)
     source = head["source"]
     print(f"poll size {args.poll_records:,} records; flush + fsync every {args.flush_ms} ms; fetch sizes "
           f"{MAX_PARTITION_FETCH_BYTES >> 20} MiB per partition, {FETCH_MAX_BYTES >> 20} MiB per request")
@@ -452,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     after = check_sources(source)
     if args.json:
         write_json(args.json, {
-            "date": head["started"].isoformat(timespec="seconds"), "command": command_line("bench/pipeline.py", argv),
+            "date": head["started"].isoformat(timespec="seconds"), "command": command_line("bench/consume/pipeline.py", argv),
             "machine": head["machine"], "versions": head["versions"], "kdaemon_source": source,
             "kdaemon_source_after": after, "accelerated": krecords.ACCELERATED, "produced": bench["produced"],
             "rows": rows, "out_sha256": bench["out_sha256"]})

@@ -1,10 +1,10 @@
-"""bench/daemon.py's daemon side: ``kdaemon run`` as a subprocess with the bench's configuration,
+"""bench/daemon's daemon side: ``kdaemon run`` as a subprocess with the bench's configuration,
 its progress read from outside (the supervisor's ``/metrics``, ``/proc`` for CPU, RSS and
-run-queue wait), and the progress curves turned into a 10-90% rate.  bench/daemon.py's peers
+run-queue wait), and the progress curves turned into a 10-90% rate.  bench/daemon's peers
 use the same rate and CPU functions on their own progress points, so both sides are measured
 alike.
 
-Only the standard library at module level: bench/daemon.py's peer children import this too.
+Only the standard library at module level: bench/daemon's peer children import this too.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from pathlib import Path
 
 from testkit.workload import FETCH_MAX_BYTES, MAX_PARTITION_FETCH_BYTES, TARGET, TOPIC
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 WINDOW = (0.10, 0.90)
 SAMPLE_S = 0.25
 STOP_TIMEOUT_S = 60.0
-PROFILE_PLUGIN = "bench._profile_plugin"   # enabled by Python path for --profile runs
-PROFILE_ENV = "KDAEMON_BENCH_PROFILE_DIR"  # where it writes the profiles (bench/_profile_plugin.py)
+PROFILE_PLUGIN = "bench.daemon.profile_plugin"   # enabled by Python path for --profile runs
+PROFILE_ENV = "KDAEMON_BENCH_PROFILE_DIR"  # where it writes the profiles (bench/daemon/profile_plugin.py)
 
 
 # -- progress → rate -----------------------------------------------------------------------------
@@ -213,7 +213,7 @@ def _children(pid: int) -> list[int]:
 
 
 # The group's session timeout.  Under the classic protocol the daemon's [kafka] session_timeout_ms;
-# under the consumer protocol the broker decides it: bench/daemon.py starts Apache Kafka with
+# under the consumer protocol the broker decides it: bench/daemon starts Apache Kafka with
 # group.consumer.session.timeout.ms set to the same, and the option is left out of the file
 # (an explicit group_protocol = "consumer" refuses it; "auto" drops it when it picks consumer).
 SESSION_TIMEOUT_MS = 6000
@@ -232,7 +232,7 @@ def write_config(path: Path, *, bootstrap: str, group: str, mode: str, workers: 
         filters = (f'[[filters]]\nheader = "type"\nop = "equals"\nvalues = ["{TARGET.decode()}"]\n'
                    'action = "keep"\n\n')
     path.write_text(f"""\
-# Written by bench/daemon.py for one run ({mode}, {workers} worker(s)).
+# Written by bench/daemon for one run ({mode}, {workers} worker(s)).
 plugins = [{plugins}]
 
 [kafka]

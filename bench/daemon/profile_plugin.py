@@ -1,8 +1,8 @@
-"""bench/daemon.py's ``--profile``: cProfile around each forked worker's whole life, through the
+"""bench/daemon's ``--profile``: cProfile around each forked worker's whole life, through the
 supervisor's process hooks (kdaemon/plugins/hookspecs.py).
 
-Enabled by Python path in the daemon's configuration (``plugins = [..., "bench._profile_plugin:"]``,
-bench/ on the daemon's ``PYTHONPATH``), with the directory for the profiles in
+Enabled by Python path in the daemon's configuration (``plugins = [..., "bench.daemon.profile_plugin:"]``,
+the repository root on the daemon's ``PYTHONPATH``), with the directory for the profiles in
 ``KDAEMON_BENCH_PROFILE_DIR``.  ``kdaemon_post_fork`` starts the profiler in the child before
 anything of the worker is built (the group join and the first fetches are in the profile, as the
 whole ``run_child`` was before); ``kdaemon_worker_exit``, the worker's last Python code (a forked
@@ -26,7 +26,7 @@ _profile = None   # this worker's profiler, set after fork
 def kdaemon_post_fork(index: int, config) -> None:
     global _profile
     if not os.environ.get(PROFILE_ENV):
-        raise RuntimeError(f"bench._profile_plugin is enabled but {PROFILE_ENV} is not set: "
+        raise RuntimeError(f"bench.daemon.profile_plugin is enabled but {PROFILE_ENV} is not set: "
                            "no directory to write the worker's profile to")
     import cProfile
     _profile = cProfile.Profile()

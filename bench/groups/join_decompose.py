@@ -1,6 +1,6 @@
-"""bench/group_join.py's decomposition of the 4 -> 5 join: where the time from the newcomer's
+"""bench/groups' decomposition of the 4 -> 5 join: where the time from the newcomer's
 first group request to the stable group goes, step by step, from the group requests and answers
-every traced kdaemon member reports live (``group`` events, bench/_join_trace.py's
+every traced kdaemon member reports live (``group`` events, bench/groups/join_trace.py's
 ``group_event``) and the members' rebalance callbacks, all on one monotonic time line.
 
 Consumer protocol (KIP-848), t0 = the newcomer's joining ConsumerGroupHeartbeat (epoch 0):
@@ -12,7 +12,7 @@ Consumer protocol (KIP-848), t0 = the newcomer's joining ConsumerGroupHeartbeat 
   interval), its revoked callback, and the heartbeat that acknowledged it (its owned
   partitions = the smaller assignment);
 * the newcomer's heartbeat that brought its partitions (when it was sent, when answered), its
-  assigned callback, and the stable moment (bench/group_join.py's definition).
+  assigned callback, and the stable moment (bench/groups' definition).
 
 Classic eager, t0 = the newcomer's first JoinGroup: for each other member, the Heartbeat answer
 that told it of the rebalance (REBALANCE_IN_PROGRESS), its JoinGroup sent and answered, its
@@ -238,7 +238,7 @@ def eager_join_by_callbacks(events: list, t_build: float, t_stable: float, newco
 
 
 # (client, protocol) -> (decomposer, steps): kdaemon's traced members report their group requests
-# and answers with content; librdkafka's are read from its debug log (bench/group_join.py).
+# and answers with content; librdkafka's are read from its debug log (bench/groups).
 DECOMPOSERS = {("kdaemon", "consumer"): (consumer_join, CONSUMER_STEPS),
                ("kdaemon", "eager"): (eager_join, EAGER_STEPS),
                ("confluent", "consumer"): (consumer_join_by_callbacks, CONSUMER_STEPS),
@@ -250,7 +250,7 @@ def decompose_from_logs(history: list, logs: dict, protocol: str, others: list[s
     """librdkafka's join decomposed: the group requests in each member's debug log (written by
     then: every member exited), put on the parent's time line by the wall clock at its build
     (its ``building`` event), beside the callbacks in ``history``."""
-    from bench._join_trace import confluent_group_requests
+    from bench.groups.join_trace import confluent_group_requests
     events = [h for h in history if h[0] <= t1 + 0.5]
     for name in others + [newcomer]:
         build = next((ev for _, who, ev in history if who == name and ev["event"] == "building"), None)

@@ -3,16 +3,16 @@ KafkaConsumer, confluent-kafka, kafka-python and aiokafka doing the same work, o
 
 Run from the repository root::
 
-    python bench/daemon.py [--broker kafka|tansu] [--records N] [--repeats R] [--profile] [--json PATH]
+    python bench/daemon [--broker kafka|tansu] [--records N] [--repeats R] [--profile] [--json PATH]
 
 ``--records`` must be a multiple of 20 (default 1,000,000); ``--repeats`` (default 2) runs every
 row that often, interleaved; ``--modes``, ``--workers`` and ``--peers`` run a subset (``--peers``
 with no name: the daemon only).  ``--daemon-poll-records N`` sets the daemon's
 ``max_poll_records`` (default: not set, its own default of 500); ``--poll-records`` (default
-10,000, as in bench/consume.py) is the peers' records per poll call.  ``--compression`` is the
+10,000, as in bench/consume) is the peers' records per poll call.  ``--compression`` is the
 producer's codec (default lz4).  ``--keep DIR`` keeps every run's configuration and log.
 
-Input: the topic of bench/consume.py, written once by its producer: a broker on a free loopback
+Input: the topic of bench/consume, written once by its producer: a broker on a free loopback
 port (``testkit/common.py``; Apache Kafka, one combined KRaft node, by default and for the goals,
 or Tansu with ``--broker tansu``), 4 partitions, confluent-kafka with lz4 (or ``--compression``)
 and large batches, every record a ~200-byte JSON value, a key and two headers, ``type`` (one of
@@ -51,10 +51,10 @@ which is too coarse for runs whose 10-90% span lasts about a second.  The bench'
 sets it to 250 ms (``--metrics-interval``, 1 for the daemon's own cadence).  An update costs one
 ``consumer.metrics()`` and a few counter increments, so four a second are noise.
 
-The peers run single-process through bench/consume.py's worker loops (bench/_peers.py: ``assign``
+The peers run single-process through bench/consume's worker loops (bench/peers.py: ``assign``
 of the four partitions from offset 0, no group), each in a fresh child process, with a tally that
 also records (time, records counted, CPU time, run-queue wait) after every poll.  The Java
-consumer is testkit/java/KafkaPeer.java's ``bench`` sub-command (``_peers.run_java``), which records the same
+consumer is testkit/java/KafkaPeer.java's ``bench`` sub-command (``peers.run_java``), which records the same
 progress points (``--samples``); it gets no warm-up, as the Python peers get none, so its JIT
 compiles inside the run (its first-record time, JIT and GC seconds are printed).
 
@@ -85,7 +85,7 @@ and their median: on a shared VM the speed of a core drifts by tens of percent b
 which best-against-best does not cancel.
 
 ``--profile`` adds one run per mode with one worker under cProfile and prints the top functions
-by own time: the configuration enables bench/_profile_plugin.py, whose supervisor process hooks
+by own time: the configuration enables bench/daemon/profile_plugin.py, whose supervisor process hooks
 (``kdaemon_post_fork``, ``kdaemon_worker_exit``) profile each forked worker's whole life.
 
 Nothing here asserts a timing; the goals are printed as met / not met.
@@ -93,8 +93,8 @@ Nothing here asserts a timing; the goals are printed as met / not met.
 
 from __future__ import annotations
 
-# Only the standard library at module level (and bench's _workload, _peers, _report and
-# _daemon_run, stdlib-only at module level too): a peer child imports nothing but its own client.
+# Only the standard library at module level (and bench.peers, bench.daemon.run,
+# testkit.workload and testkit.report, stdlib-only at module level too): a peer child imports nothing but its own client.
 import json
 import os
 import statistics
@@ -103,14 +103,14 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench._daemon_run import (  # noqa: E402
+from bench.daemon.run import (  # noqa: E402
     GROUP_PROTOCOLS, SAMPLE_S, SESSION_TIMEOUT_MS, child_env, cpu_over, profile_summary, run_daemon, run_delay_s,
     window_rate)
-from bench._peers import (  # noqa: E402
+from bench.peers import (  # noqa: E402
     CHILD_TIMEOUT_S, JAVA_ON_TANSU, PEER_WORKERS, Tally, cpu_s, prepare_java, run_java, skip_java,
     with_broker_cpu)
 from testkit.report import (  # noqa: E402
@@ -134,7 +134,7 @@ GOAL_RSS_MB = 80.0
 # -- the peers (child process) ------------------------------------------------------------------
 
 class SampledTally(Tally):
-    """The peers' tally (bench/_peers.py), plus (time, records counted, CPU s, run-queue wait s)
+    """The peers' tally (bench/peers.py), plus (time, records counted, CPU s, run-queue wait s)
     after every poll."""
 
     def __init__(self, expected: list[int], max_seconds: float) -> None:
@@ -173,7 +173,7 @@ def with_window(result: dict, samples: list, total: int) -> dict:
 
 
 def java_peer(spec: dict) -> dict:
-    """The Java consumer (``_peers.run_java``, progress points on), its window figured as a Python
+    """The Java consumer (``peers.run_java``, progress points on), its window figured as a Python
     peer's."""
     r = run_java(spec, samples=True)
     if "error" in r:
@@ -388,7 +388,7 @@ def goals(rows: list[dict], worker_counts, results: dict | None = None,
 def main(argv: list[str] | None = None) -> int:
     parser = arguments(
         __doc__, broker=True, records=True, repeats=(2, "runs per row, interleaved; best is shown"),
-        poll_records="the peers' records per poll call (default 10,000, as in bench/consume.py)",
+        poll_records="the peers' records per poll call (default 10,000, as in bench/consume)",
         max_seconds="stop a run after this long and report it as CAPPED (default 300)", modes=MODES)
     parser.add_argument("--daemon-poll-records", type=int, default=None,
                         help="the daemon's max_poll_records (default: not set, the daemon's own default)")
@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from testkit import common as _common
 
-    head = banner("bench/daemon.py", require_accelerated=True)
+    head = banner("bench/daemon", require_accelerated=True)
     machine, started, source = head["machine"], head["started"], head["source"]
     print(f"daemon workers publish their counters every {args.metrics_interval:g} s"
           + (" (the daemon's own cadence)" if args.metrics_interval == SHIPPED_METRICS_INTERVAL_S
@@ -531,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.json, {
             "date": started.isoformat(timespec="seconds"), "machine": machine, "versions": head["versions"],
             "kdaemon_source": source, "kdaemon_source_after": after,
-            "command": command_line("bench/daemon.py", argv),
+            "command": command_line("bench/daemon", argv),
             "daemon_max_poll_records": daemon_poll, "peer_poll_records": args.poll_records,
             "metrics_interval_s": args.metrics_interval, "group_protocol": args.group_protocol,
             "broker": {"kind": args.broker, "name": broker.name, "describe": broker_described,
@@ -571,7 +571,7 @@ def _print_peer_run(r: dict) -> None:
     w = r["window"] or {}
     bus = r.get("broker_us_per_record")
     print(f"{r['records_per_s'] or 0:>11,.0f} rec/s  window 10-90% over {w.get('window_s', 0):.2f} s  "
-          f"(consume.py steady {r['records_per_s_consume_py'] or 0:,.0f})  cpu {r.get('window_cpu') or 0:.0%} "
+          f"(bench/consume steady {r['records_per_s_consume_py'] or 0:,.0f})  cpu {r.get('window_cpu') or 0:.0%} "
           f"(waiting {r.get('window_cpu_wait') or 0:.0%})  1st rec "
           f"{r['first_record_s'] or 0:5.2f} s  polls {r['polls']}  rss {r['rss_peak_mb']:5.1f} MB  broker "
           f"{'-' if bus is None else f'{bus:.2f}'} us/rec{'  CAPPED' if r['capped'] else ''}", flush=True)

@@ -1,4 +1,4 @@
-"""bench/group_join.py's daemon rows: ``kdaemon run`` with 4 workers on the bench topic, its group
+"""bench/groups' daemon rows: ``kdaemon run`` with 4 workers on the bench topic, its group
 changed from outside, and the time until the broker sees a stable group again.
 
 One round per group protocol (the daemon's ``[kafka] group_protocol``, "classic" or
@@ -23,7 +23,7 @@ assignment), and the assignments are disjoint and cover every partition.  The fi
 first good sample from which on the description did not change for ``--quiet-s``; a sample's
 instant is the middle of its request.  The classic members use ``--session-ms`` and the
 heartbeat interval; under the consumer protocol the broker's ``group.consumer.*`` settings
-(group_join.py sets them to the same) apply.
+(bench/groups sets them to the same) apply.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ SCENARIOS = (("start", "daemon start: 4 workers to stable"),
              ("kill", "worker SIGKILLed, restarted: kill to stable"),
              ("ttin", "TTIN: 4 -> 5 workers, to stable"),
              ("ttou", "TTOU: 5 -> 4 workers, to stable"))
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_config(path: Path, *, bootstrap: str, topic: str, group: str, protocol: str, session_ms: int,
@@ -51,7 +51,7 @@ def write_config(path: Path, *, bootstrap: str, topic: str, group: str, protocol
     classic = (f"session_timeout_ms = {session_ms}\nheartbeat_interval_ms = {heartbeat_ms}\n"
                if protocol == "classic" else "# session and heartbeat: the broker's group.consumer.* settings\n")
     path.write_text(f"""\
-# Written by bench/group_join.py --daemon for one round ({protocol}).
+# Written by bench/groups --daemon for one round ({protocol}).
 plugins = []
 
 [kafka]

@@ -1,4 +1,4 @@
-"""The processes bench/spark_peer.py measures: a ``kdaemon run`` and bench/_spark_peer_spark.py's
+"""The processes bench/spark/peer.py measures: a ``kdaemon run`` and bench/spark/peer_spark.py's
 streaming query, each started in its own session, and the sampler that adds up CPU and memory
 over a process tree."""
 
@@ -18,11 +18,11 @@ from pathlib import Path
 import psutil
 
 from testkit.common import child_env, free_port
-from bench._spark_peer_spark import PROTOCOL
+from bench.spark.peer_spark import PROTOCOL
 from testkit.workload import TARGET, TYPES
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-SPARK_SCRIPT = Path(__file__).resolve().with_name("_spark_peer_spark.py")
+SPARK_SCRIPT = Path(__file__).resolve().with_name("peer_spark.py")
 MASTER = "local[2]"
 WORKERS = 2
 PARTITION_BY = ["topic", "date"]
@@ -176,7 +176,7 @@ def _toml(x) -> str:
 
 def write_config(path: Path, *, bootstrap: str, topic: str, group: str, state: Path, rules: list[dict],
                  sink: dict) -> None:
-    """bench/spark_sink.py's daemon settings, the workload's rule as a ``[[filters]]`` entry."""
+    """bench/spark/sink.py's daemon settings, the workload's rule as a ``[[filters]]`` entry."""
     lines = ["plugins = []", "", "[kafka]", f"bootstrap_servers = {_toml(bootstrap)}", f"group_id = {_toml(group)}",
              'auto_offset_reset = "earliest"', "session_timeout_ms = 6000", "fetch_max_wait_ms = 100",
              "max_poll_records = 10000", "", "[daemon]", f"topics = [{_toml(topic)}]", f"workers = {WORKERS}",
@@ -310,7 +310,7 @@ def kdaemon_sink(fmt: str, path: Path, extra: dict) -> dict:
 # -- the Spark peer ------------------------------------------------------------------------------
 
 class SparkPeer:
-    """bench/_spark_peer_spark.py's streaming query in a child process: its protocol lines on
+    """bench/spark/peer_spark.py's streaming query in a child process: its protocol lines on
     stdout, its (and Spark's) log in a file, stopped by closing its stdin."""
 
     def __init__(self, run_dir: Path, spec: dict) -> None:

@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python bench/decode.py [--synthetic] [--repeats N] [--min-time S] [--json results.json]
+    python bench/consume/decode.py [--synthetic] [--repeats N] [--min-time S] [--json results.json]
 
 The input is ONE RecordBatch v2 of 1,000 lz4-compressed records, each a ~200-byte JSON value
 with two headers: ``type`` (one of ten values, exactly 100 records each, shuffled) and
@@ -50,7 +50,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `bench` importable from the repo root
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from testkit import common as _common  # noqa: E402
 from testkit.report import banner  # noqa: E402
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         layout = describe_record_set(data)
         check_input(data, layout, recs)
 
-        machine = banner("bench/decode.py", accelerated=records.ACCELERATED)["machine"]
+        machine = banner("bench/consume/decode.py", accelerated=records.ACCELERATED)["machine"]
         print(f"Input: {_source_line(source)}")
         b = layout["batches"][0]
         print(f"       {len(layout['batches'])} batch, {b['records']} records, codec {b['codec']}, "
@@ -446,7 +446,7 @@ def build_results(timings: dict, peers: dict, machine: dict, source: dict, layou
         })
     return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": "python bench/decode.py" + (" --synthetic" if args.synthetic else "")
+        "command": "python bench/consume/decode.py" + (" --synthetic" if args.synthetic else "")
                    + (f" --repeats {args.repeats}" if args.repeats != 9 else "")
                    + (f" --min-time {args.min_time}" if args.min_time != 0.2 else ""),
         "machine": machine, "accelerated": records.ACCELERATED, "input": {**source, **layout},

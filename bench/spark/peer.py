@@ -7,7 +7,7 @@ On one Apache Kafka topic and one machine, two ways to land a topic's records in
   ``value_schema``) and a header rule in ``[[filters]]``: the real configuration path, the rule
   evaluated by the workers.
 * **Spark**: a Structured Streaming query (PySpark driver, ``local[2]``) on Spark's Kafka source
-  (spark-sql-kafka-0-10_2.13 4.1.1, staged with Maven: bench/_spark_peer_spark.py) reading the
+  (spark-sql-kafka-0-10_2.13 4.1.1, staged with Maven: bench/spark/peer_spark.py) reading the
   topic from earliest, the same rule as a SQL condition on the ``headers`` column, ``from_json``
   with the same schema, kdaemon's columns, written to the same format with a checkpoint
   (Delta and Iceberg with the jars kdaemon staged, through the same ``session_conf``).
@@ -26,7 +26,7 @@ Per workload and side, two runs:
 * **throughput**: the topic is full before the consumer starts.  kdaemon: wall time from
   ``kdaemon run``'s launch to every partition's end offset committed by the group (polled every
   0.25 s by one consumer kept open), ``max_records`` 100,000 / ``max_age_s`` 5 (the sustained
-  best of bench/spark_sink.py; the worker's default memory budget caps the bytes it buffers,
+  best of bench/spark/sink.py; the worker's default memory budget caps the bytes it buffers,
   and what passes it is staged early and sent with the next flush).  Spark: wall time from the driver's launch to the end of the
   ``availableNow`` query (Spark's defaults: no ``maxOffsetsPerTrigger``, one task per Kafka
   partition).  records/s is the topic's records (what both read from Kafka) over that wall
@@ -82,7 +82,7 @@ What differs between the sides (read the ratios with it):
 * One machine for everything (2 cores here): the broker's and this script's CPU (sampling,
   polling) compete with the side measured.  Other load on the machine changes every figure.
 
-    .venv/bin/python bench/spark_peer.py --records 1000000 --format delta --json /tmp/spark-peer.json
+    .venv/bin/python bench/spark/peer.py --records 1000000 --format delta --json /tmp/spark-peer.json
 """
 
 from __future__ import annotations
@@ -96,13 +96,13 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from testkit import report as _report  # noqa: E402
 from testkit.common import KafkaBroker, child_env  # noqa: E402
-from bench._spark_peer_procs import (SPARK_SCRIPT, VALUE_SCHEMA, WORKLOADS, Kdaemon, SparkPeer,  # noqa: E402
-                                     TreeSampler, kdaemon_kind, kdaemon_sink, spark_kind, spark_spec)
-from bench._spark_peer_spark import PROTOCOL  # noqa: E402
+from bench.spark.peer_procs import (SPARK_SCRIPT, VALUE_SCHEMA, WORKLOADS, Kdaemon, SparkPeer,  # noqa: E402
+                                      TreeSampler, kdaemon_kind, kdaemon_sink, spark_kind, spark_spec)
+from bench.spark.peer_spark import PROTOCOL  # noqa: E402
 from testkit.workload import PARTITIONS, RECORDS_UNIT, TYPES, iter_records  # noqa: E402
 from kdaemon.protocol.header_match import HeaderRules, resolve_default, rule_from_table  # noqa: E402
 from testkit.produce import Writer, create_topic, paced  # noqa: E402
@@ -328,7 +328,7 @@ def _slug(workload: str) -> str:
 
 
 def check_outputs(lay: Layout, items: list[dict]) -> dict[str, dict]:
-    """Read every table back in one Spark session (bench/_spark_peer_spark.py ``check``)."""
+    """Read every table back in one Spark session (bench/spark/peer_spark.py ``check``)."""
     spec = {"format": lay.fmt, "items": items}
     log = lay.tmp / "check.log"
     with open(log, "wb") as err:
@@ -428,14 +428,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.records <= 0 or args.records % RECORDS_UNIT:
         parser.error(f"--records must be a positive multiple of {RECORDS_UNIT} (a tenth of each type)")
 
-    head = _report.banner("bench/spark_peer.py", require_accelerated=True)
+    head = _report.banner("bench/spark/peer.py", require_accelerated=True)
     import pyspark
-    from bench._spark_peer_spark import kafka_source_jars
+    from bench.spark.peer_spark import kafka_source_jars
     jars = kafka_source_jars()   # staged before any measurement (Maven, once)
     print(f"pyspark {pyspark.__version__}; Spark's Kafka source: {', '.join(Path(j).name for j in jars)}")
     print(f"format {args.format}, {args.records:,} records, workloads {', '.join(args.workloads)}; "
           f"rules: {json.dumps({w: WORKLOADS[w] for w in args.workloads})}")
-    results = {"command": _report.command_line("bench/spark_peer.py", argv), **head, "format": args.format,
+    results = {"command": _report.command_line("bench/spark/peer.py", argv), **head, "format": args.format,
                "records": args.records, "workloads": args.workloads, "rules": {w: WORKLOADS[w] for w in args.workloads},
                "value_schema": VALUE_SCHEMA, "throughput": {}, "warm": {}, "latency": {}}
     tmp = Path(tempfile.mkdtemp(prefix="kdaemon-bench-spark-peer-"))

@@ -1,11 +1,11 @@
 """The peers' side of the consuming benchmarks: the tally every client's run is counted and timed
 by, and the per-client consume loops (confluent-kafka, kafka-python, aiokafka, the Java consumer)
-that bench/consume.py, bench/daemon.py and bench/pipeline.py run in their child processes.
+that bench/consume, bench/daemon and bench/consume/pipeline.py run in their child processes.
 
-A loop takes ``work``, what to do with each poll's records: bench/consume.py and daemon.py
+A loop takes ``work``, what to do with each poll's records: bench/consume and bench/daemon
 hand it the records-per-mode work of ``consume_work`` (``PEER_WORKERS`` wires the two),
-bench/pipeline.py its JSON-lines writing.  The loop is the same for all of them, so a client is
-measured the same way everywhere.
+bench/consume/pipeline.py its JSON-lines writing.  The loop is the same for all of them, so a
+client is measured the same way everywhere.
 
 Only the standard library at module level: a child imports nothing but its own client, so its
 RSS and import time are that client's.
@@ -118,7 +118,7 @@ def client_us_per_record(r: dict) -> float | None:
     return r["steady_cpu_s"] / steady * 1e6 if r.get("steady_cpu_s") is not None and steady > 0 else None
 
 
-# -- bench/consume.py's work per mode ------------------------------------------------------------
+# -- bench/consume's work per mode ---------------------------------------------------------------
 
 def attr_work(mode: str, prefiltered: bool):
     """work(records) -> (check value, kept) for clients whose records have .value / .headers."""
@@ -292,7 +292,7 @@ def consume_aiokafka(spec: dict, tally: Tally) -> dict:
     return run_aiokafka(spec, tally, attr_work(spec["mode"], False))
 
 
-# bench/consume.py's work, per Python peer: worker(spec, tally) -> result.
+# bench/consume's work, per Python peer: worker(spec, tally) -> result.
 PEER_WORKERS = {"confluent": consume_confluent, "kafka-python": consume_kafka_python,
                 "aiokafka": consume_aiokafka}
 

@@ -3,12 +3,12 @@ kdaemon vs the Java consumer vs librdkafka (confluent-kafka), on one Apache Kafk
 
 Run from the repository root::
 
-    python bench/group_join.py [--repeats N] [--protocols ...] [--clients ...] [--heartbeat-ms MS ...]
-                               [--trace [--trace-rounds N]] [--daemon [classic] [consumer]]
-                               [--json results.json]
+    python bench/groups [--repeats N] [--protocols ...] [--clients ...] [--heartbeat-ms MS ...]
+                        [--trace [--trace-rounds N]] [--daemon [classic] [consumer]]
+                        [--json results.json]
 
 Input: one Apache Kafka node (the test suite's launcher, testkit/apache_kafka.py, through
-``bench/_common.KafkaBroker``), one topic of 12 partitions with a few records in each, written
+``testkit.common.KafkaBroker``), one topic of 12 partitions with a few records in each, written
 by confluent-kafka.  The broker runs with ``group.consumer.heartbeat.interval.ms`` = the
 heartbeat interval and ``group.consumer.session.timeout.ms`` = the session timeout the classic
 members set themselves (``--heartbeat-ms``, default 1000; ``--session-ms``, default 10000), so
@@ -21,7 +21,7 @@ minimum is lowered to the value), so one run shows the consumer / classic-eager 
 
 Three rebalance protocols: ``eager`` (classic, the ``range`` assignor), ``cooperative``
 (classic, ``cooperative-sticky``) and ``consumer`` (KIP-848, the broker's ``uniform``
-assignor).  Three clients, each in its own process per member (bench/_join_members.py):
+assignor).  Three clients, each in its own process per member (bench/groups/join_members.py):
 kdaemon's ``Consumer``, the Java ``KafkaConsumer`` (testkit/java/KafkaPeer.java) and
 confluent-kafka; every member subscribes to the topic, ``auto.offset.reset=earliest``,
 auto-commit off, and polls with 200 ms timeouts (the Java peer's) until told to leave.
@@ -64,7 +64,7 @@ Rounds run ``--repeats`` times (default 3), the clients' order reversed every ot
 ``--trace`` adds, after the timed rounds, ``--trace-rounds`` (default 1) traced rounds per
 protocol for kdaemon and confluent-kafka (first assignment, join and leave: no kill + restart)
 and prints member 5's timeline up to the group's stable moment after its join (kdaemon: every request and answer; librdkafka: its ``cgrp,protocol``
-debug log); under eager and consumer it also decomposes the join (bench/_join_decompose.py;
+debug log); under eager and consumer it also decomposes the join (bench/groups/join_decompose.py;
 kdaemon: every member reports its group requests and answers live; librdkafka: every member's
 debug log; the Java peer logs at WARN only, so not the Java consumer): the median of each step
 over the traced rounds: when each revoking member's heartbeat brought its revocation and when
@@ -72,7 +72,7 @@ its acknowledgment went out, when the newcomer's heartbeat brought its partition
 when each member learned of the rebalance and rejoined.  Traced rounds are not part of the
 figures.
 
-``--daemon`` adds ``kdaemon run`` rows (bench/_join_daemon.py), ``--repeats`` rounds per group
+``--daemon`` adds ``kdaemon run`` rows (bench/groups/join_daemon.py), ``--repeats`` rounds per group
 protocol of the daemon (``[kafka] group_protocol``, classic and consumer): start to stable with
 4 workers, one worker SIGKILLed and restarted by the supervisor (kill to stable), SIGTTIN
 (4 -> 5) and SIGTTOU (5 -> 4) to stable; stable there is the broker's view (describe_consumer_groups).
@@ -107,13 +107,13 @@ SCENARIOS = (("first", "first assignment (empty group)"),
              ("leave", "leave: 5 -> 4 members, to stable"),
              ("restart", "kill + restart static member, to stable"),
              ("kill", "  the same, from the kill"))
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench._join_daemon import SCENARIOS as DAEMON_SCENARIOS, print_daemon_table  # noqa: E402
-from bench._join_decompose import DECOMPOSERS, decompose_from_logs, print_decomposition  # noqa: E402
-from bench._join_members import ASSIGNMENT_EVENTS, MemberFailed, start_member  # noqa: E402
+from bench.groups.join_daemon import SCENARIOS as DAEMON_SCENARIOS, print_daemon_table  # noqa: E402
+from bench.groups.join_decompose import DECOMPOSERS, decompose_from_logs, print_decomposition  # noqa: E402
+from bench.groups.join_members import ASSIGNMENT_EVENTS, MemberFailed, start_member  # noqa: E402
 from testkit.report import arguments, banner, check_sources, command_line, parse, write_json  # noqa: E402
 
 
@@ -394,7 +394,7 @@ def goals(stats: dict) -> list[str]:
 
 def print_trace(protocol: str, client: str, r: dict) -> None:
     """Member 5's timeline from its consumer build to the group's stable moment after its join."""
-    from bench._join_trace import confluent_timeline, kdaemon_timeline, print_timeline
+    from bench.groups.join_trace import confluent_timeline, kdaemon_timeline, print_timeline
     result, until = r["m5_result"], r["join_s"]
     if client == "kdaemon":
         events = kdaemon_timeline(result.get("trace") or [], until)
@@ -418,7 +418,7 @@ def run_interval(args, heartbeat_ms: int, log_dir: Path, env: dict) -> dict:
     """Every round at one heartbeat interval, on a broker of its own (the consumer protocol's
     interval is a static broker setting): the timed rounds, the traced ones, the daemon's."""
     from testkit import common as _common
-    from bench._join_daemon import PROTOCOLS as DAEMON_PROTOCOLS, run_daemon_round
+    from bench.groups.join_daemon import PROTOCOLS as DAEMON_PROTOCOLS, run_daemon_round
 
     sub = argparse.Namespace(**vars(args))
     sub.heartbeat_ms = heartbeat_ms
@@ -509,8 +509,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="traced rounds per protocol and client with --trace (default 1); the "
                              "decomposition prints the median of each step over them")
     parser.add_argument("--daemon", nargs="*", choices=("classic", "consumer"),
-                        help="also the daemon rows (bench/_join_daemon.py), --repeats rounds of each group "
-                             "protocol named (none named: both)")
+                        help="also the daemon rows (bench/groups/join_daemon.py), --repeats rounds of each "
+                             "group protocol named (none named: both)")
     parser.add_argument("--log-dir", metavar="DIR", help="keep the broker's and members' logs here")
     args = parse(parser, argv, {"--worker": lambda spec: _worker(spec)})
     if args is None:
@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from testkit import common as _common
 
-    head = banner("bench/group_join.py")
+    head = banner("bench/groups")
     source = head["source"]
     print(f"group settings: session timeout {args.session_ms} ms, heartbeat "
           f"{' / '.join(map(str, args.heartbeat_ms))} ms (the consumer protocol's set on the broker), "
@@ -570,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.json, {
             "date": head["started"].isoformat(timespec="seconds"), "machine": head["machine"],
             "versions": head["versions"], "kdaemon_source": source, "kdaemon_source_after": after,
-            "command": command_line("bench/group_join.py", argv),
+            "command": command_line("bench/groups", argv),
             "settings": {"session_ms": args.session_ms, "heartbeat_ms": args.heartbeat_ms,
                          "poll_ms": args.poll_ms, "quiet_s": args.quiet_s, "partitions": PARTITIONS,
                          "records_per_partition": RECORDS_PER_PARTITION},
@@ -589,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _worker(spec: str) -> None:
-    from bench._join_members import run_worker
+    from bench.groups.join_members import run_worker
     run_worker(json.loads(spec))
 
 

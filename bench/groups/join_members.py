@@ -1,6 +1,6 @@
-"""bench/group_join.py's group members: one consumer per process, whichever client, behind one face.
+"""bench/groups' group members: one consumer per process, whichever client, behind one face.
 
-Child side (``run_worker``, run by ``group_join.py --worker SPEC``): kdaemon's ``Consumer`` or
+Child side (``run_worker``, run by ``bench/groups --worker SPEC``): kdaemon's ``Consumer`` or
 confluent-kafka's, subscribed to the bench topic with the rebalance protocol the spec names,
 polling until the parent says stop (a line on stdin), then closing (leaving the group).  The
 Java consumer is testkit/java/KafkaPeer.java's ``consume`` through testkit/java_peer.py.
@@ -14,7 +14,7 @@ Linux), so the parent puts every member's events on one time line:
   the partitions the callback was given (the whole assignment under an eager protocol, what
   was added or taken away under an incremental one, as all three clients do);
 * ``closing``: right before ``close()``;
-* ``group`` (kdaemon, traced rounds only): one group request or answer, bench/_join_trace.py's
+* ``group`` (kdaemon, traced rounds only): one group request or answer, bench/groups/join_trace.py's
   ``group_event`` (api, send / answer, error, member epoch, owned / assigned partitions).
 
 Parent side: ``PythonMember`` and ``JavaMember`` offer ``pid``, ``pump()`` (the events that
@@ -41,7 +41,7 @@ PROTOCOLS = {"eager": ("classic", "range"),
              "cooperative": ("classic", "cooperative-sticky"),
              "consumer": ("consumer", "uniform")}
 ASSIGNMENT_EVENTS = ("assigned", "revoked", "lost")
-SCRIPT = Path(__file__).resolve().parent / "group_join.py"
+SCRIPT = Path(__file__).resolve().parent / "__main__.py"   # bench/groups
 
 
 # -- the child ---------------------------------------------------------------------------------
@@ -74,7 +74,7 @@ def worker_kdaemon(spec: dict, emit: Emitter) -> dict:
     import importlib
 
     from kdaemon.client import Consumer
-    from bench._join_trace import KdaemonTrace
+    from bench.groups.join_trace import KdaemonTrace
     # Consumer() imports its group modules lazily, the first time one is built with a group_id.
     # Imported now, so that the clock, as for confluent-kafka, runs no imports.
     importlib.import_module("kdaemon.client.group.coordinator")
@@ -230,7 +230,7 @@ class _Member:
 
 
 class PythonMember(_Member):
-    """kdaemon or confluent-kafka in ``group_join.py --worker``; a line on stdin makes it leave."""
+    """kdaemon or confluent-kafka in ``bench/groups --worker``; a line on stdin makes it leave."""
 
     def __init__(self, name: str, spec: dict, log_path: Path, env: dict) -> None:
         super().__init__(name, log_path)

@@ -3,8 +3,8 @@ kafka-python and aiokafka, on Apache Kafka.
 
 Run from the repository root::
 
-    python bench/consume.py [--broker kafka|tansu] [--records N] [--repeats R] [--poll-records N]
-                            [--profile] [--json PATH]
+    python bench/consume [--broker kafka|tansu] [--records N] [--repeats R] [--poll-records N]
+                        [--profile] [--json PATH]
 
 ``--records`` must be a multiple of 20; ``--clients kdaemon java aiokafka ...`` and ``--modes raw
 ...`` run a subset; ``--requests-only`` prints only the Fetch request sizes (no broker needed).
@@ -66,19 +66,19 @@ incremental request of an open fetch session.
 
 from __future__ import annotations
 
-# Only the standard library at module level (and bench's _workload, _peers and _report,
-# stdlib-only at module level too): a worker must import nothing but its own client, so its RSS
+# Only the standard library at module level (and bench.peers, testkit.workload and
+# testkit.report, stdlib-only at module level too): a worker must import nothing but its own client, so its RSS
 # and import time are that client's.
 import json
 import random
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):  # run as a script: `bench` and kdaemon from this tree
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench._peers import (  # noqa: E402
+from bench.peers import (  # noqa: E402
     CHILD_TIMEOUT_S, JAVA_ON_TANSU, PEER_WORKERS, Tally, attr_work, client_us_per_record, prepare_java, run_java,
     skip_java, with_broker_cpu)
 from testkit.report import (  # noqa: E402
@@ -550,13 +550,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from kdaemon.protocol import records as krecords
 
-    head = banner("bench/consume.py", accelerated=krecords.ACCELERATED, require_accelerated=True)
+    head = banner("bench/consume", accelerated=krecords.ACCELERATED, require_accelerated=True)
     source = head["source"]
     sizes = [fetch_request_sizes(v) for v in (12, 13, 18)]
     report: dict = {"date": head["started"].isoformat(timespec="seconds"), "machine": head["machine"],
                     "versions": head["versions"], "kdaemon_source": source,
                     "accelerated": krecords.ACCELERATED, "fetch_request_sizes": sizes,
-                    "command": command_line("bench/consume.py", argv)}
+                    "command": command_line("bench/consume", argv)}
     if not args.requests_only:
         import tempfile
         print(f"poll size {args.poll_records:,} records for every client; fetch sizes "
