@@ -1,7 +1,7 @@
 """The chaos run: no loss, no duplicates, no aborted record delivered, while everything breaks.
 
-    .venv/bin/python testkit/chaos/run.py --records 1000000 --duration 600 --json chaos.json
-    .venv/bin/python testkit/chaos/run.py --sink spark --records 1000000 --duration 600 --json chaos-spark.json
+    .venv/bin/python bench/chaos --records 1000000 --duration 600 --json chaos.json
+    .venv/bin/python bench/chaos --sink spark --records 1000000 --duration 600 --json chaos-spark.json
 
 On a three-node Apache Kafka cluster (testkit/chaos/cluster.py: the daemon reaches it through a
 cutting proxy) two producers write ``--records`` records over ``--duration`` seconds
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print_result(result)
     if args.json:
-        args.json.write_text(json.dumps(verdict_report("testkit/chaos/run.py", argv, opts, result), indent=2) + "\n")
+        args.json.write_text(json.dumps(verdict_report("bench/chaos", argv, opts, result), indent=2) + "\n")
     return 0 if result.ok else 1
 
 

@@ -1,8 +1,8 @@
 """The stall run: a sink away for ten minutes, two million records waiting; memory, CPU, recovery.
 
-    .venv/bin/python testkit/stall/run.py --sink-fault jsonl-unwritable --json jsonl.json
-    .venv/bin/python testkit/stall/run.py --sink-fault spark-master-down --json master.json
-    .venv/bin/python testkit/stall/run.py --sink-fault spark-uploader-killed --json uploader.json
+    .venv/bin/python bench/stall --sink-fault jsonl-unwritable --json jsonl.json
+    .venv/bin/python bench/stall --sink-fault spark-master-down --json master.json
+    .venv/bin/python bench/stall --sink-fault spark-uploader-killed --json uploader.json
 
 Issue #18 asks what a worker costs while its sink cannot take records: its memory must stay
 within the per-worker budget (``[daemon] memory_budget_mb``, 80 MB RSS by default) whatever the
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run_stall(opts)
     print_result(result)
     if args.json:
-        out = verdict_report("testkit/stall/run.py", argv, opts, result, date=started, commit=commit,
+        out = verdict_report("bench/stall", argv, opts, result, date=started, commit=commit,
                              commit_at_end=commit_id(), cpus=os.cpu_count(),
                              loadavg_at_start=[round(x, 2) for x in load])
         args.json.write_text(json.dumps(out, indent=2, default=str) + "\n")

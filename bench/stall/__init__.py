@@ -1,0 +1,1 @@
+"""The stall run's command (``python bench/stall``); the run itself is testkit/stall/."""
