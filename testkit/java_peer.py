@@ -356,9 +356,9 @@ def java_bench(bootstrap: str, topic: str, expected: Sequence[int], mode: str, *
                value: str = "order.shipped", settings: dict[str, str] | None = None,
                max_seconds: float = 300.0, samples: bool = False,
                heap: str = "512m", timeout: float = 900.0) -> dict:
-    """bench/consume.py's workload in the Java consumer (assigned from offset 0, until every
+    """bench/consume's workload in the Java consumer (assigned from offset 0, until every
     partition had its ``expected`` count); the result object the peer prints, with
-    bench/consume.py's field names (``records_per_s``, ``steady_cpu_s``, ``first_record_s``,
+    bench/consume's field names (``records_per_s``, ``steady_cpu_s``, ``first_record_s``,
     ``rss_peak_mb``, ``counts``, ...) and the JVM's own costs (``construct_s``, ``jit_compile_s``,
     ``gc_s``).  ``samples=True`` adds ``samples``: [t, records, cpu_s, wait_s] after every poll."""
     cmd = peer_command(heap) + ["bench", "--bootstrap", bootstrap, "--mode", mode,

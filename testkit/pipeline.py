@@ -1,4 +1,4 @@
-"""A consumer stand-in for the worker's unit tests in tests/pipeline: one partition whose
+"""A consumer stand-in for the worker's unit tests in tests/worker: one partition whose
 records the test hands out ``PER_POLL`` at a time, and whose commits are checked against what
 the test's sink made durable at the moment of the commit (the delivery rule)."""
 

@@ -1,4 +1,4 @@
-"""The data set of the consuming benchmarks (bench/consume.py, daemon.py, pipeline.py, decode.py):
+"""The data set of the consuming benchmarks (bench/consume (with its decode.py and pipeline.py) and bench/daemon):
 the records, the header predicate every Python-side filter uses, and the loader that writes them.
 
 One definition, so that every benchmark reads the same records and a figure in one can be set

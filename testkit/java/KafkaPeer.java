@@ -35,14 +35,14 @@
 //     record in input order once it is acknowledged.
 //   bench    --bootstrap B --assign t:p,... --mode raw|json|filter --expected n0,n1,...
 //            [--header type --value V] [--max-seconds S] [--samples] [--set k=v ...]
-//     The benchmark workload of bench/consume.py: raw = value length, json = parse every value
+//     The benchmark workload of bench/consume: raw = value length, json = parse every value
 //     with Jackson and add up "id", filter = keep records whose header equals V, parse those.
 //     Assigned from offset 0; stops when every partition has had its expected count of records
 //     (more is an error), or after S seconds ("capped").  Steady-state timing as the Python
 //     clients: from the end of the first poll that returned records to the last expected record.
-//     Prints one result object with bench/consume.py's field names (records_per_s, steady_cpu_s,
+//     Prints one result object with bench/consume's field names (records_per_s, steady_cpu_s,
 //     first_record_s, rss_peak_mb, ...) and the JVM's own costs (construct_s, jit_compile_s,
-//     gc_s); --samples adds [t, records, cpu_s, run-queue wait_s] after every poll (bench/daemon.py).
+//     gc_s); --samples adds [t, records, cpu_s, run-queue wait_s] after every poll (bench/daemon).
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -195,7 +195,7 @@ public final class KafkaPeer {
     }
 
     // Every event carries "t": System.nanoTime() in seconds, which HotSpot on Linux reads from
-    // CLOCK_MONOTONIC, the clock of Python's time.monotonic(): bench/group_join.py combines the
+    // CLOCK_MONOTONIC, the clock of Python's time.monotonic(): bench/groups combines the
     // Java members' events with the Python members' on one time line.
     private static ObjectNode event(String name) {
         ObjectNode o = JSON.createObjectNode();
@@ -224,7 +224,7 @@ public final class KafkaPeer {
 
     private static void consume(Map<String, List<String>> a) throws Exception {
         Properties props = consumerProps(a);
-        emit(event("building"));   // the clock of bench/group_join.py starts here, as for its Python members
+        emit(event("building"));   // the clock of bench/groups starts here, as for its Python members
         KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props);
         AtomicBoolean stopping = new AtomicBoolean(false);
         Thread main = Thread.currentThread();
@@ -318,7 +318,7 @@ public final class KafkaPeer {
             if (consumerPropsHaveGroup(a)) done.set("committed", offsetArray(committedOf(consumer, consumer.assignment())));
             emit(done);
         } finally {
-            emit(event("closing"));   // bench/group_join.py times a member's leave from here
+            emit(event("closing"));   // bench/groups times a member's leave from here
             consumer.close(CloseOptions.timeout(Duration.ofSeconds(30)));
         }
     }
@@ -495,7 +495,7 @@ public final class KafkaPeer {
 
     // --- bench ---------------------------------------------------------------------------------
 
-    // The timing matches bench/consume.py's Tally: the clock starts after the consumer is built,
+    // The timing matches bench/consume's Tally: the clock starts after the consumer is built,
     // assigned and positioned (just before the first poll call); the steady-state window runs
     // from the end of the first poll that returned records to the last expected record, and the
     // records of that first poll are not counted in it.  CPU is the whole JVM's (every thread:
@@ -623,7 +623,7 @@ public final class KafkaPeer {
     }
 
     // One progress point: (seconds since the first poll call, records counted, CPU seconds, seconds
-    // this process's threads spent runnable but waiting for a CPU), as bench/daemon.py's
+    // this process's threads spent runnable but waiting for a CPU), as bench/daemon's
     // SampledTally records after every poll of a Python peer.
     private static void sample(ArrayNode samples, double t, long counted, double cpu) {
         samples.addArray().add(t).add(counted).add(cpu).add(runDelaySeconds());

@@ -234,7 +234,7 @@ class SparkMasterDown(SinkFault):
             except (AssertionError, RuntimeError, OSError) as exc:
                 why = f"standalone Spark did not start: {str(exc).splitlines()[0]}"
                 self.cluster.stop()
-        # Fallback: what tests/spark/test_spark_sink_failures.py does.
+        # Fallback: what tests/sinks/spark/test_spark_sink_failures.py does.
         config = dict(daemon.config)
         config["sink"] = dict(config["sink"], master="local[2]")
         daemon.write_config(config)

@@ -127,7 +127,7 @@ class Progress:
 
 
 def verdict(sink: str, out: Path, produced: Produced) -> dict:
-    """Every record in the output against every delivery report: bench/_chaos_verify.compare."""
+    """Every record in the output against every delivery report: testkit/chaos/verify.compare."""
     delivered = SparkOutputReader(out).final() if sink == "spark" else OutputReader(out).final()
     fates = dict.fromkeys(produced.keys(), KEPT)
     return compare(fates, delivered)

@@ -202,7 +202,7 @@ def test_kdaemons_own_variables_and_a_secrets_source_are_not_overrides(config_fi
 def test_every_kdaemon_variable_the_code_reads_is_left_alone():
     """A KDAEMON_ variable that kdaemon, the benchmarks or the fuzzers use for themselves would
     be refused as an unknown section if NOT_CONFIGURATION did not list it."""
-    constants = {"KDAEMON_FILTER_RUNS"}   # bench/consume.py: a Python tuple's name, not a variable
+    constants = {"KDAEMON_FILTER_RUNS"}   # bench/consume: a Python tuple's name, not a variable
     used = set()
     for top in ("kdaemon", "bench", "fuzz"):
         for path in (ROOT / top).rglob("*.py"):
