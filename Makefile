@@ -48,8 +48,14 @@ kafka: venv system-deps
 spark-jars: venv system-deps
 	$(VPY) -m kdaemon.sinks.spark.jars delta iceberg
 
+# The suite runs on PYTEST_WORKERS pytest-xdist workers (PYTEST_WORKERS=0 runs it in one process);
+# --dist loadgroup keeps a module with a cluster of its own on one worker (tests/conftest.py).
+# Python's bytecode is written and reused (this machine sets PYTHONDONTWRITEBYTECODE, which made
+# every worker and every daemon a test starts compile what it imported, and pytest rewrite every
+# test module, on every run).  pytest prints the wall time and the 20 slowest tests at the end.
+PYTEST_WORKERS ?= 4
 test: venv kafka spark-jars
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Coverage-guided fuzzing (fuzz/, atheris): every target for FUZZ_RUNS inputs each, then the C
 # record loop built with ASan+UBSan; fails on any finding.  tests/fuzz/ holds the short run.

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from kdaemon.embedded import api_versions_body
 from testkit.ports import listen_port
+from testkit.shared import pid_alive
 
 HOST = "127.0.0.1"
 KAFKA_VERSION = "4.4.0"
@@ -158,6 +159,9 @@ class KafkaNode:
     # G1 settings (KAFKA_JVM_PERFORMANCE_OPTS) instead.
     java_opts: tuple[str, ...] = ("-XX:+UseSerialGC",)
     process: subprocess.Popen | None = field(default=None, repr=False)
+    # A node another process of the test run started (testkit/shared.py): known by pid only,
+    # and not this process's to kill.
+    shared_pid: int | None = None
 
     @property
     def log_path(self) -> Path:
@@ -173,6 +177,8 @@ class KafkaNode:
 
     @property
     def alive(self) -> bool:
+        if self.shared_pid is not None:
+            return pid_alive(self.shared_pid)
         return self.process is not None and self.process.poll() is None
 
     def start(self) -> None:
@@ -198,6 +204,9 @@ class KafkaNode:
         self._signal(signal.SIGTERM, timeout)
 
     def _signal(self, sig: int, timeout: float) -> None:
+        if self.shared_pid is not None:
+            raise RuntimeError(f"Kafka node {self.node_id} is shared by the whole test run: a test that "
+                               "stops or kills nodes starts a cluster of its own (start_or_fail)")
         proc, self.process = self.process, None
         if proc is None or proc.poll() is not None:
             return
@@ -265,6 +274,24 @@ class KafkaCluster:
     def stop(self) -> None:
         for n in self.nodes.values():
             n.kill()
+
+    def describe(self) -> dict:
+        """What ``attach`` needs to reach this cluster from another process (testkit/shared.py)."""
+        return {"bootstrap": self.bootstrap, "directory": str(self.directory),
+                "pids": [n.process.pid for n in self.nodes.values()],
+                "nodes": [{"node_id": n.node_id, "directory": str(n.directory), "ports": n.ports,
+                           "rack": n.rack, "heap": n.heap, "pid": n.process.pid} for n in self.nodes.values()],
+                "tls": None if self.tls is None else {k: str(v) for k, v in vars(self.tls).items()},
+                "api_versions": self.api_versions}
+
+    @classmethod
+    def attach(cls, record: dict) -> "KafkaCluster":
+        """A handle on a cluster another process started and ``describe``d: the same addresses,
+        files and logs; its nodes cannot be stopped from here."""
+        nodes = {n["node_id"]: KafkaNode(n["node_id"], Path(n["directory"]), n["ports"], n["rack"], n["heap"],
+                                         shared_pid=n["pid"]) for n in record["nodes"]}
+        tls = None if record["tls"] is None else Tls(**{k: Path(v) for k, v in record["tls"].items()})
+        return cls(Path(record["directory"]), nodes, tls, record["api_versions"])
 
     def __enter__(self) -> "KafkaCluster":
         return self

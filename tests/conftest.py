@@ -1,41 +1,81 @@
-"""Fixtures shared by the whole suite.
+"""Fixtures shared by the whole suite, and how the suite runs in parallel.
 
-``kafka``: one Apache Kafka node (KRaft, combined broker+controller, PLAINTEXT) for the session:
-the reference broker.  ``kafka_cluster``: three Apache Kafka nodes with racks r1-r3, and SSL
-(client certificates required) and SASL_SSL (PLAIN, SCRAM-SHA-256/512) listeners beside
-PLAINTEXT, for the session; tests that kill or restart a node must leave it running again.
-Both come from Maven Central jars (testkit/apache_kafka.py); their logs are printed under
-any test that used them and failed.
+``kafka``: one Apache Kafka node (KRaft, combined broker+controller, PLAINTEXT), the reference
+broker.  ``kafka_cluster``: three Apache Kafka nodes with racks r1-r3, and SSL (client
+certificates required) and SASL_SSL (PLAIN, SCRAM-SHA-256/512) listeners beside PLAINTEXT.
+Both are started once per test run and shared by every pytest-xdist worker (testkit/shared.py):
+tests create their own uniquely named topics and groups, and never stop a shared node (a suite
+that kills brokers starts a cluster of its own with ``start_or_fail``).  Both come from Maven
+Central jars (testkit/apache_kafka.py); their logs are printed under any test that used them
+and failed.  ``KDAEMON_TEST_SERVERS=DIR`` keeps them running after the run, for the next to
+reuse (docs/TESTING.md).
 
-``broker``: one Tansu broker for the session (the embedded default, for quick tests).
+``broker``: one Tansu broker per worker (the embedded default, for quick tests).
 ``mock_cluster``: a fresh three-broker librdkafka mock cluster per test, for injected errors.
-Tests create their own uniquely named topics.
+
+Markers follow the fixtures: a test that uses ``kafka``/``kafka_cluster`` is marked ``kafka``,
+one that uses ``broker`` is marked ``broker``, one that uses ``spark`` is marked ``spark`` (so
+``-m kafka`` selects the Apache Kafka suites wherever they live).  Under pytest-xdist
+(``make test`` runs ``-n``), a module with a module-scoped fixture of its own (its own cluster)
+runs on one worker, so that the fixture starts once; known slow tests are handed out first.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from testkit.apache_kafka import KafkaCluster, start_or_fail
+from testkit import shared
+from testkit.apache_kafka import KafkaCluster, KafkaUnavailable, start_kafka
 from testkit.mockcluster import MockCluster
 from testkit.schema_registry import SchemaRegistryServer
 from testkit.tansu import TansuBroker, start_tansu
 
 
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """The run's owner (xdist's controller, or the one process) chooses where the shared servers
+    are recorded; the workers it spawns inherit the choice through the environment."""
+    if _is_worker(config):
+        return
+    kept = os.environ.get(shared.ENV)
+    root = Path(kept) if kept else config._tmp_path_factory.getbasetemp() / "shared-servers"
+    root.mkdir(parents=True, exist_ok=True)
+    os.environ[shared.RUN_ENV] = str(root)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Once every worker is done: stop the shared servers, unless the developer keeps them."""
+    if _is_worker(session.config) or os.environ.get(shared.ENV) or shared.RUN_ENV not in os.environ:
+        return
+    shared.stop_all(Path(os.environ[shared.RUN_ENV]))
+
+
+def _shared_kafka(name: str, **kw) -> KafkaCluster:
+    def start(directory: Path) -> KafkaCluster:
+        try:
+            return start_kafka(directory, **kw)
+        except KafkaUnavailable as exc:
+            pytest.fail(f"Apache Kafka cannot start here: {exc}", pytrace=False)
+    return shared.shared(Path(os.environ[shared.RUN_ENV]), name, start, KafkaCluster.describe, KafkaCluster.attach)
+
+
 @pytest.fixture(scope="session")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> KafkaCluster:
+def kafka() -> KafkaCluster:
     """A running single-node Apache Kafka: ``.bootstrap`` ("127.0.0.1:PORT"), ``.host``, ``.port``."""
-    cluster = start_or_fail(tmp_path_factory, "kafka")
-    yield cluster
-    cluster.stop()
+    return _shared_kafka("kafka")
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> KafkaCluster:
+def kafka_cluster() -> KafkaCluster:
     """Three Apache Kafka nodes (racks r1, r2, r3) with PLAINTEXT, SSL and SASL_SSL listeners."""
-    cluster = start_or_fail(tmp_path_factory, "kafka-cluster", nodes=3, secure=True)
-    yield cluster
-    cluster.stop()
+    return _shared_kafka("kafka-cluster", nodes=3, secure=True)
 
 
 @pytest.fixture(scope="session")
@@ -72,3 +112,40 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         for server_type, title in LOGGED_SERVERS:
             if isinstance(value, server_type):
                 report.sections.append((f"{title} ({name})", value.log_tail(40)))
+
+
+# Fixtures whose use marks a test (``-m kafka`` and friends select by what a test needs).
+MARKING_FIXTURES = {"kafka": "kafka", "kafka_cluster": "kafka", "broker": "broker", "spark": "spark"}
+
+
+def _has_own_module_fixture(item: pytest.Item) -> bool:
+    """The test uses a module- or class-scoped fixture defined in its own module (a cluster of
+    the module's own, typically): every test of that module must run on one xdist worker."""
+    module = getattr(item, "module", None)
+    info = getattr(item, "_fixtureinfo", None)
+    if module is None or info is None:
+        return False
+    for defs in info.name2fixturedefs.values():
+        for d in defs:
+            if d.scope in ("module", "class") and getattr(d.func, "__module__", None) == module.__name__:
+                return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark by fixture; group modules with a cluster of their own; slow tests first.
+
+    tryfirst: xdist's own hook turns the ``xdist_group`` marks into scheduling groups after this.
+    The order is the same in every worker (a stable sort of the collected order), as xdist needs.
+    """
+    for item in items:
+        for fixture, marker in MARKING_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+    grouped = {item.module.__name__ for item in items if _has_own_module_fixture(item)}
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__ in grouped:
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
