@@ -34,7 +34,7 @@ from pathlib import Path
 
 from kdaemon.embedded import api_versions_body
 from testkit.ports import listen_port
-from testkit.shared import pid_alive
+from testkit.shared import locked, pid_alive
 
 HOST = "127.0.0.1"
 KAFKA_VERSION = "4.4.0"
@@ -99,12 +99,20 @@ def kafka_jars() -> list[Path]:
     lib = cache_dir() / "lib"
     stamp = cache_dir() / "resolved.sha256"
     digest = pom_digest()
-    if not (stamp.exists() and stamp.read_text().strip() == digest):
-        tmp = lib.with_name("lib.partial")
-        maven_copy_dependencies(POM, tmp, "Apache Kafka", KAFKA_VERSION, KafkaUnavailable)
-        shutil.rmtree(lib, ignore_errors=True)
-        tmp.rename(lib)
-        stamp.write_text(digest + "\n")
+
+    def resolved() -> bool:
+        return stamp.exists() and stamp.read_text().strip() == digest
+
+    if not resolved():
+        # One resolution at a time, across the test run's worker processes: a second one
+        # would empty lib/ under the first's feet.
+        with locked(cache_dir().with_name(cache_dir().name + ".lock")):
+            if not resolved():
+                tmp = lib.with_name("lib.partial")
+                maven_copy_dependencies(POM, tmp, "Apache Kafka", KAFKA_VERSION, KafkaUnavailable)
+                shutil.rmtree(lib, ignore_errors=True)
+                tmp.rename(lib)
+                stamp.write_text(digest + "\n")
     return sorted(lib.glob("*.jar"))
 
 

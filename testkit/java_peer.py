@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testkit.apache_kafka import KafkaUnavailable, cache_dir, java_binary, kafka_classpath
+from testkit.shared import locked
 
 SOURCE = Path(__file__).resolve().parent / "java" / "KafkaPeer.java"
 MAIN_CLASS = "KafkaPeer"
@@ -42,7 +43,6 @@ _LOG4J2 = """<Configuration status="warn"><Appenders><Console name="err" target=
 <PatternLayout pattern="[java-peer %d{HH:mm:ss,SSS}] %p %m (%c{1})%n"/></Console></Appenders>
 <Loggers><Root level="WARN"><AppenderRef ref="err"/></Root></Loggers></Configuration>
 """
-_compile_lock = threading.Lock()
 
 
 class JavaPeerError(RuntimeError):
@@ -51,7 +51,9 @@ class JavaPeerError(RuntimeError):
 
 def peer_command(heap: str = "256m") -> list[str]:
     """``java ... KafkaPeer`` (compiled on first use), ready for a sub-command and its options."""
-    with _compile_lock:
+    # Compiled once per machine: the workers of a test run (processes) and their threads wait
+    # for each other instead of writing one another's partial output.
+    with locked(cache_dir() / "peer.lock"):
         classes = _compiled()
     log4j = classes / "log4j2-peer.xml"
     if not log4j.exists():

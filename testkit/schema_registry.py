@@ -31,6 +31,7 @@ from pathlib import Path
 from testkit.apache_kafka import cache_dir as kafka_cache_dir
 from testkit.apache_kafka import java_binary as kafka_java_binary, maven_copy_dependencies, pom_digest
 from testkit.ports import listen_port
+from testkit.shared import locked
 
 HOST = "127.0.0.1"
 APICURIO_VERSION = "2.6.13.Final"
@@ -62,24 +63,36 @@ def registry_dist() -> Path:
     dist = cache_dir() / "dist"
     stamp = cache_dir() / "resolved.sha256"
     digest = pom_digest(POM)
-    if not (stamp.exists() and stamp.read_text().strip() == digest and (dist / RUNNER).is_file()):
-        download = cache_dir() / "download.partial"
-        maven_copy_dependencies(POM, download, "Apicurio Registry", APICURIO_VERSION, RegistryUnavailable)
-        if not (download / ARCHIVE).is_file():
-            raise RegistryUnavailable(f"Maven resolved {POM} but {ARCHIVE} is not in {download}: "
-                                      f"{sorted(p.name for p in download.iterdir())}")
-        tmp = dist.with_name("dist.partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        with tarfile.open(download / ARCHIVE) as archive:
-            archive.extractall(tmp, filter="data")
-        # The archive has the runner jar and lib/ at its top, or under one directory.
-        top = tmp if (tmp / RUNNER).is_file() else next(p.parent for p in tmp.rglob(RUNNER))
-        shutil.rmtree(dist, ignore_errors=True)
-        top.rename(dist)
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(download, ignore_errors=True)   # 142 MB: the unpacked copy is what runs
-        stamp.write_text(digest + "\n")
+
+    def resolved() -> bool:
+        return stamp.exists() and stamp.read_text().strip() == digest and (dist / RUNNER).is_file()
+
+    if resolved():
+        return dist
+    with locked(cache_dir().with_name(cache_dir().name + ".lock")):   # one resolution per machine at a time
+        if not resolved():
+            _resolve(dist, stamp, digest)
     return dist
+
+
+def _resolve(dist: Path, stamp: Path, digest: str) -> None:
+    """Resolve the distribution from Maven Central and unpack it into ``dist`` (under the lock)."""
+    download = cache_dir() / "download.partial"
+    maven_copy_dependencies(POM, download, "Apicurio Registry", APICURIO_VERSION, RegistryUnavailable)
+    if not (download / ARCHIVE).is_file():
+        raise RegistryUnavailable(f"Maven resolved {POM} but {ARCHIVE} is not in {download}: "
+                                  f"{sorted(p.name for p in download.iterdir())}")
+    tmp = dist.with_name("dist.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tarfile.open(download / ARCHIVE) as archive:
+        archive.extractall(tmp, filter="data")
+    # The archive has the runner jar and lib/ at its top, or under one directory.
+    top = tmp if (tmp / RUNNER).is_file() else next(p.parent for p in tmp.rglob(RUNNER))
+    shutil.rmtree(dist, ignore_errors=True)
+    top.rename(dist)
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(download, ignore_errors=True)   # 142 MB: the unpacked copy is what runs
+    stamp.write_text(digest + "\n")
 
 
 @dataclass

@@ -35,7 +35,9 @@ T = TypeVar("T")
 
 
 @contextmanager
-def _locked(path: Path):
+def locked(path: Path):
+    """An exclusive flock on ``path`` (created if missing), between processes and threads alike:
+    each call opens the file anew, and flock locks belong to the open file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -65,7 +67,7 @@ def shared(root: Path, name: str, start: Callable[[Path], T], describe: Callable
     live one is recorded, else rebuilt by ``attach(record)``.  ``describe(server)`` must hold
     ``pids``, the processes whose death means the server is gone."""
     record_path = root / f"{name}.json"
-    with _locked(root / f"{name}.lock"):
+    with locked(root / f"{name}.lock"):
         if record_path.exists():
             record = json.loads(record_path.read_text())
             if all(pid_alive(p) for p in record["pids"]):
@@ -98,7 +100,7 @@ def stop_all(root: Path) -> list[str]:
     forget it; the names of those stopped."""
     stopped = []
     for record_path in sorted(root.glob("*.json")):
-        with _locked(record_path.with_suffix(".lock")):
+        with locked(record_path.with_suffix(".lock")):
             try:
                 record = json.loads(record_path.read_text())
             except (OSError, ValueError):
