@@ -149,3 +149,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if module is not None and module.__name__ in grouped:
             item.add_marker(pytest.mark.xdist_group(module.__name__))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+# -- what each test computed (KDAEMON_TEST_CPU=path; read by `python -m testkit.durations`) ----
+
+def _cpu_s() -> float:
+    import resource
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    path = os.environ.get("KDAEMON_TEST_CPU")
+    if not path:
+        yield
+        return
+    import json
+    import time
+    wall, cpu = time.monotonic(), _cpu_s()
+    yield
+    record = {"nodeid": item.nodeid, "wall_s": round(time.monotonic() - wall, 3),
+              "cpu_s": round(_cpu_s() - cpu, 3)}
+    with open(path, "a") as fh:   # one short line per test: appends from several workers stay whole
+        fh.write(json.dumps(record) + "\n")
