@@ -34,6 +34,9 @@ from testkit.schema_registry import SchemaRegistryServer
 from testkit.tansu import TansuBroker, start_tansu
 
 
+JVM_TEST_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
 def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
@@ -48,6 +51,10 @@ def pytest_configure(config: pytest.Config) -> None:
     root = Path(kept) if kept else config._tmp_path_factory.getbasetemp() / "shared-servers"
     root.mkdir(parents=True, exist_ok=True)
     os.environ[shared.RUN_ENV] = str(root)
+    # Every JVM of the run (Kafka, the Java peers, Spark's drivers in the daemons' uploaders, the
+    # Kafka tools) compiles with C1 only: a SparkSession's start took 18 CPU-s with both
+    # compilers and 10.7 with C1 alone here, and the tests' JVMs live too briefly for C2 to pay.
+    os.environ.setdefault("JAVA_TOOL_OPTIONS", JVM_TEST_OPTIONS)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -148,7 +155,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = getattr(item, "module", None)
         if module is not None and module.__name__ in grouped:
             item.add_marker(pytest.mark.xdist_group(module.__name__))
+        elif (lane := _lane(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(lane))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _lane(item: pytest.Item) -> str | None:
+    """The lane of a test that loads the machine on its own: the Spark tests (each starts
+    SparkSessions: a JVM of a core's worth of CPU for 10 s and a gigabyte) one after another,
+    and the other slow tests (several daemons, a cluster of their own) one after another.  Two
+    lanes bound how many such tests share the two cores at once; every other test fills the
+    remaining workers (and the lanes' workers once they are done)."""
+    if item.get_closest_marker("spark") is not None:
+        return "lane-spark"
+    if item.get_closest_marker("slow") is not None:
+        return "lane-slow"
+    return None
 
 
 # -- what each test computed (KDAEMON_TEST_CPU=path; read by `python -m testkit.durations`) ----
