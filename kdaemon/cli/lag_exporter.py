@@ -12,9 +12,9 @@ with the configuration's ``isolation_level``: the last stable offset under read_
 It joins no group: it only asks the coordinator for the committed offsets, so it disturbs no
 member.  Kafka is read in a thread and HTTP is served by prometheus_client's threaded server
 (``serve_metrics``: a thread per client, so a slow client holds only its own), so a scrape is
-answered at once even while a poll waits out an unreachable broker or clients trickle; a failed poll leaves the last good
-reading served and says so (``kdaemon_lag_exporter_up`` 0, ``_errors_total``, the age of
-``_last_success_timestamp_seconds``).
+answered at once even while a poll waits out an unreachable broker or clients trickle; a
+failed poll leaves the last good reading served and says so (``kdaemon_lag_exporter_up`` 0,
+``_errors_total``, the age of ``_last_success_timestamp_seconds``).
 
 prometheus_client is imported only where it is used: ``kdaemon.cli`` imports this module for every
 command, and ``kdaemon run`` must import prometheus_client first after setting

@@ -9,10 +9,11 @@ The supervisor itself never creates a Kafka client, a thread or a plugin's objec
 only in workers, after fork.  It does import the allowlisted plugins, to call their process
 hooks (``kdaemon_pre_fork`` here, ``kdaemon_post_fork`` and ``kdaemon_worker_exit`` in the
 child, see ``kdaemon.plugins.hookspecs``) and to ask which companions the sinks need; their
-factories run only in workers.  It serves ``/metrics`` (``metrics_http.py``) and the control
-socket (``control.py``) from its own select loop, no thread, each client a non-blocking
-connection that can never hold the loop (``connections.py``), aggregating the files the workers
-write in prometheus-client's multiprocess mode.  Worker heartbeats are ``heartbeat.WorkerHeartbeat`` lines on a pipe.
+factories run only in workers.  It serves ``/metrics`` (``metrics_http.py``, aggregating the
+files the workers write in prometheus-client's multiprocess mode) and the control socket
+(``control.py``) from its own select loop, no thread, each client a non-blocking connection
+that can never hold the loop (``connections.py``).  Worker heartbeats are
+``heartbeat.WorkerHeartbeat`` lines on a pipe.
 """
 
 from __future__ import annotations

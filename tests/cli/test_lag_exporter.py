@@ -1,6 +1,7 @@
 """``kdaemon lag-exporter`` without a broker: what it refuses, and that it keeps serving /metrics,
-saying that its polls fail, while no broker answers, and while slow clients hold connections.  Its readings on Apache Kafka, through a real
-Prometheus, are in tests/monitoring/test_prometheus_live.py.
+saying that its polls fail, while no broker answers, and while slow clients hold connections.
+Its readings on Apache Kafka, through a real Prometheus, are in
+tests/monitoring/test_prometheus_live.py.
 """
 
 from __future__ import annotations
