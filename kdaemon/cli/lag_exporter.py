@@ -242,6 +242,7 @@ def serve_metrics(listen: str, registry):
 
     class Server(ThreadingWSGIServer):
         address_family = family
+        request_queue_size = 128   # socketserver's 5 drops the connects of a burst (retried after 1 s)
 
         def handle_error(self, request, client_address) -> None:
             log.debug("an HTTP client %s failed", client_address, exc_info=True)
