@@ -10,10 +10,11 @@ with the configuration's ``isolation_level``: the last stable offset under read_
 ``kdaemon offsets``' own ``group_lag``, and serves the last reading on ``/metrics``.
 
 It joins no group: it only asks the coordinator for the committed offsets, so it disturbs no
-member.  Kafka is read in a thread and HTTP is served from the main one, so a scrape is answered
-at once even while a poll waits out an unreachable broker; a failed poll leaves the last good
-reading served and says so (``kdaemon_lag_exporter_up`` 0, ``_errors_total``, the age of
-``_last_success_timestamp_seconds``).
+member.  Kafka is read in a thread and HTTP is served by prometheus_client's threaded server
+(``serve_metrics``: a thread per client, so a slow client holds only its own), so a scrape is
+answered at once even while a poll waits out an unreachable broker or clients trickle; a
+failed poll leaves the last good reading served and says so (``kdaemon_lag_exporter_up`` 0,
+``_errors_total``, the age of ``_last_success_timestamp_seconds``).
 
 prometheus_client is imported only where it is used: ``kdaemon.cli`` imports this module for every
 command, and ``kdaemon run`` must import prometheus_client first after setting
@@ -23,7 +24,6 @@ PROMETHEUS_MULTIPROC_DIR (its multiprocess mode is chosen at that first import).
 from __future__ import annotations
 
 import logging
-import select
 import signal
 import threading
 import time
@@ -209,11 +209,53 @@ class LagExporter:
                 end.add_metric(key, row.end)
         return families
 
-    def render(self) -> tuple[bytes, str]:
-        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+    def registry(self):
+        """A registry of this exporter alone, for prometheus_client's server to render."""
+        from prometheus_client import CollectorRegistry
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
-        return generate_latest(registry), CONTENT_TYPE_LATEST
+        return registry
+
+
+# -- HTTP ----------------------------------------------------------------------------------------
+
+CLIENT_TIMEOUT_S = 30.0   # a client silent this long (between two reads or writes) is closed, freeing its thread
+
+
+def serve_metrics(listen: str, registry):
+    """prometheus_client's WSGI app on ``listen`` (HOST:PORT, an IPv6 host in brackets) in its
+    threaded server: one thread per client, so a slow or silent client holds its own thread and
+    never a scrape (this process never forks, unlike the supervisor, and may hold threads).
+    Beside what ``start_http_server`` does: a client silent for ``CLIENT_TIMEOUT_S`` is closed,
+    so idle connections do not keep threads for ever, and that close is not a traceback on
+    stderr.  Returns the server, serving from a daemon thread; OSError when ``listen`` cannot be
+    bound."""
+    import socket
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from prometheus_client import make_wsgi_app
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    family = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+
+    class Server(ThreadingWSGIServer):
+        address_family = family
+        request_queue_size = 128   # socketserver's 5 drops the connects of a burst (retried after 1 s)
+
+        def handle_error(self, request, client_address) -> None:
+            log.debug("an HTTP client %s failed", client_address, exc_info=True)
+
+    class Handler(WSGIRequestHandler):
+        timeout = CLIENT_TIMEOUT_S
+
+        def log_message(self, format, *args) -> None:   # no access log
+            pass
+
+    server = make_server(host, int(port), make_wsgi_app(registry), Server, handler_class=Handler)
+    threading.Thread(target=server.serve_forever, name="lag-http", daemon=True).start()
+    return server
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -245,7 +287,6 @@ def lag_exporter(config_path: str, listen: str, interval: float, timeout_ms: int
     the last good ones), kdaemon_lag_exporter_last_success_timestamp_seconds,
     kdaemon_lag_exporter_errors_total {group, error}."""
     from ..supervisor import sdnotify
-    from ..supervisor.metrics_http import MetricsEndpoint
     config = load_or_exit(config_path)
     setup_logging(config.daemon.log_level)
     opts = config.consumer_options()
@@ -265,9 +306,10 @@ def lag_exporter(config_path: str, listen: str, interval: float, timeout_ms: int
     except (TypeError, ValueError) as exc:   # an option the client refuses
         fail(f"{config.path}: [kafka]: {exc}", EXIT_CONFIG)
     try:
-        endpoint = MetricsEndpoint(listen, strict=True)
+        server = serve_metrics(listen, exporter.registry())
     except OSError as exc:
         fail(f"cannot listen on {listen}: {exc.strerror or exc}; choose another --listen", EXIT_CONFIG)
+    log.info("metrics on http://%s/metrics", listen)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -277,12 +319,11 @@ def lag_exporter(config_path: str, listen: str, interval: float, timeout_ms: int
              ", ".join(config.daemon.topics), opts.get("isolation_level", "read_uncommitted"), interval)
     sdnotify.notify("READY=1")
     try:
-        while not stop.is_set():
-            readable, _, _ = select.select([endpoint.sock], [], [], 0.5)
-            if readable:
-                endpoint.serve_one(exporter.render)
+        while not stop.wait(0.5):
+            pass
     finally:
         sdnotify.notify("STOPPING=1")
-        endpoint.close()
+        server.shutdown()       # no new request; those under way end with the process
+        server.server_close()
         # A poll waiting on an unreachable broker ends within its timeout; no longer is waited.
         poller.join(timeout_ms / 1000 * 2 + 5)

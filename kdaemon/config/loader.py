@@ -67,7 +67,7 @@ _CHOICES = {"assignment": ("group", "static"), "on_deserialize_error": ERROR_POL
             "on_sink_error": ERROR_POLICIES_SINK, "filter_default": FILTER_DEFAULTS,
             "log_level": ("DEBUG", "INFO", "WARNING", "ERROR")}
 _POSITIVE = ("poll_timeout_ms", "flush_interval_ms", "flush_max_records", "max_buffered_records",
-             "metrics_interval_ms", "sink_probe_max_ms")
+             "metrics_interval_ms", "sink_probe_max_ms", "endpoint_request_timeout_s", "endpoint_max_clients")
 
 
 def load(path: str | os.PathLike, *, environ: Mapping[str, str] | None = None) -> DaemonConfig:

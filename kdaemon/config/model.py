@@ -80,6 +80,10 @@ class DaemonSection:
     filter_default: str = "auto"      # keep | drop | auto (the opposite of the last rule's action)
     state_dir: str = "./var/kdaemon"
     metrics_addr: str = "127.0.0.1:9464"
+    # The supervisor's endpoints (/metrics, the control socket), each: a client's whole request
+    # within this long of connecting, and this many clients at once (supervisor/connections.py).
+    endpoint_request_timeout_s: float = 5.0
+    endpoint_max_clients: int = 64
     shutdown_timeout_s: float = 30.0
     heartbeat_timeout_s: float = 60.0
     metrics_interval_ms: int = 1000   # how often a worker publishes its /metrics counters

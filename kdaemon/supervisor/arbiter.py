@@ -9,9 +9,11 @@ The supervisor itself never creates a Kafka client, a thread or a plugin's objec
 only in workers, after fork.  It does import the allowlisted plugins, to call their process
 hooks (``kdaemon_pre_fork`` here, ``kdaemon_post_fork`` and ``kdaemon_worker_exit`` in the
 child, see ``kdaemon.plugins.hookspecs``) and to ask which companions the sinks need; their
-factories run only in workers.  It serves ``/metrics`` from its own select loop (no thread,
-``metrics_http.py``), aggregating the files the workers write in prometheus-client's
-multiprocess mode.  Worker heartbeats are ``heartbeat.WorkerHeartbeat`` lines on a pipe.
+factories run only in workers.  It serves ``/metrics`` (``metrics_http.py``, aggregating the
+files the workers write in prometheus-client's multiprocess mode) and the control socket
+(``control.py``) from its own select loop, no thread, each client a non-blocking connection
+that can never hold the loop (``connections.py``).  Worker heartbeats are
+``heartbeat.WorkerHeartbeat`` lines on a pipe.
 """
 
 from __future__ import annotations
@@ -130,7 +132,8 @@ class Arbiter:
         self._resources = ResourceSampler()
         self._control = ControlServer(config.daemon.state_dir, lambda: daemon_status(   # kdaemon status's answer
             self.workers.values(), self.slots, self.target, stopping=self._stopping,
-            companions=self.companions.states(), config_path=self.config_path, state_dir=self.config.daemon.state_dir))
+            companions=self.companions.states(), config_path=self.config_path, state_dir=self.config.daemon.state_dir),
+            request_timeout_s=config.daemon.endpoint_request_timeout_s, max_clients=config.daemon.endpoint_max_clients)
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -142,7 +145,10 @@ class Arbiter:
         self._metrics_dir = d
         from . import metrics as supervisor_metrics  # imported only now: the env var must be set
         self._prom = supervisor_metrics
-        self._metrics_http = MetricsEndpoint(self.config.daemon.metrics_addr)
+        daemon = self.config.daemon
+        self._metrics_http = MetricsEndpoint(daemon.metrics_addr, self._prom.render,
+                                             request_timeout_s=daemon.endpoint_request_timeout_s,
+                                             max_clients=daemon.endpoint_max_clients)
 
     def _install_signals(self) -> None:
         for sig in _HANDLED:
@@ -194,25 +200,31 @@ class Arbiter:
         log.info("supervisor exiting with code %d", self._exit_code)
         return self._exit_code
 
+    def _endpoints(self) -> list:
+        """The endpoints served from this loop (``connections.py``: non-blocking, never waited on)."""
+        return [e for e in (self._metrics_http, self._control) if e is not None]
+
     def _sleep(self) -> None:
-        fds = [self._wake_r] + [w.heartbeat_fd for w in self.workers.values()]
-        metrics_fd = self._metrics_http.fileno() if self._metrics_http is not None else None
-        if metrics_fd is not None:
-            fds.append(metrics_fd)
-        control_r, control_w = self._control.waiting()
+        reading = [self._wake_r] + [w.heartbeat_fd for w in self.workers.values()]
+        writing: list[int] = []
+        endpoints = self._endpoints()
+        for e in endpoints:
+            r, w = e.waiting()
+            reading += r
+            writing += w
         try:
-            readable, writable, _ = select.select(fds + control_r, control_w, [], 0.5)
+            readable, writable, _ = select.select(reading, writing, [], 0.5)
         except InterruptedError:
             return
-        for fd in self._control.serve(readable, writable):
+        for e in endpoints:
+            readable = e.serve(readable, writable)
+        for fd in readable:
             if fd == self._wake_r:
                 try:
                     while os.read(self._wake_r, 4096):
                         pass
                 except BlockingIOError:
                     pass
-            elif fd == metrics_fd:
-                self._metrics_http.serve_one(self._prom.render)  # type: ignore[union-attr]
             else:
                 self._read_heartbeat(fd)
 
@@ -290,6 +302,8 @@ class Arbiter:
         self._roll_waiting = None
         self._ready_sent = False
         self._configure_companions(new, reload.companions)
+        for e in self._endpoints():
+            e.set_limits(new.daemon.endpoint_request_timeout_s, new.daemon.endpoint_max_clients)
         if self._workers_override is None and old.daemon.workers != new.daemon.workers:
             self.target = new.daemon.workers or os.cpu_count() or 1
             log.info("worker count from the new configuration: %d", self.target)

@@ -8,11 +8,12 @@ ends use), mode 0600: only the daemon's user may ask.  A request is one JSON lin
 Why no thread: the supervisor forks its workers and must hold no thread (invariant 13: a thread
 would be copied half-way into every child).  The listening socket and every client connection
 are non-blocking and polled by the arbiter's own ``select`` (``waiting`` / ``serve``), as the
-``/metrics`` endpoint is; a client that sends nothing is dropped after ``IDLE_S`` (one that
-does not read its answer after ``ANSWER_S``), and an answer too big for the socket buffer is
-written as the socket takes it.  A forked child closes
-every one of these descriptors at once (``close_in_child``): a client connection left open in a
-worker would keep the client waiting for an end of file that only the worker's exit brings.
+``/metrics`` endpoint is, both through ``connections.py``: a request must be whole within
+``[daemon] endpoint_request_timeout_s`` and ``MAX_REQUEST_BYTES``, at most
+``endpoint_max_clients`` clients at once, an answer too big for the socket buffer written as
+the socket takes it.  A forked child closes every one of these descriptors at once
+(``close_in_child``): a client connection left open in a worker would keep the client waiting
+for an end of file that only the worker's exit brings.
 
 What the answer holds comes from what the supervisor already knows: the workers' heartbeats
 (``heartbeat.WorkerHeartbeat``: readiness, and each partition's position and lag) and its own
@@ -21,7 +22,6 @@ bookkeeping (pids, restarts and why, companions).  It never asks a broker.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -31,15 +31,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
+from ..config import DaemonSection
+from .connections import Connections, Limits
 from .heartbeat import HeldPartition
 
 log = logging.getLogger("kdaemon.supervisor")
 
 SOCKET_NAME = "control.sock"
-MAX_REQUEST_BYTES = 4096
-IDLE_S = 5.0          # a client that has not sent its request by then is dropped
-ANSWER_S = 30.0       # ... and one that has not taken its whole answer by then
-MAX_CLIENTS = 16      # more at once are refused (closed at accept): the loop serves workers first
+MAX_REQUEST_BYTES = 4096   # one JSON line: {"request": "status"} is 22 bytes
 # sockaddr_un's sun_path: 108 bytes on Linux, with its terminating NUL.
 MAX_PATH_BYTES = 107
 
@@ -217,8 +216,8 @@ def request_status(state_dir: str, *, timeout_s: float = 10.0) -> DaemonStatus:
     finally:
         sock.close()
     if not data:
-        raise ControlError(f"the kdaemon at {path} closed the connection without answering (more than "
-                           f"{MAX_CLIENTS} clients at once, or it is stopping); try again")
+        raise ControlError(f"the kdaemon at {path} closed the connection without answering (more clients at "
+                           "once than its [daemon] endpoint_max_clients, or it is stopping); try again")
     try:
         msg = json.loads(data)
     except ValueError:
@@ -232,16 +231,40 @@ def request_status(state_dir: str, *, timeout_s: float = 10.0) -> DaemonStatus:
 
 # -- the server ----------------------------------------------------------------------------------
 
-@dataclass
-class _Client:
-    sock: socket.socket
-    since: float
-    inbox: bytes = b""
-    outbox: bytes | None = None    # the answer, once the request was read
+class JsonLineRequests:
+    """The control socket's protocol over ``connections.Connections``: one JSON line in, one out."""
+
+    def __init__(self, status: Callable[[], DaemonStatus]) -> None:
+        self._status = status
+
+    def request_length(self, inbox: bytes) -> int | None:
+        end = inbox.find(b"\n")
+        return None if end < 0 else end + 1
+
+    def answer(self, request: bytes) -> bytes:
+        return json.dumps(self._handle(request.rstrip(b"\r\n"))).encode() + b"\n"
+
+    def too_large(self, limit: int) -> bytes:
+        return json.dumps({"error": f"a request is one JSON line of at most {limit} bytes"}).encode() + b"\n"
+
+    def _handle(self, line: bytes) -> dict:
+        try:
+            request = json.loads(line)
+        except ValueError:
+            return {"error": f"a request is a JSON line such as {{\"request\": \"status\"}}, not {line[:100]!r}"}
+        what = request.get("request") if isinstance(request, dict) else None
+        if what != "status":
+            return {"error": f"unknown request {what!r}; the one request is \"status\""}
+        try:
+            return {"status": self._status().to_dict()}
+        except Exception as exc:   # a status must never take the supervisor (and its workers) down
+            log.exception("control socket: building the status failed")
+            return {"error": f"the daemon could not build its status ({type(exc).__name__}: {exc}); see its log"}
 
 
 class ControlServer:
-    """The listening socket and its clients, served from the arbiter's loop.
+    """The listening socket and its clients (``connections.Connections``, with the limits every
+    endpoint of the supervisor has), served from the arbiter's loop.
 
     ``open`` binds (replacing a stale socket: the caller holds the state directory's lock, so no
     other daemon can be listening there); if that fails the daemon runs on without it, said in
@@ -249,12 +272,16 @@ class ControlServer:
     select's answer (and hands back the descriptors that are not its own), ``close`` removes the
     socket at exit."""
 
-    def __init__(self, state_dir: str, status: Callable[[], DaemonStatus]) -> None:
+    def __init__(self, state_dir: str, status: Callable[[], DaemonStatus], *,
+                 request_timeout_s: float = DaemonSection.endpoint_request_timeout_s,
+                 max_clients: int = DaemonSection.endpoint_max_clients,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.path = socket_path(state_dir)
-        self._status = status
-        self._sock: socket.socket | None = None
+        self._requests = JsonLineRequests(status)
+        self._limits = limits(request_timeout_s, max_clients)
+        self._clock = clock
+        self.clients: Connections | None = None
         self._inode: int | None = None
-        self._clients: dict[int, _Client] = {}
 
     def open(self) -> None:
         if len(os.fsencode(self.path)) > MAX_PATH_BYTES:
@@ -274,7 +301,7 @@ class ControlServer:
         old_umask = os.umask(0o177)   # created 0600: no window in which another user could connect
         try:
             sock.bind(self.path)
-            sock.listen(MAX_CLIENTS)
+            sock.listen(128)
         except OSError as exc:
             sock.close()
             log.error("control socket %s not opened: %s; kdaemon status cannot reach this daemon", self.path,
@@ -282,124 +309,36 @@ class ControlServer:
             return
         finally:
             os.umask(old_umask)
-        sock.setblocking(False)
-        self._sock = sock
+        self.clients = Connections("control socket", sock, self._requests, self._limits, clock=self._clock)
         self._inode = os.stat(self.path).st_ino
         log.info("control socket %s (kdaemon status)", self.path)
 
+    def set_limits(self, request_timeout_s: float, max_clients: int) -> None:
+        """A reload's limits, for the connections accepted from now on."""
+        self._limits = limits(request_timeout_s, max_clients)
+        if self.clients is not None:
+            self.clients.limits = self._limits
+
     def waiting(self) -> tuple[list[int], list[int]]:
         """(descriptors to watch for reading, for writing)."""
-        reading = [] if self._sock is None else [self._sock.fileno()]
-        writing = []
-        for fd, c in self._clients.items():
-            (reading if c.outbox is None else writing).append(fd)
-        return reading, writing
+        return ([], []) if self.clients is None else self.clients.waiting()
 
     def serve(self, readable: list[int], writable: list[int]) -> list[int]:
         """Do what select said can be done; return the readable descriptors that are not ours."""
-        others = []
-        now = time.monotonic()
-        for fd in readable:
-            if self._sock is not None and fd == self._sock.fileno():
-                self._accept(now)
-            elif fd in self._clients:
-                self._read(fd)
-            else:
-                others.append(fd)
-        for fd in writable:
-            if fd in self._clients:
-                self._write(fd)
-        for fd, c in list(self._clients.items()):
-            if now - c.since > (IDLE_S if c.outbox is None else ANSWER_S):
-                self._drop(fd)
-        return others
-
-    def _accept(self, now: float) -> None:
-        try:
-            conn, _ = self._sock.accept()   # type: ignore[union-attr]
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            log.warning("control socket %s: accept failed: %s", self.path, exc.strerror or exc)
-            return
-        if len(self._clients) >= MAX_CLIENTS:
-            conn.close()
-            return
-        conn.setblocking(False)
-        self._clients[conn.fileno()] = _Client(conn, now)
-
-    def _read(self, fd: int) -> None:
-        c = self._clients[fd]
-        try:
-            chunk = c.sock.recv(MAX_REQUEST_BYTES)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self._drop(fd)
-            return
-        c.inbox += chunk
-        if b"\n" not in c.inbox:
-            if len(c.inbox) > MAX_REQUEST_BYTES:
-                self._answer(c, {"error": f"a request is one JSON line of at most {MAX_REQUEST_BYTES} bytes"})
-                self._write(fd)
-            return
-        self._answer(c, self._handle(c.inbox.split(b"\n", 1)[0]))
-        self._write(fd)
-
-    def _handle(self, line: bytes) -> dict:
-        try:
-            request = json.loads(line)
-        except ValueError:
-            return {"error": f"a request is a JSON line such as {{\"request\": \"status\"}}, not {line[:100]!r}"}
-        what = request.get("request") if isinstance(request, dict) else None
-        if what != "status":
-            return {"error": f"unknown request {what!r}; the one request is \"status\""}
-        try:
-            return {"status": self._status().to_dict()}
-        except Exception as exc:   # a status must never take the supervisor (and its workers) down
-            log.exception("control socket: building the status failed")
-            return {"error": f"the daemon could not build its status ({type(exc).__name__}: {exc}); see its log"}
-
-    @staticmethod
-    def _answer(c: _Client, msg: dict) -> None:
-        c.outbox = json.dumps(msg).encode() + b"\n"
-
-    def _write(self, fd: int) -> None:
-        c = self._clients[fd]
-        try:
-            sent = c.sock.send(c.outbox)   # type: ignore[arg-type]
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
-                log.debug("control socket: answering failed: %s", exc)
-            self._drop(fd)
-            return
-        c.outbox = c.outbox[sent:]   # type: ignore[index]
-        if not c.outbox:
-            self._drop(fd)
-
-    def _drop(self, fd: int) -> None:
-        c = self._clients.pop(fd)
-        c.sock.close()
+        return readable if self.clients is None else self.clients.serve(readable, writable)
 
     def close_in_child(self) -> None:
         """In a forked worker: close every descriptor of this server, remove nothing."""
-        for c in self._clients.values():
-            c.sock.close()
-        self._clients.clear()
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        if self.clients is not None:
+            self.clients.close()
+            self.clients = None
 
     def close(self) -> None:
         """At the supervisor's exit: close everything and remove the socket, if it is still the
         one this server bound (never another daemon's, started after this one lost its lock)."""
-        sock = self._sock
+        was_open = self.clients is not None
         self.close_in_child()
-        if sock is None:
+        if not was_open:
             return
         try:
             if os.stat(self.path).st_ino == self._inode:
@@ -408,3 +347,7 @@ class ControlServer:
             pass
         except OSError as exc:
             log.warning("control socket %s not removed: %s", self.path, exc.strerror or exc)
+
+
+def limits(request_timeout_s: float, max_clients: int) -> Limits:
+    return Limits(request_timeout_s, MAX_REQUEST_BYTES, max_clients)

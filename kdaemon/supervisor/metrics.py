@@ -14,7 +14,8 @@ import platform
 
 import psutil
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.exposition import choose_encoder
 from prometheus_client import multiprocess
 from prometheus_client.core import GaugeMetricFamily
 
@@ -128,11 +129,15 @@ class WorkerFiles:
         return multiprocess.MultiProcessCollector.merge(ready, accumulate=True)
 
 
-def render() -> tuple[bytes, str]:
+def render(accept: str = "") -> tuple[bytes, str]:
+    """The page and its content type: OpenMetrics when ``accept`` (the scrape's Accept header)
+    asks for it, the Prometheus text format otherwise (prometheus_client's ``choose_encoder``,
+    as its own server decides)."""
     registry = CollectorRegistry()
     registry.register(WorkerFiles(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
     registry.register(WORKER_RESOURCES)
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+    encoder, content_type = choose_encoder(accept)
+    return encoder(registry), content_type
 
 
 def mark_dead(pid: int) -> None:

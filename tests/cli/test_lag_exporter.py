@@ -1,6 +1,7 @@
 """``kdaemon lag-exporter`` without a broker: what it refuses, and that it keeps serving /metrics,
-saying that its polls fail, while no broker answers.  Its readings on Apache Kafka, through a real
-Prometheus, are in tests/monitoring/test_prometheus_live.py.
+saying that its polls fail, while no broker answers, and while slow clients hold connections.
+Its readings on Apache Kafka, through a real Prometheus, are in
+tests/monitoring/test_prometheus_live.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 
 from kdaemon.config import dump_toml
 from testkit.daemon import HOST, free_port, kdaemon_command, wait_for
+from testkit.slow_clients import SlowClients, tcp
 
 
 def _config(root: Path, *, bootstrap: str, group: str | None = "lagx-group", **daemon) -> Path:
@@ -115,6 +117,41 @@ def test_keeps_serving_and_says_its_polls_fail_while_no_broker_answers(tmp_path:
     # Said once, with the broker's address and the cause, not once per poll.
     assert log.count("polling Kafka failed") == 1, log
     assert re.search(r"polling Kafka failed \(KafkaTimeoutError: .*ECONNREFUSED", log), log
+
+
+def test_slow_and_idle_clients_hold_no_scrape_and_no_stop(tmp_path: Path):
+    """40 clients trickling a request a byte every 1.5 s and 10 sending nothing, all held by the
+    exporter: a scrape is answered (in OpenMetrics when asked), and SIGTERM stops it with 0,
+    while every one of them is still connected.  prometheus_client's threaded server gives each
+    client its own thread, so none of them is in the way."""
+    path = _config(tmp_path, bootstrap=f"{HOST}:{_unused_port()}")
+    host, port = HOST, free_port()
+    listen = f"{host}:{port}"
+    log_path = tmp_path / "exporter.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(kdaemon_command() + ["lag-exporter", "-c", str(path), "--listen", listen,
+                                                     "--interval", "0.2", "--timeout-ms", "1500"],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: re.search(r"metrics on http://", log_path.read_text()) or proc.poll() is not None, 60,
+                 "the exporter listening", log_path.read_text)
+        assert proc.poll() is None, log_path.read_text()
+        with SlowClients(tcp(host, port), b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ") as slow:
+            wait_for(lambda: slow.held_by(proc.pid) == len(slow.all), 30, "the exporter holding the 50 clients",
+                     log_path.read_text)
+            request = urllib.request.Request(f"http://{listen}/metrics",
+                                             headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                assert resp.headers["Content-Type"].startswith("application/openmetrics-text"), resp.headers
+                assert b"kdaemon_lag_exporter_up" in resp.read()
+            assert "kdaemon_lag_exporter_up{group=\"lagx-group\"}" in "".join(_scrape(listen))
+            assert slow.held() == len(slow.all), "clients were closed or answered"
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0, log_path.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
 
 def test_the_command_line_does_not_import_prometheus_client():

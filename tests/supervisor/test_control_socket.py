@@ -1,7 +1,8 @@
 """The control socket's server (``kdaemon/supervisor/control.py``) driven as the arbiter drives it:
 ``waiting()`` into ``select``, ``serve()`` with select's answer, in this one thread.  What must
 hold: an answer round-trips into the same ``DaemonStatus``; a client that sends nothing, or reads
-slowly, never holds the loop; bad requests get an error answer; the socket is 0600 and only
+slowly, never holds the loop (nor do many trickling and silent clients at once); bad or
+oversized requests get an error answer; a silent client goes at its deadline; the socket is 0600 and only
 ``close`` (not a forked child's ``close_in_child``) removes it.  The heartbeat field that feeds
 it (``held``) round-trips too."""
 
@@ -89,6 +90,56 @@ def test_a_silent_client_does_not_hold_the_loop_and_a_slow_reader_gets_everythin
     assert server.waiting()[1], "the answer was not left to be written as the socket takes it"
     assert DaemonStatus.from_dict(json.loads(receive_all(reader, server))["status"]) == big
     silent.close()
+
+
+def test_trickling_and_silent_clients_do_not_keep_status_from_answering(tmp_path):
+    """40 clients sending their request a byte a turn and 10 sending nothing, held at once (the
+    cap is above 50): ``kdaemon status``'s request is answered all the same, and they stay."""
+    s = ControlServer(str(tmp_path), a_status, max_clients=64)
+    s.open()
+    try:
+        trickling = [connect(s) for _ in range(40)]
+        idle = [connect(s) for _ in range(10)]
+        for c in trickling + idle:
+            c.setblocking(False)
+        prefix = b'{"request": "status"'
+        for i in range(len(prefix)):
+            for c in trickling:
+                c.send(prefix[i:i + 1])
+            turn(s, 0.05)
+        assert len(s.clients) == 50
+        asking = connect(s)
+        asking.sendall(b'{"request": "status"}\n')
+        assert DaemonStatus.from_dict(json.loads(receive_all(asking, s))["status"]) == a_status()
+        for c in trickling + idle:
+            with pytest.raises(BlockingIOError):   # still connected, nothing said to them
+                c.recv(1)
+    finally:
+        s.close()
+
+
+def test_a_request_over_the_limit_gets_an_error_answer(server):
+    c = connect(server)
+    c.sendall(b" " * 5000)
+    msg = json.loads(receive_all(c, server))
+    assert msg == {"error": "a request is one JSON line of at most 4096 bytes"}
+
+
+def test_a_silent_client_is_closed_at_the_deadline(tmp_path):
+    now = [100.0]
+    s = ControlServer(str(tmp_path), a_status, request_timeout_s=5.0, clock=lambda: now[0])
+    s.open()
+    try:
+        silent = connect(s)
+        turn(s, 0.05)
+        now[0] += 4.9
+        turn(s, 0.05)
+        assert len(s.clients) == 1
+        now[0] += 0.1
+        turn(s, 0.05)
+        assert len(s.clients) == 0 and silent.recv(1) == b""
+    finally:
+        s.close()
 
 
 @pytest.mark.parametrize("request_line, said", [
