@@ -51,11 +51,12 @@ PREFIX = "KDAEMON_"
 # kdaemon's own variables that are not configuration: where jars and test brokers are cached
 # (kdaemon.sinks.spark.jars, testkit/), the pure-Python record loop
 # (kdaemon.protocol.record_loop), a companion's arguments (kdaemon.supervisor.companion_run); and
-# those of the benchmark and fuzzing tools.  Their modules sit in layers that cannot import this
-# one, so the names are repeated here; tests/config/test_env_overrides.py fails when kdaemon,
-# bench/ or fuzz/ use a KDAEMON_ variable this list does not cover.
+# those of the benchmark, fuzzing and test tools (testkit/shared.py's KDAEMON_TEST_SERVERS and
+# KDAEMON_TEST_SERVERS_RUN reach every daemon a test starts).  Their modules sit in layers that
+# cannot import this one, so the names are repeated here; tests/config/test_env_overrides.py
+# fails when kdaemon, bench/, fuzz/ or testkit/ use a KDAEMON_ variable this list does not cover.
 NOT_CONFIGURATION = frozenset({"KDAEMON_CACHE", "KDAEMON_PURE_PYTHON", "KDAEMON_COMPANION"})
-NOT_CONFIGURATION_PREFIXES = ("KDAEMON_BENCH_", "KDAEMON_FUZZ_")
+NOT_CONFIGURATION_PREFIXES = ("KDAEMON_BENCH_", "KDAEMON_FUZZ_", "KDAEMON_TEST_")
 HIDDEN = "***"   # a secret's value, as check-config shows it
 
 

@@ -200,15 +200,17 @@ def test_kdaemons_own_variables_and_a_secrets_source_are_not_overrides(config_fi
 
 
 def test_every_kdaemon_variable_the_code_reads_is_left_alone():
-    """A KDAEMON_ variable that kdaemon, the benchmarks or the fuzzers use for themselves would
-    be refused as an unknown section if NOT_CONFIGURATION did not list it."""
+    """A KDAEMON_ variable that kdaemon, the benchmarks, the fuzzers or the test harness use for
+    themselves would be refused as an unknown section if NOT_CONFIGURATION did not list it (the
+    harness's KDAEMON_TEST_SERVERS_RUN, set for every test run, stopped every daemon a test
+    started with exit 2)."""
     constants = {"KDAEMON_FILTER_RUNS"}   # bench/consume: a Python tuple's name, not a variable
     used = set()
-    for top in ("kdaemon", "bench", "fuzz"):
+    for top in ("kdaemon", "bench", "fuzz", "testkit"):
         for path in (ROOT / top).rglob("*.py"):
             if path.name != "env.py":
                 used |= set(re.findall(r"\bKDAEMON_[A-Z0-9_]*[A-Z0-9]\b", path.read_text()))
-    assert "KDAEMON_CACHE" in used and "KDAEMON_BENCH_PROFILE_DIR" in used   # the scan sees them
+    assert {"KDAEMON_CACHE", "KDAEMON_BENCH_PROFILE_DIR", "KDAEMON_TEST_SERVERS_RUN"} <= used   # the scan sees them
     uncovered = {v for v in used - constants
                  if v not in NOT_CONFIGURATION and not v.startswith(NOT_CONFIGURATION_PREFIXES)}
     assert not uncovered, f"add these to kdaemon.config.env.NOT_CONFIGURATION: {sorted(uncovered)}"
