@@ -5,7 +5,7 @@ share (one-line failures among it).
 Exit codes: ``kdaemon.exit_codes`` (0 success; 1 runtime failure; 2 bad configuration or usage,
 every problem listed, or the state directory is another daemon's; 3 a worker stopped on an
 error policy; 4 a worker could not boot; 5 a worker was fenced by another consumer with its
-static member id).
+static member id; 6 the sink or the dead-letter queue refused for good).
 """
 
 from __future__ import annotations
@@ -64,7 +64,11 @@ def run(config_path: str, workers: int | None, in_process: bool) -> None:
          in a row before getting their assignment
       5  a worker was fenced by Kafka: another consumer joined the group with its
          static member id (a second daemon with the same [daemon] daemon_id?)
-    2 to 5 will not fix themselves: the supervisor stops rather than restart-loop.
+      6  the sink or the DLQ refused for good (its topic does not exist, an ACL,
+         a table's schema, a Spark job that fails the same way every time): the
+         log names the topic or table and the fix; nothing past the records it
+         refused is committed
+    2 to 6 will not fix themselves: the supervisor stops rather than restart-loop.
     """
     config = load_or_exit(config_path)
     setup_logging(config.daemon.log_level)
