@@ -143,15 +143,20 @@ def _run_in_process(config: DaemonConfig) -> int:
 @click.option("--show", is_flag=True,
               help="Print the effective configuration (the file with the environment's KDAEMON_* values "
                    "over it, each marked with its variable; secrets hidden).")
-def check_config(config_path: str, show: bool) -> None:
+@click.option("--offline", is_flag=True,
+              help="Do not ask the cluster whether what the file names exists (the DLQ's Kafka topic).")
+def check_config(config_path: str, show: bool, offline: bool) -> None:
     """Validate the configuration (and what the enabled plugins say about it); exit 2 on problems.
 
     Every problem in one run: those of the file and of the KDAEMON_<SECTION>_<KEY> environment
     variables set over it, then what the plugins' factories (filters, deserializers,
     interceptors, sinks' validate) say about their settings.  Each value taken from the
-    environment is listed on stdout (``run`` takes the same ones)."""
+    environment is listed on stdout (``run`` takes the same ones).  Unless ``--offline``, a file
+    without problems is then checked against the cluster: a ``[dlq] type = "kafka"`` topic that
+    does not exist is a problem (with the command that creates it); a cluster that does not
+    answer is a note."""
     from ..worker.main import check_file
-    checked = check_file(config_path)
+    checked = check_file(config_path, connect=not offline)
     config, problems, notes, overrides = checked.config, checked.problems, checked.notes, checked.overrides
     # Problems and notes on stderr, the rest on stdout.
     if show and config is not None:
