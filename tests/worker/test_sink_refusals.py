@@ -254,39 +254,73 @@ class Probed(Sink):
         return self.down
 
 
-def test_the_dlqs_probe_holds_the_retry_and_its_refusal_stops_delivery():
+class FlakyDlq(Probed):
+    """A DLQ whose flush fails (and loses its buffer) while ``down`` says why."""
+
+    def flush(self):
+        if self.down is not None:
+            self.buffer = []
+            raise TimeoutError("no broker answered")
+        super().flush()
+
+
+def probed_rig():
     durable: set[int] = set()
-    sink, dead = Probed(durable), Probed(durable, "dlq")
+    sink, dead = Probed(durable), FlakyDlq(durable, "dlq")
+    built = []
     now = [0.0]
     consumer = Consumer(100, durable)
     identity = lambda t, h, b: b  # noqa: E731
-    parts = PipelineParts(None, identity, bad_at(25), [], sink, dead, make_sink=lambda: sink, make_dlq=lambda: dead)
+
+    def make_sink():
+        built.append(1)
+        return sink
+    parts = PipelineParts(None, identity, bad_at(25), [], sink, dead, make_sink=make_sink, make_dlq=lambda: dead)
     worker = Worker(config(sink_retry_backoff_ms=1000, sink_retry_backoff_max_ms=600_000, sink_probe_max_ms=2000),
                     parts, consumer, lambda c, w: None, clock=lambda: now[0])
-    worker.step()
-    worker.step()
-    worker.step()
-    dead.refuse = "transient"
-    original = dead.flush
+    return worker, consumer, dead, built, now
 
-    def flush():
-        if dead.refuse == "transient":
-            dead.buffer = []
-            raise TimeoutError("no broker answered")
-        original()
-    dead.flush = flush
-    worker.flush_and_commit()                       # the DLQ's flush fails: rewinding
-    assert worker.mode is Mode.REWINDING
+
+def test_the_dlqs_probe_must_pass_too_before_an_early_retry():
+    """The sink's probe passes at once (its directory is fine); the DLQ's says its cluster does
+    not answer.  No early retry until both pass; then the next probe brings the retry, long
+    before the backoff (here about 8 minutes) runs out."""
+    worker, consumer, dead, built, now = probed_rig()
+    worker.step()
+    worker.step()
+    worker.step()                                   # 0..29, a dead letter among them
     dead.down = "no broker answered"
+    worker.delivery.backoff.failures = 9            # a stall that has lasted: the next wait is long
+    worker.flush_and_commit()                       # the DLQ's flush fails: rewinding
+    assert worker.mode is Mode.REWINDING and consumer.commits == [20]
     for t in range(2, 60, 2):
         now[0] = float(t)
         worker.step()
-    assert worker.mode is Mode.REWINDING            # the sink's probe passes, the DLQ's does not
+    assert worker.mode is Mode.REWINDING and not built
+    dead.down = None
+    now[0] = 62.0
+    worker.step()                                   # both probes pass: rebuilt, read again, delivered
+    assert worker.mode is Mode.RUNNING and built
+    for _ in range(10):
+        worker.step()
+    worker.flush_and_commit()
+    assert consumer.commits[-1] == 100
+
+
+def test_a_probe_that_finds_the_dlq_topic_gone_stops_delivery():
+    worker, consumer, dead, built, now = probed_rig()
+    worker.step()
+    worker.step()
+    worker.step()
+    dead.down = "no broker answered"
+    worker.delivery.backoff.failures = 9
+    worker.flush_and_commit()
+    assert worker.mode is Mode.REWINDING
     dead.down = SinkRefused("topic dlq does not exist", target="dlq", fix=FIX)
-    now[0] = 61.0
+    now[0] = 2.0                                    # the probe is due long before the retry
     with pytest.raises(SinkRefused):
         worker.step()
-    assert worker.mode is Mode.STOPPED and consumer.commits == [20]
+    assert worker.mode is Mode.STOPPED and consumer.commits == [20] and not built
 
 
 def test_stop_codes():
