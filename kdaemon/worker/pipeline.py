@@ -152,8 +152,9 @@ class Worker:
             if fenced:
                 log.warning("final commit refused after the fencing (%s); the records since the last commit "
                             "will be delivered again", exc)
-            else:
+            elif self.delivery.stop_error is None:
                 log.exception("final flush/commit failed; uncommitted records will be delivered again")
+            # else: refused for good (or kept nowhere) in this flush: run() says so, once
         try:
             self.consumer.close(group_membership=GroupMembershipOperation.LEAVE_GROUP if self._leave_for_good
                                 else GroupMembershipOperation.DEFAULT)
