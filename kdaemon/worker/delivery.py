@@ -195,7 +195,8 @@ class Delivery:
                 while not stopping() and time.monotonic() < until:
                     tick()
                     time.sleep(min(0.1, max(0.0, until - time.monotonic())))
-        self.stall.ended()
+        if not stopping():
+            self.stall.ended()
 
     # -- called by the loop ---------------------------------------------------------------------
 
