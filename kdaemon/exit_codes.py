@@ -39,5 +39,15 @@ worker's static member id (``group.instance.id``, ``<daemon_id>-<index>``), most
 daemon with the same ``[daemon] daemon_id`` (default: the host name) and group.  Restarting it
 would fence the other one in turn, for ever, so the supervisor stops the daemon instead."""
 
+EXIT_SINK_REFUSED = 6
+"""The sink or the dead-letter queue refused for good (``kdaemon.plugins.types.SinkRefused``):
+its Kafka topic does not exist (found before anything is consumed, or when it went away), the
+producer is not authorized, a table's schema does not take the rows, a Spark job fails the same
+way every time (an analysis error) or the JVM does not match its jars.  Retrying cannot help,
+so the worker commits nothing past the records it could not deliver and stops, saying in one
+line which topic or table refused and what to change; the supervisor stops every worker
+gracefully and exits with this code.  Fix the target (create the topic, grant the ACL, alter
+the table) and start the daemon again: it reads on from the last commit."""
+
 # Codes a restart does not cure (systemd's RestartPreventExitStatus= lists them).
-PERMANENT = frozenset({EXIT_CONFIG, EXIT_STOPPED_ON_ERROR, EXIT_BOOT_FAILURE, EXIT_FENCED})
+PERMANENT = frozenset({EXIT_CONFIG, EXIT_STOPPED_ON_ERROR, EXIT_BOOT_FAILURE, EXIT_FENCED, EXIT_SINK_REFUSED})

@@ -40,7 +40,7 @@ from typing import Any
 from .client.types import CREATE_TIME, ConsumerRecord, OffsetAndMetadata, TopicPartition
 from .plugins import hookimpl
 from .plugins.manager import PluginManager
-from .plugins.types import Record
+from .plugins.types import Record, SinkRefused
 from .worker.stages import StageObserver
 
 __all__ = ["PluginRun", "make_record", "make_records", "run_plugin"]
@@ -165,7 +165,7 @@ def run_plugin(plugin: object | Sequence[object], records: Iterable[Record], *,
     try:
         worker.step()              # one poll: the whole batch, as one batch reaches the daemon
         worker.flush_and_commit()  # what the worker does at shutdown
-    except WorkerStop as exc:
+    except (WorkerStop, SinkRefused) as exc:   # a stop policy, or the sink refusing for good
         run.sink_error = exc.__cause__ or exc
     finally:
         for obj in (parts.sink, parts.dlq):

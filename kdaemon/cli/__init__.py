@@ -5,7 +5,7 @@ share (one-line failures among it).
 Exit codes: ``kdaemon.exit_codes`` (0 success; 1 runtime failure; 2 bad configuration or usage,
 every problem listed, or the state directory is another daemon's; 3 a worker stopped on an
 error policy; 4 a worker could not boot; 5 a worker was fenced by another consumer with its
-static member id).
+static member id; 6 the sink or the dead-letter queue refused for good).
 """
 
 from __future__ import annotations
@@ -64,7 +64,11 @@ def run(config_path: str, workers: int | None, in_process: bool) -> None:
          in a row before getting their assignment
       5  a worker was fenced by Kafka: another consumer joined the group with its
          static member id (a second daemon with the same [daemon] daemon_id?)
-    2 to 5 will not fix themselves: the supervisor stops rather than restart-loop.
+      6  the sink or the DLQ refused for good (its topic does not exist, an ACL,
+         a table's schema, a Spark job that fails the same way every time): the
+         log names the topic or table and the fix; nothing past the records it
+         refused is committed
+    2 to 6 will not fix themselves: the supervisor stops rather than restart-loop.
     """
     config = load_or_exit(config_path)
     setup_logging(config.daemon.log_level)
@@ -139,15 +143,20 @@ def _run_in_process(config: DaemonConfig) -> int:
 @click.option("--show", is_flag=True,
               help="Print the effective configuration (the file with the environment's KDAEMON_* values "
                    "over it, each marked with its variable; secrets hidden).")
-def check_config(config_path: str, show: bool) -> None:
+@click.option("--offline", is_flag=True,
+              help="Do not ask the cluster whether what the file names exists (the DLQ's Kafka topic).")
+def check_config(config_path: str, show: bool, offline: bool) -> None:
     """Validate the configuration (and what the enabled plugins say about it); exit 2 on problems.
 
     Every problem in one run: those of the file and of the KDAEMON_<SECTION>_<KEY> environment
     variables set over it, then what the plugins' factories (filters, deserializers,
     interceptors, sinks' validate) say about their settings.  Each value taken from the
-    environment is listed on stdout (``run`` takes the same ones)."""
+    environment is listed on stdout (``run`` takes the same ones).  Unless ``--offline``, a file
+    without problems is then checked against the cluster: a ``[dlq] type = "kafka"`` topic that
+    does not exist is a problem (with the command that creates it); a cluster that does not
+    answer is a note."""
     from ..worker.main import check_file
-    checked = check_file(config_path)
+    checked = check_file(config_path, connect=not offline)
     config, problems, notes, overrides = checked.config, checked.problems, checked.notes, checked.overrides
     # Problems and notes on stderr, the rest on stdout.
     if show and config is not None:

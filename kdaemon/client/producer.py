@@ -9,8 +9,12 @@ I/O and classifies the answers.
 
 It is driven by its caller, like the consumer: ``send`` only queues; ``flush(timeout)`` sends
 everything, retries, and returns once every record queued so far is acknowledged by all
-in-sync replicas, or raises saying why not (``KafkaTimeoutError``, ``ProduceError``).  The
-caller commits its source offsets only after ``flush`` returned.
+in-sync replicas, or raises saying why not.  The caller commits its source offsets only after
+``flush`` returned.  What a failure means is decided once, by ``client/errors.REFUSALS``:
+``KafkaTimeoutError`` is transient (the records stay queued), ``RefusedError`` (a missing or
+unauthorized topic, a setting the cluster refuses) is permanent and fails the producer, and
+``RecordsRefusedError`` names the records refused for what they are (too large for the topic)
+after every other one was acknowledged; the producer goes on without them.
 
 Kafka remembers a producer's sequences by the timestamps of its records: a broker that
 restarts drops the state of every producer whose newest record is older than
@@ -33,7 +37,8 @@ from ..protocol.builder import RecordSpec, build_batch
 from ..protocol.errors import BrokerError, Errors, error_code
 from ..protocol.primitives import ZERO_UUID
 from .config import ConsumerConfig
-from .errors import KafkaClientError, KafkaTimeoutError, UnknownTopicError
+from .errors import (RECORD, KafkaClientError, KafkaTimeoutError, RecordsRefusedError, RefusedError,
+                     RefusedRecord, missing_topic, refusal, refusal_fix, topic_refused)
 from .metadata import ClusterMetadata
 from .network import NetworkClient
 from .partitioner import Partitioner
@@ -53,7 +58,6 @@ _REFUSED_BEFORE_APPEND = {Errors.NOT_LEADER_OR_FOLLOWER, Errors.LEADER_NOT_AVAIL
                           Errors.UNKNOWN_LEADER_EPOCH, Errors.UNKNOWN_TOPIC_ID, Errors.NOT_ENOUGH_REPLICAS}
 _MAYBE_WRITTEN = {Errors.REQUEST_TIMED_OUT, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
 _SEQUENCE_LOST = {Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, Errors.UNKNOWN_PRODUCER_ID}
-_TOO_LARGE = {Errors.MESSAGE_TOO_LARGE, Errors.RECORD_LIST_TOO_LARGE}
 # InitProducerId answers that only say "not yet" (a fresh broker loading its id block).
 _CONCURRENT_TRANSACTIONS = 51
 _INIT_NOT_YET = {Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR,
@@ -77,9 +81,9 @@ def connection_config(options, **overrides) -> ConsumerConfig:
                                           if k in CONNECTION_OPTIONS})
 
 
-class ProduceError(KafkaClientError):
-    """A broker refused records for good (authorization, an invalid or too large record); the
-    producer takes nothing more.  Nothing was acknowledged that was not written."""
+class ProduceError(RefusedError):
+    """The producer failed for good earlier (``RefusedError`` said why) and takes nothing more.
+    Nothing was acknowledged that was not written."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,7 @@ class Producer:
         self._init_retry_at = 0.0
         self._backoff = Backoff(config.retry_backoff_ms / 1000, config.retry_backoff_max_ms / 1000, jitter=0.2)
         self._last_problem: str | None = None
+        self._refused: list[tuple[RefusedRecord, int, str]] = []   # (record, code, problem), for flush
         self._closed = False
         # Produce attempts sent, and answers by error name: for tests and the log.
         self.attempts = 0
@@ -129,13 +134,18 @@ class Producer:
     # -- the public API -------------------------------------------------------------------------
 
     def send(self, topic: str, key: bytes | None, value: bytes | None,
-             headers: Iterable[tuple[str, bytes | None]] = (), timestamp: int | None = None) -> None:
+             headers: Iterable[tuple[str, bytes | None]] = (), timestamp: int | None = None, *,
+             tag=None) -> None:
         """Queue one record; nothing is sent before ``flush``.  The partition is chosen once the
-        topic's partitions are known (``partitioner.py``)."""
+        topic's partitions are known (``partitioner.py``).  ``tag`` comes back with the record
+        if a broker refuses it (``RecordsRefusedError``)."""
         if self._closed:
             raise KafkaClientError("the producer is closed")
         if self._state.state == FAILED:
-            raise ProduceError(f"the producer failed earlier and takes no records: {self._state.error}")
+            error = self._state.error
+            raise ProduceError(f"the producer failed earlier and takes no records: {error}",
+                               topic=getattr(error, "topic", None), code=getattr(error, "code", None),
+                               fix=getattr(error, "fix", ""))
         for what, data in (("key", key), ("value", value)):
             if data is not None and not isinstance(data, (bytes, bytearray, memoryview)):
                 raise TypeError(f"a record's {what} must be bytes or None, not {type(data).__name__}")
@@ -143,14 +153,15 @@ class Producer:
         ts = int(time.time() * 1000) if timestamp is None or timestamp < 0 else int(timestamp)
         self._metadata.want({topic})
         self._unpartitioned.append((topic, OutgoingRecord(None if key is None else bytes(key),
-                                                          None if value is None else bytes(value), hdrs, ts)))
+                                                          None if value is None else bytes(value), hdrs, ts, tag)))
 
     def flush(self, timeout: float) -> None:
         """Return once every record sent so far is acknowledged by all in-sync replicas.
 
         Raises ``KafkaTimeoutError`` (naming what was waited for, the records stay queued),
-        ``UnknownTopicError`` for a topic the cluster does not have, ``ProduceError`` for a
-        permanent refusal, ``AuthenticationError`` for refused credentials."""
+        ``UnknownTopicError`` for a topic the cluster does not have, ``RefusedError`` for any
+        other permanent refusal, ``AuthenticationError`` for refused credentials, and
+        ``RecordsRefusedError`` once every record but the refused ones is acknowledged."""
         deadline = time.monotonic() + timeout
         while True:
             self._raise_if_failed()
@@ -158,6 +169,7 @@ class Producer:
             self._step(now)
             self._raise_if_failed()
             if not self._unpartitioned and self._state.unacknowledged() == 0:
+                self._raise_refused()
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -184,7 +196,8 @@ class Producer:
         self._closed = True
         left = self.unacknowledged()
         if left:
-            log.warning("producer closed with %d record(s) not acknowledged (they were not committed)", left)
+            # Its caller knows (a flush raised) and says what becomes of them, once.
+            log.debug("producer closed with %d record(s) not acknowledged (they were not committed)", left)
         self._net.close()
 
     # -- one round ------------------------------------------------------------------------------
@@ -197,6 +210,16 @@ class Producer:
         if err is not None:
             raise err
 
+    def _raise_refused(self) -> None:
+        """The records refused since the last flush, now that all the others are acknowledged."""
+        if not self._refused:
+            return
+        refused, self._refused = self._refused, []
+        first, code, problem = refused[0]
+        more = f" and {len(refused) - 1} more" if len(refused) > 1 else ""
+        raise RecordsRefusedError(f"{problem}{more}", [r for r, _, _ in refused], topic=first.topic, code=code,
+                                  fix=refusal_fix(code, first.topic, self.config.bootstrap_servers))
+
     def _step(self, now: float) -> None:
         self._metadata.maybe_update(self._net, now)
         self._partition_waiting()
@@ -208,6 +231,10 @@ class Producer:
             self._init_producer_id(now)
         by_leader: dict[int, list[ProducerBatch]] = {}
         for batch in state.sendable(now):
+            if batch.tp.topic in self._metadata.missing_topics:
+                # The topic went away under queued batches (deleted): no retry brings it back.
+                state.fail(missing_topic(batch.tp.topic, self.config.bootstrap_servers))
+                return
             leader = self._metadata.leader_for(batch.tp)
             if leader is None:
                 self._metadata.request_update()
@@ -221,14 +248,13 @@ class Producer:
     def _partition_waiting(self) -> None:
         if not self._unpartitioned:
             return
-        missing = {t for t, _ in self._unpartitioned if t in self._metadata.missing_topics}
+        servers = self.config.bootstrap_servers
+        missing = sorted(t for t, _ in self._unpartitioned if t in self._metadata.missing_topics)
         if missing:
-            raise UnknownTopicError(f"topic(s) {', '.join(sorted(missing))} do not exist on the cluster at "
-                                    f"{','.join(self.config.bootstrap_servers)}: create them (the producer "
-                                    "never creates topics)")
-        unauthorized = {t for t, _ in self._unpartitioned if t in self._metadata.unauthorized_topics}
+            raise missing_topic(missing[0], servers)   # the records stay queued: nothing is lost
+        unauthorized = sorted(t for t, _ in self._unpartitioned if t in self._metadata.unauthorized_topics)
         if unauthorized:
-            raise ProduceError(f"not authorized to write to topic(s) {', '.join(sorted(unauthorized))}")
+            raise topic_refused(unauthorized[0], Errors.TOPIC_AUTHORIZATION_FAILED, servers)
         waiting = []
         for topic, record in self._unpartitioned:
             partitions = self._metadata.partitions_for(topic)
@@ -261,7 +287,9 @@ class Producer:
             elif code in _INIT_NOT_YET or error_code(code).retriable:
                 self._retry_init(str(BrokerError(code, "InitProducerId")))
             else:
-                self._state.fail(ProduceError(f"InitProducerId refused: {BrokerError(code)}"))
+                topics = ", ".join(sorted(self._metadata.wanted)) or "(none yet)"
+                self._state.fail(RefusedError(f"InitProducerId refused: {BrokerError(code)}", code=code,
+                                              fix=refusal_fix(code, topics, self.config.bootstrap_servers)))
 
         def failed(exc) -> None:
             self._init_in_flight = False
@@ -345,12 +373,6 @@ class Producer:
         elif code == Errors.INVALID_PRODUCER_EPOCH:
             log.warning("%s: asking for a new producer id", problem)
             state.id_lost(batch)
-        elif code in _TOO_LARGE:
-            if state.split(batch):
-                log.info("%s: batch of %d records split in two", problem, len(batch.records))
-            else:
-                state.fail(ProduceError(f"{problem} (one record of about {batch.records[0].size()} bytes: raise "
-                                        "the topic's max.message.bytes, or let the record go elsewhere)"), batch)
         elif code in _REFUSED_BEFORE_APPEND or code in _MAYBE_WRITTEN or error_code(code).retriable:
             leader = p.get("current_leader") or {}
             if leader.get("leader_id", -1) >= 0:   # KIP-951: the new leader comes with the answer
@@ -359,8 +381,23 @@ class Producer:
             log.info("%s: retrying with the same sequence", problem)
             state.retry(batch, time.monotonic() + self._backoff.failure(),
                         outcome_unknown=code not in _REFUSED_BEFORE_APPEND)
+        elif refusal(code).refuses == RECORD:
+            # Which record: halve the batch until the refused one is alone (an earlier attempt
+            # that may be in the log keeps its records together: then the producer fails).
+            n = len(batch.records)
+            if state.split(batch):
+                log.info("%s: batch of %d records split in two", problem, n)
+            elif batch.unresolved:
+                state.fail(RefusedError(f"{problem} (a batch that may have been written already)",
+                                        topic=batch.tp.topic, code=code,
+                                        fix=refusal_fix(code, batch.tp.topic, self.config.bootstrap_servers)))
+            else:
+                (record,) = state.refuse(batch)
+                self._refused.append((RefusedRecord(record.tag, batch.tp.topic, record.size()), code,
+                                      f"{problem}: a record of about {record.size()} bytes"))
         else:
-            state.fail(ProduceError(problem), batch)
+            state.fail(topic_refused(batch.tp.topic, code, self.config.bootstrap_servers,
+                                     p.get("error_message") or ""), batch)
 
     def _count(self, name: str) -> None:
         self.answers[name] = self.answers.get(name, 0) + 1

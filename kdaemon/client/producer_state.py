@@ -26,9 +26,14 @@ I/O and reports what came back.  The rules, and why:
   idempotent producer's epoch locally (Kafka hands a producer without a transactional id a
   new id whatever it sends, seen on 4.4), and asks for a new id once the epoch is exhausted;
   so do we.  INVALID_PRODUCER_EPOCH asks for a new id the same way.
-* **Anything else a broker refuses for good** (authorization, INVALID_RECORD, a record larger
-  than the topic takes) fails the producer: ``error`` says why, and every later flush raises
-  it.  The records are not lost: the caller did not commit them and reads them again.
+* **A record a broker refuses for what it is** (larger than the topic takes, INVALID_RECORD:
+  ``client/errors.REFUSALS`` says which codes) is split out of its batch, halving it until it
+  is alone, and then dropped from the queue (``refuse``): it was not written, so it used no
+  sequence number, and the partition's next batch goes out with the same one.  The producer
+  goes on; its caller hears which records (``Producer.flush`` raises ``RecordsRefusedError``).
+* **Anything else a broker refuses for good** (authorization, a missing topic, a setting)
+  fails the producer: ``error`` says why, and every later flush raises it.  The records are not
+  lost: the caller did not commit them and reads them again.
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ class OutgoingRecord:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     timestamp: int
+    tag: Any = field(default=None, compare=False)   # the caller's, handed back if it is refused
 
     def size(self) -> int:
         """An upper bound of its encoded size in a v2 batch (varints counted as 5 bytes)."""
@@ -223,6 +229,17 @@ class IdempotenceState:
         for part in (batch.records[half:], batch.records[:half]):
             queue.appendleft(ProducerBatch(batch.tp, part, sum(r.size() for r in part)))
         return True
+
+    def refuse(self, batch: ProducerBatch) -> list[OutgoingRecord]:
+        """The broker refused ``batch`` (one record, never possibly written) for what it is: drop
+        it.  Its sequence numbers were not used, so the partition's next batch takes them."""
+        self._take_back(batch)
+        queue = self._queues[batch.tp]
+        assert queue[0] is batch and not batch.unresolved
+        queue.popleft()
+        if not queue:
+            del self._queues[batch.tp]
+        return batch.records
 
     def fail(self, error: BaseException, batch: ProducerBatch | None = None) -> None:
         if batch is not None:

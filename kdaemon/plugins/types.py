@@ -96,6 +96,37 @@ class SinkUnavailable(Exception):
     rebuilds before reading those records again."""
 
 
+class SinkRefused(Exception):
+    """The one way a sink (or the dead-letter queue) says a failure is **permanent**: retrying
+    cannot help until an operator changes something.  Anything else a sink raises is transient
+    (the worker retries with backoff, and ``SinkUnavailable`` says the sink still holds a flush).
+
+    Permanent: a topic or table that does not exist, a refused authorization or login, a
+    setting the target refuses, a schema that does not take the rows, a job that fails the same
+    way every time.  Transient: an unreachable broker or service, a leader that moved, an I/O
+    error, a timeout.  A sink translates its library's errors into this once (the Kafka DLQ
+    from the client's table of Kafka error codes, the Spark sink from the uploader's classifier).
+
+    ``target`` names what refused (the topic, the table) and ``fix`` what to change, for the
+    one line the worker logs.  ``records``: None when the target refuses everything — the worker
+    commits nothing past the records it could not deliver and stops the daemon
+    (``EXIT_SINK_REFUSED``); else the records refused for what they are (too large for the
+    topic, a row the table refuses), everything else written or flushed with them having been
+    taken: ``on_sink_error`` applies to those records (dead letters, or stop at them) and the
+    partition goes on.  Raised from ``write()`` or a synchronous ``flush()``; from a
+    ``flush_async()`` handle it always stops the daemon."""
+
+    def __init__(self, message: str, *, target: str, fix: str, records: Sequence["Record"] | None = None) -> None:
+        super().__init__(message)
+        self.target = target
+        self.fix = fix
+        self.records = list(records) if records is not None else None
+
+    def line(self) -> str:
+        """The one line an operator reads: what refused, why, and what to change."""
+        return f"{self} (to fix: {self.fix})" if self.fix else str(self)
+
+
 class SinkWriteError(Exception):
     """A sink may raise this to say which records failed (by index into the batch) so only
     those go to the dead-letter queue; any other exception fails the whole batch."""

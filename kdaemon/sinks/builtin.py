@@ -25,11 +25,14 @@ def _spark(settings: dict, context: SinkContext | None):
                      memory_bytes=context.memory_budget_bytes)
 
 
-def _with_validate(factory, validate):
-    """A factory with a side-effect-free ``validate(settings)`` for ``kdaemon check-config``."""
+def _with_validate(factory, validate, preflight=None):
+    """A factory with a side-effect-free ``validate(settings)`` for ``kdaemon check-config``, and
+    optionally ``preflight(settings)``, the check that connects (docs/PLUGINS.md, "Sinks")."""
     def make(settings: dict):
         return factory(settings)
     make.validate = validate
+    if preflight is not None:
+        make.preflight = preflight
     return make
 
 
@@ -51,6 +54,11 @@ def _validate_kafka_dlq(settings: dict, context: SinkContext | None) -> None:
     KafkaDeadLetterSink.validate_settings(settings, context)
 
 
+def _preflight_kafka_dlq(settings: dict, context: SinkContext | None) -> str | None:
+    from .kafka_dlq import preflight_settings
+    return preflight_settings(settings, context)
+
+
 @hookimpl
 def kdaemon_sinks(context: SinkContext | None):
     from .jsonl import JsonlSink
@@ -60,7 +68,8 @@ def kdaemon_sinks(context: SinkContext | None):
             "spark": _with_validate(lambda settings: _spark(settings, context), _validate_spark),
             # A sink like the others, meant for [dlq]: dead letters into a Kafka topic (kafka_dlq.py).
             "kafka": _with_validate(lambda settings: _kafka_dlq(settings, context),
-                                    lambda settings: _validate_kafka_dlq(settings, context))}
+                                    lambda settings: _validate_kafka_dlq(settings, context),
+                                    lambda settings: _preflight_kafka_dlq(settings, context))}
 
 
 @hookimpl

@@ -36,6 +36,16 @@ gives up (``timeout_ms``) or a worker that dies between the DLQ's flush and its 
 the records again with a new producer, whose dead letters the old producer may already have
 written.
 
+What fails for good is told apart from what passes, once (``client/errors.REFUSALS``), and
+raised as the sinks' one permanent error, ``SinkRefused``: a topic that does not exist (asked
+before the worker consumes anything, ``preflight``, and by ``kdaemon check-config``), an ACL
+refusing the producer, a login refused, a setting the cluster refuses — the worker stops the
+daemon (exit 6) naming the topic and the fix.  A dead letter refused for what it is (larger than
+the topic's ``max.message.bytes``) is named after every other one was acknowledged, and the
+worker stops at it (exit 3, everything before it committed).  Anything else (no broker
+answers, a flush that times out) is transient: the worker retries, and ``probe`` tells it when
+the cluster answers again.
+
 Settings: ``topic`` (required; it must exist: the producer never creates topics),
 ``bootstrap_servers`` (default: the consumer's, with the consumer's TLS and SASL settings),
 ``compression`` (``none``, ``gzip``, ``snappy``, ``lz4``, ``zstd``; default ``none``),
@@ -48,15 +58,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..client.config import ConsumerConfig
+from ..client.errors import (AuthenticationError, KafkaClientError, KafkaTimeoutError, RecordsRefusedError,
+                             RefusedError)
+from ..client.lookup import refused_topics
 from ..client.producer import Producer, ProducerSettings, connection_config
 from ..plugins.companion import SinkContext
-from ..plugins.types import Record
+from ..plugins.types import Record, SinkRefused
 from ..protocol.compression import CODEC_BY_NAME
 from .encoding import ERROR_HEADER, PLUGIN_HEADER, STAGE_HEADER, error_parts
 from .simple import check_settings
 
 _SETTINGS = {"topic", "bootstrap_servers", "compression", "timeout_ms"}
 DEFAULT_TIMEOUT_MS = 30_000
+# How long one look at the topic (a Metadata request) may take: at start-up before consuming,
+# and as the probe while the worker waits for the cluster (it blocks the worker's loop).
+PREFLIGHT_TIMEOUT_MS = 5_000
+PROBE_TIMEOUT_MS = 2_000
 CONNECT = "__connect.errors."
 ORIGINAL_TIMESTAMP_HEADER = "kdaemon.original.timestamp"
 # kdaemon's stage → Kafka Connect's ErrorReporter.Stage.
@@ -119,6 +137,42 @@ def connect_headers(record: Record) -> list[tuple[str, bytes | None]]:
     return list(record.headers) + [(CONNECT + name, value.encode("utf-8")) for name, value in context]
 
 
+def check_topic(config: ConsumerConfig, topic: str, timeout_ms: int) -> str | None:
+    """None when the cluster has ``topic`` and lets this principal see it; why it cannot tell
+    when no broker answers within ``timeout_ms`` (transient: ask again); ``SinkRefused`` when
+    the topic is missing or refused, or the login is."""
+    try:
+        refused = refused_topics(config, [topic], timeout_ms=timeout_ms).get(topic)
+    except KafkaTimeoutError as exc:
+        return str(exc)
+    except AuthenticationError as exc:
+        raise refused_for_good(topic, exc) from None
+    if refused is not None:
+        raise refused_for_good(topic, refused)
+    return None
+
+
+def refused_for_good(topic: str, exc: KafkaClientError) -> SinkRefused:
+    """The client's permanent errors as the sinks' one permanent error."""
+    if isinstance(exc, RecordsRefusedError):
+        return SinkRefused(f"dead-letter topic {topic} refused {len(exc.records)} dead letter(s): {exc}",
+                           target=topic, fix=exc.fix, records=[r.tag for r in exc.records])
+    if isinstance(exc, AuthenticationError):
+        return SinkRefused(f"dead-letter topic {topic}: the cluster refused the DLQ producer's login: {exc}",
+                           target=topic, fix="check the connection settings the DLQ uses ([dlq] bootstrap_servers, "
+                                             "[kafka] security_protocol, sasl_* and ssl_*)")
+    return SinkRefused(f"dead-letter topic {topic}: {exc}", target=topic, fix=getattr(exc, "fix", ""))
+
+
+def preflight_settings(settings: dict, context: SinkContext | None,
+                       timeout_ms: int = PREFLIGHT_TIMEOUT_MS) -> str | None:
+    """``check_topic`` for a ``[dlq]`` table, without building the sink (``kdaemon
+    check-config``)."""
+    topic, overrides, _, _ = _parse(settings, context)
+    return check_topic(connection_config(context.kafka if context is not None else {}, **overrides), topic,
+                       timeout_ms)
+
+
 class KafkaDeadLetterSink:
     """Dead letters into ``topic`` through an idempotent producer (see the module docstring)."""
 
@@ -142,15 +196,32 @@ class KafkaDeadLetterSink:
     def write(self, records: Sequence[Record]) -> None:
         """Queue the dead letters (raw key and value, as ``dead_letter`` made them)."""
         send = self.producer.send
-        for r in records:
-            headers = connect_headers(r)
-            headers.append((ORIGINAL_TIMESTAMP_HEADER, str(r.timestamp).encode("ascii")))
-            send(self.topic, _raw(r.raw_key, r.key), _raw(r.raw_value, r.value), headers)   # stamped now
+        try:
+            for r in records:
+                headers = connect_headers(r)
+                headers.append((ORIGINAL_TIMESTAMP_HEADER, str(r.timestamp).encode("ascii")))
+                send(self.topic, _raw(r.raw_key, r.key), _raw(r.raw_value, r.value), headers, tag=r)  # stamped now
+        except RefusedError as exc:   # the producer failed for good earlier
+            raise refused_for_good(self.topic, exc) from None
 
     def flush(self) -> None:
-        """Block until the brokers acknowledged every record written; raise (the worker then
-        commits nothing) when they did not within ``timeout_ms``."""
-        self.producer.flush(self.timeout_ms / 1000)
+        """Block until the brokers acknowledged every record written.  Raise ``SinkRefused``
+        for a refusal no retry changes (with ``records`` when only those dead letters are
+        refused, every other one acknowledged), anything else (the worker then commits nothing
+        and tries again) when they were not acknowledged within ``timeout_ms``."""
+        try:
+            self.producer.flush(self.timeout_ms / 1000)
+        except (RefusedError, AuthenticationError) as exc:
+            raise refused_for_good(self.topic, exc) from None
+
+    def preflight(self) -> str | None:
+        """Before the worker consumes anything: does the topic exist (``check_topic``)?"""
+        return check_topic(self.producer.config, self.topic, min(self.timeout_ms, PREFLIGHT_TIMEOUT_MS))
+
+    def probe(self) -> str | None:
+        """While the worker waits after a failed flush: does the cluster answer, and is the topic
+        still there?  (A short-lived client: the producer may be closed.)"""
+        return check_topic(self.producer.config, self.topic, min(self.timeout_ms, PROBE_TIMEOUT_MS))
 
     def close(self) -> None:
         self.producer.close()

@@ -32,7 +32,7 @@ from ..backoff import Backoff
 from ..config import ConfigError, DaemonConfig
 from ..durations import duration
 from ..exit_codes import (EXIT_BOOT_FAILURE, EXIT_CONFIG, EXIT_FAILURE, EXIT_FENCED, EXIT_OK,
-                          EXIT_STOPPED_ON_ERROR)
+                          EXIT_SINK_REFUSED, EXIT_STOPPED_ON_ERROR)
 from . import sdnotify
 from .child import RETIRE_SIGNAL, run_child
 from .companions import STABLE_AFTER_S, Companions, specs_for
@@ -51,6 +51,8 @@ _STOPS_THE_DAEMON = {
     EXIT_BOOT_FAILURE: ("cannot boot", "in a loop"),
     EXIT_FENCED: ("was fenced by Kafka: another consumer has its static member id",
                   "to fence that one in turn"),
+    EXIT_SINK_REFUSED: ("was refused for good by its sink or dead-letter queue (the line above names the "
+                        "topic or table and the fix)", "into the same refusal"),
 }
 
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)

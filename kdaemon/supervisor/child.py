@@ -7,8 +7,9 @@ supervisor: one ``WorkerHeartbeat`` line per beat (``heartbeat.py``).
 
 Exit codes (``kdaemon.exit_codes``): 0 clean stop; 3 stopped by an error policy — the supervisor
 stops the daemon rather than restart it into the same record; 4 could not boot (bad plugin,
-credentials, configuration only the plugins could check) — not restarted either; 1 anything
-else (restarted with backoff).
+credentials, configuration only the plugins could check) — not restarted either; 5 fenced; 6 the
+sink or the DLQ refused for good (``Worker.run``) — neither restarted; 1 anything else
+(restarted with backoff).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from ..config import ConfigError, DaemonConfig, FilterConfig
 from ..plugins.companion import SinkContext
+from ..plugins.types import SinkRefused
 from ..protocol.header_match import HeaderRule, HeaderRules, resolve_default
 from .memory import MemoryShares
 
@@ -88,6 +89,42 @@ def unchecked_sinks(config: DaemonConfig, plugins) -> list[str]:
     return [f"{config.path}: {where}: sink {name!r} offers no validate(settings); its settings are checked "
             "only when a worker builds it"
             for where, name in used if name in factories and getattr(factories[name], "validate", None) is None]
+
+
+def preflight_sinks(config: DaemonConfig, plugins) -> tuple[list[str], list[str]]:
+    """What the configured sinks' targets say now, through each factory's ``preflight(settings)``
+    (the Kafka DLQ: one Metadata request for its topic): (problems, notes).  A target refused for
+    good (a topic that does not exist, an ACL) is a problem; one that cannot be asked now (no
+    broker answers) a note, since the cluster may well be up when the daemon runs.
+
+    ``check-config`` only: a worker asks its built sinks the same before its first poll
+    (``Delivery.preflight``), which also covers a start, a restart and a reload; the supervisor's
+    own check (``supervisor.configs.validate_in_child``) must not wait for a broker, and a broker
+    that is down there is a reason to wait, not to refuse."""
+    problems: list[str] = []
+    notes: list[str] = []
+    factories = plugins.sinks(sink_context(config))
+    used = [("sink", config.sink.type, config.sink.settings)]
+    if config.dlq is not None:
+        used.append(("dlq", config.dlq.type, config.dlq.settings))
+    for where, name, settings in used:
+        preflight = getattr(factories.get(name), "preflight", None)
+        if preflight is None:
+            continue
+        try:
+            reason = preflight(settings)
+        except SinkRefused as exc:
+            problems.append(f"{config.path}: {where}: {exc.line()}")
+        except (ValueError, TypeError, KeyError):
+            continue   # settings validate() refused: already a problem
+        except Exception as exc:   # a plugin's bug: named, never a traceback
+            notes.append(f"{config.path}: {where}: sink {name!r}: preflight(settings) failed with "
+                         f"{type(exc).__name__}: {exc}")
+        else:
+            if reason is not None:
+                notes.append(f"{config.path}: {where}: could not check sink {name!r}'s target now ({reason}); "
+                             "each worker checks again before it consumes anything")
+    return problems, notes
 
 
 def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False) -> PipelineParts:

@@ -16,8 +16,20 @@ a success resets it — a retried write that goes through, or a flush that made 
 A rebuilt sink does not reset it: a sink that can be rebuilt but still cannot flush must see
 growing pauses.  A sink with ``probe()`` is also probed on a second, shorter backoff (up to
 ``sink_probe_max_ms``), and the worker tries again as soon as the probe passes: a sink back
-after an hour is used within seconds, not at the end of a 30 s pause.  Waiting is quiet
-(kdaemon/worker/stall.py says what is logged).
+after an hour is used within seconds, not at the end of a 30 s pause; so is the DLQ's
+``probe()`` when it has one (the Kafka DLQ asks whether its cluster answers): both must pass.
+Waiting is quiet (kdaemon/worker/stall.py says what is logged).
+
+Every failure is transient but one: ``SinkRefused`` (kdaemon/plugins/types.py), the sinks' one
+permanent error, from the sink or the DLQ, wherever it comes (a write, a flush, a flush handle,
+a probe, a rebuild, the ``preflight`` before the first poll).  For the whole target (a topic
+that does not exist, an ACL, a schema) delivery moves to STOPPED: nothing more is written,
+flushed or committed, and the refusal reaches ``Worker.run``, which exits with
+``EXIT_SINK_REFUSED``.  For records refused for what they are (``records``: too large for the
+topic, a row the table refuses), everything else having been taken, ``on_sink_error`` applies
+to them as to records a write refused by index: dead letters with a DLQ under "dlq" and
+"retry", else a stop at them (``EXIT_STOPPED_ON_ERROR``) after committing everything before
+them.  Dead letters the DLQ itself refuses can be kept nowhere: the same stop at them.
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ from ..backoff import Backoff
 from ..client.errors import WakeupError
 from ..client.types import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from ..config import DaemonConfig
-from ..plugins.types import Record, SinkUnavailable, SinkWriteError
+from ..plugins.types import Record, SinkRefused, SinkUnavailable, SinkWriteError
 from ..sinks.encoding import dead_letter
 from .build import PipelineParts
 from .modes import PAUSED_MODES, DeliveryModes, Event, Mode
@@ -93,6 +105,7 @@ class Delivery:
         self._in_flight: InFlightFlush | None = None      # FLUSHING, STALLED and RESENDING
         self._next_try = 0.0                              # RETRYING, STALLED and REWINDING
         self._next_probe = 0.0                            # likewise, for a sink with probe()
+        self.stop_error: BaseException | None = None      # STOPPED only: why (raised again by hold)
 
     # -- the table ------------------------------------------------------------------------------
 
@@ -147,11 +160,52 @@ class Delivery:
         if parts:
             (self.consumer.pause if paused else self.consumer.resume)(*parts)
 
+    def _stop(self, error: BaseException) -> BaseException:
+        """Move to STOPPED (nothing more is written, flushed or committed) and return ``error``
+        for the caller to raise.  A rebalance callback that swallows it does not lose it: the
+        loop's next ``hold`` raises it again."""
+        if self.mode is not Mode.STOPPED:
+            self.stop_error = error
+            self._apply(Event.REFUSED)
+        return error
+
+    # -- before the first poll ------------------------------------------------------------------
+
+    def preflight(self, tick: Callable[[], None], stopping: Callable[[], bool]) -> None:
+        """Before anything is consumed: the sink and the DLQ that have ``preflight()`` say their
+        target is there (the Kafka DLQ: its topic exists).  ``SinkRefused`` propagates — the
+        worker stops before its first poll, never having joined the group.  A target that
+        cannot be asked now (no broker answers) is asked again with the sink retry's backoff,
+        said once when it starts and once when it is over (``StallWatch``), ``tick`` called
+        meanwhile (the worker's heartbeat), until ``stopping()``."""
+        backoff = Backoff(self.backoff.initial, self.backoff.maximum)
+        for what, obj in (("the sink", self.parts.sink), ("the DLQ", self.parts.dlq)):
+            check = getattr(obj, "preflight", None) if obj is not None else None
+            while check is not None and not stopping():
+                try:
+                    reason = check()
+                except SinkRefused as exc:
+                    raise self._stop(exc) from None
+                if reason is None:
+                    break
+                delay = backoff.failure()
+                self.stall.failed(f"{what} cannot be checked before consuming: {reason}",
+                                  "nothing is consumed until it can", delay)
+                until = time.monotonic() + delay
+                while not stopping() and time.monotonic() < until:
+                    tick()
+                    time.sleep(min(0.1, max(0.0, until - time.monotonic())))
+        if not stopping():
+            self.stall.ended()
+
     # -- called by the loop ---------------------------------------------------------------------
 
     def hold(self) -> bool:
         """Do what is due in the current mode (a retry, a rebuild, a confirmation); return True
-        while the worker must not consume (its partitions are paused then)."""
+        while the worker must not consume (its partitions are paused then).  Raises the
+        refusal that stopped delivery (STOPPED)."""
+        if self.mode is Mode.STOPPED:
+            raise self.stop_error
         if self.mode is Mode.REWINDING:
             self._try_rewind()
         elif self.mode is Mode.RETRYING:
@@ -183,6 +237,11 @@ class Delivery:
             self._write(records, dead)
         except WorkerStop:
             raise
+        except SinkRefused as exc:
+            if exc.records is None:
+                raise self._stop(exc) from None
+            self._on_sink_error(records, dead, positions, _by_index(exc, records))
+            return
         except Exception as exc:
             self._on_sink_error(records, dead, positions, exc)
             return
@@ -197,8 +256,8 @@ class Delivery:
 
         Nothing to do while RETRYING: what was written before the held batch was flushed and
         committed on the way in, and nothing was written since (the held batch never was; at
-        shutdown or on a revocation the next owner reads it again)."""
-        if self.mode is Mode.RETRYING:
+        shutdown or on a revocation the next owner reads it again).  Nor once STOPPED."""
+        if self.mode in (Mode.RETRYING, Mode.STOPPED):
             return
         if self.mode in (Mode.REWINDING, Mode.STALLED):
             # A flush failed (or is held by an unreachable sink) and the records written since
@@ -239,8 +298,11 @@ class Delivery:
         else:
             try:
                 self.flush_and_commit(only=set(partitions))
-            except Exception:
-                log.exception("flush/commit on revocation failed; the next owner may re-deliver")
+            except Exception as exc:
+                if self.mode is Mode.STOPPED:   # the loop's next step raises it
+                    log.debug("delivery stopped during a revocation: %s", exc)
+                else:
+                    log.exception("flush/commit on revocation failed; the next owner may re-deliver")
         self._forget(partitions)
 
     def on_assigned(self, partitions: set[TopicPartition]) -> None:
@@ -279,6 +341,11 @@ class Delivery:
                              "or change daemon.on_deserialize_error to \"skip\"")
         try:
             dlq.write(dead)
+        except SinkRefused as exc:
+            if exc.records is None:
+                raise self._stop(exc) from None
+            raise WorkerStop(f"the DLQ refused {len(exc.records)} dead letter(s) for good ({_where(exc.records)}): "
+                             f"{exc.line()}") from None
         except Exception as exc:
             # The DLQ is the last resort: if it fails we must not commit past these records.
             raise WorkerStop(f"writing {len(dead)} record(s) to the DLQ failed: {exc}") from exc
@@ -347,6 +414,10 @@ class Delivery:
         except WorkerStop:
             raise
         except Exception as exc:
+            if isinstance(exc, SinkRefused):
+                if exc.records is None:
+                    raise self._stop(exc) from None
+                exc = _by_index(exc, held.records)
             if isinstance(exc, SinkWriteError) and exc.failed_indexes is not None:
                 # The sink is back and took the batch except records it refuses: retrying
                 # cannot help those (and would write the others again); dead-letter them.
@@ -423,15 +494,78 @@ class Delivery:
 
     def _flush_sinks(self, asynchronously: bool) -> tuple[bool, Any]:
         """Flush the DLQ, then flush the sink (or start its ``flush_async``).  Returns (True,
-        the sink's result), or (False, None) after a failure, with the rewind scheduled."""
+        the sink's result), or (False, None) after a failure, with the rewind scheduled.
+        Records refused for good are handled here (see the module docstring); a refusal of the
+        whole target stops delivery."""
         try:
             if self.parts.dlq is not None:
-                self.parts.dlq.flush()
+                try:
+                    self.parts.dlq.flush()
+                except SinkRefused as exc:
+                    if exc.records is None:
+                        raise
+                    self._dead_letters_refused(exc)
             sink = self.parts.sink
-            return True, (sink.flush_async() if asynchronously else sink.flush())
+            if asynchronously:
+                return True, sink.flush_async()
+            try:
+                return True, sink.flush()
+            except SinkRefused as exc:
+                if exc.records is None:
+                    raise
+                self._sink_records_refused(exc)
+                return True, None
+        except WorkerStop as exc:
+            raise self._stop(exc)
+        except SinkRefused as exc:
+            raise self._stop(exc) from None
         except Exception as exc:
             self._on_flush_failure(exc)
             return False, None
+
+    def _dead_letters_refused(self, exc: SinkRefused) -> None:
+        """The DLQ refused these dead letters for what they are, every other one acknowledged.
+        They can be kept nowhere: flush the sink, commit everything before them, and stop at
+        them (``WorkerStop``: ``EXIT_STOPPED_ON_ERROR``), naming the records and the fix."""
+        records = exc.records or []
+        committed = ""
+        try:
+            self.parts.sink.flush()
+        except Exception as flush_exc:
+            log.warning("flushing the sink before stopping failed (%s: %s); nothing more is committed",
+                        type(flush_exc).__name__, flush_exc)
+        else:
+            self._commit(_capped(self._written, records))
+            committed = "; everything before them is committed"
+        raise self._stop(WorkerStop(
+            f"the DLQ refused {len(records)} dead letter(s) for good ({_where(records)}), so they cannot be kept: "
+            f"{exc.line()}{committed}"))
+
+    def _sink_records_refused(self, exc: SinkRefused) -> None:
+        """The sink's flush refused these records for what they are, everything else taken.
+        ``on_sink_error`` decides, as for records a write refused by index: with a DLQ ("dlq",
+        "retry") they become dead letters, made durable before the commit; otherwise ("stop",
+        or no DLQ) the worker commits everything before them and stops at them."""
+        records = exc.records or []
+        self.stats.sink_errors += 1
+        policy = self.config.daemon.on_sink_error
+        if policy == "stop" or self.parts.dlq is None:
+            self._commit(_capped(self._written, records))
+            why = 'on_sink_error = "stop"' if policy == "stop" else \
+                'and no [dlq] is configured: add a [dlq] section, or set daemon.on_sink_error to "dlq"'
+            raise self._stop(WorkerStop(
+                f"the sink refused {len(records)} record(s) for good ({_where(records)}): {exc.line()}; {why}; "
+                "everything before them is committed"))
+        log.warning("the sink refused %d record(s) for good (%s): %s; they go to the DLQ", len(records),
+                    _where(records), exc.line())
+        plugin = f"sink.type={self.config.sink.type}"
+        self._write_dlq([dead_letter(r, "sink", exc, plugin=plugin) for r in records])
+        try:
+            self.parts.dlq.flush()
+        except SinkRefused as again:
+            if again.records is None:
+                raise
+            self._dead_letters_refused(again)
 
     def _finish_in_flight(self, block: bool) -> None:
         """Commit the flush in flight if it is confirmed (or, with ``block``, once it is)."""
@@ -441,6 +575,9 @@ class Delivery:
                 flight.handle.wait()
             elif not flight.handle.done():
                 return
+        except SinkRefused as exc:
+            self._in_flight = None
+            raise self._stop(exc) from None
         except SinkUnavailable as exc:
             # The sink keeps the batch: pause, probe, and send the same batch again.
             self.stats.sink_errors += 1
@@ -480,12 +617,22 @@ class Delivery:
         return getattr(self.parts.sink, "probe", None) is not None
 
     def _probe(self) -> str | None:
-        """The sink's ``probe()`` (call only if ``_has_probe``): None if it answers, else why
-        not; a probe that raises is a failed probe."""
-        try:
-            return self.parts.sink.probe()
-        except Exception as exc:
-            return f"the probe raised {type(exc).__name__}: {exc}"
+        """The sink's ``probe()`` (call only if ``_has_probe``), then the DLQ's if it has one:
+        None if both answer, else why not; a probe that raises is a failed probe, unless it
+        raises ``SinkRefused`` (the topic went away meanwhile, say), which stops delivery."""
+        for what, obj in (("", self.parts.sink), ("the DLQ: ", self.parts.dlq)):
+            probe = getattr(obj, "probe", None) if obj is not None else None
+            if probe is None:
+                continue
+            try:
+                reason = probe()
+            except SinkRefused as exc:
+                raise self._stop(exc) from None
+            except Exception as exc:
+                return f"{what}the probe raised {type(exc).__name__}: {exc}"
+            if reason is not None:
+                return what + reason
+        return None
 
     def _resend_held_flush(self) -> None:
         """STALLED: once the sink answers (or the backoff ran out), send the held batch again."""
@@ -494,6 +641,9 @@ class Delivery:
         flight = self._in_flight
         try:
             flight.handle.retry()
+        except SinkRefused as exc:
+            self._in_flight = None
+            raise self._stop(exc) from None
         except SinkUnavailable as exc:
             self.stats.sink_errors += 1
             delay = self.backoff.failure()
@@ -536,6 +686,8 @@ class Delivery:
         try:
             sink = self.parts.make_sink()  # type: ignore[misc]
             dlq = self.parts.make_dlq() if self.parts.make_dlq is not None else None
+        except SinkRefused as exc:
+            raise self._stop(exc) from None
         except Exception as exc:
             delay = self.backoff.failure()
             self._next_try = self._clock() + delay
@@ -558,12 +710,16 @@ class Delivery:
                 self.consumer.seek(tp, target)
         self._written = {tp: off for tp, off in committed.items() if tp in assigned}
         self._unflushed = 0
-        log.info("sink rebuilt; consuming again from the last committed offsets")
+        # Said once a stall; the stall's own lines say the rest (StallWatch).
+        log.log(logging.INFO if self.stall.attempts <= 1 else logging.DEBUG,
+                "sink rebuilt; consuming again from the last committed offsets")
         self._apply(Event.REWOUND)
 
     # -- committing -----------------------------------------------------------------------------
 
     def _commit(self, positions: dict[TopicPartition, int], only: set[TopicPartition] | None = None) -> None:
+        if self.mode is Mode.STOPPED:
+            return
         assigned = self.consumer.assignment()
         metadata = getattr(self.parts.sink, "commit_metadata", None)
         offsets = {tp: OffsetAndMetadata(pos, metadata(tp.topic, tp.partition) if metadata else "")
@@ -593,3 +749,27 @@ class Delivery:
             self._committed[tp] = om.offset
             self.stats.committed[tp] = (om.offset, now)
         self._on_commit(offsets)
+
+
+def _by_index(exc: SinkRefused, records: list[Record]) -> SinkWriteError:
+    """A write's ``SinkRefused`` naming records, as the ``SinkWriteError`` by index the sink
+    error policy takes."""
+    refused = {(r.topic, r.partition, r.offset) for r in exc.records or ()}
+    failed = [i for i, r in enumerate(records) if (r.topic, r.partition, r.offset) in refused]
+    return SinkWriteError(exc.line(), failed)
+
+
+def _capped(positions: dict[TopicPartition, int], records) -> dict[TopicPartition, int]:
+    """``positions`` with each partition of ``records`` held back to its first one: what may be
+    committed when those records are delivered nowhere and everything else is durable."""
+    caps: dict[TopicPartition, int] = {}
+    for r in records:
+        tp = TopicPartition(r.topic, r.partition)
+        caps[tp] = min(caps.get(tp, r.offset), r.offset)
+    return {tp: min(pos, caps[tp]) if tp in caps else pos for tp, pos in positions.items()}
+
+
+def _where(records) -> str:
+    """Records by topic-partition@offset, for a log line (the first few)."""
+    names = [f"{r.topic}-{r.partition}@{r.offset}" for r in records[:5]]
+    return ", ".join(names) + (f" and {len(records) - 5} more" if len(records) > 5 else "")

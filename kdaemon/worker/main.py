@@ -29,7 +29,7 @@ from ..client.group.release import leave_classic_member, release_static_member
 from ..config import DaemonConfig, Override, load_for_check
 from ..plugins.manager import PluginError, PluginManager
 from ..protocol.errors import BrokerError
-from .build import build_pipeline_parts, check_against_plugins, unchecked_sinks
+from .build import build_pipeline_parts, check_against_plugins, preflight_sinks, unchecked_sinks
 from .health import CONDITIONS, FIRST_WARNING_S
 from .memory import MemoryShares, MemoryWatch
 from .ownership import OwnershipCheck
@@ -61,13 +61,18 @@ class Checked:
     overrides: list[Override] = field(default_factory=list)
 
 
-def check_file(config_path: str) -> Checked:
+def check_file(config_path: str, *, connect: bool = False) -> Checked:
     """The one configuration check: ``check-config`` prints it, ``kdaemon run`` and a SIGHUP
     reload refuse on its problems.  It runs plugin code (factories), so the supervisor runs it
     in a throw-away child (``supervisor.configs.validate_in_child``).  An unexpected failure of
     a plugin's check propagates when the file itself was fine (a bug to see whole); with
     problems in the file it becomes one more problem (what was wrong can keep the plugins from
-    being asked at all)."""
+    being asked at all).
+
+    ``connect`` (``check-config``): a file without problems is also checked against what it
+    names (``build.preflight_sinks``: the Kafka DLQ's topic exists).  ``run`` and a reload leave
+    that to each worker, before its first poll (``Delivery.preflight``): there a broker that does
+    not answer yet is waited for, not a refusal."""
     checked = Checked(None)
     checked.config = config = load_for_check(config_path, checked.problems, overrides=checked.overrides)
     if config is None:
@@ -77,6 +82,10 @@ def check_file(config_path: str) -> Checked:
         manager = load_plugins(config)
         checked.problems += check_against_plugins(config, manager)
         checked.notes = unchecked_sinks(config, manager)
+        if connect and not checked.problems:
+            problems, notes = preflight_sinks(config, manager)
+            checked.problems += problems
+            checked.notes += notes
     except PluginError as exc:
         checked.problems.append(f"{config.path}: plugins: {exc}")
     except Exception as exc:

@@ -23,6 +23,11 @@ state.
   sink, which is closed.  Every partition is paused until a new sink is built, then each one is
   sought back to its last commit, so those records are read and written again (duplicates in
   the sink are possible, losses are not).
+* STOPPED: the sink or the DLQ refused for good (``SinkRefused``), or a record could not be
+  kept anywhere.  Whatever could be committed was (nothing past the records it could not
+  deliver); from now on nothing is written, flushed or committed — not by a revocation, not at
+  shutdown — and the loop's next step raises the refusal, which stops the worker.  Every mode
+  can end here; nothing leaves it.
 
 The table is apart from kdaemon/worker/delivery.py (which acts on it) so it can be read, and
 tested, on its own: tests/worker/test_delivery_modes.py checks every legal transition and
@@ -41,6 +46,7 @@ class Mode(Enum):
     REWINDING = "rewinding"    # a flush failed; waiting to rebuild the sink and seek back
     STALLED = "stalled"        # a flush is held by an unreachable sink; waiting to send it again
     RESENDING = "resending"    # the held flush was sent again; waiting for its confirmation
+    STOPPED = "stopped"        # refused for good: nothing more is written or committed
 
 
 class Event(Enum):
@@ -53,6 +59,7 @@ class Event(Enum):
     WRITE_RETRIED = "write_retried"      # the held batch went through (bar records the sink refuses)
     REBUILD_FAILED = "rebuild_failed"    # the sink could not be built again yet
     REWOUND = "rewound"                  # new sink built, partitions sought back to the last commit
+    REFUSED = "refused"                  # a permanent refusal (or a record kept nowhere): stop
 
 
 M, E = Mode, Event
@@ -73,9 +80,10 @@ TRANSITIONS: dict[tuple[Mode, Event], Mode] = {
     (M.RETRYING, E.WRITE_RETRIED): M.RUNNING,
     (M.REWINDING, E.REBUILD_FAILED): M.REWINDING,
     (M.REWINDING, E.REWOUND): M.RUNNING,
+    **{(mode, E.REFUSED): M.STOPPED for mode in Mode if mode is not M.STOPPED},
 }
 
-PAUSED_MODES = frozenset({M.RETRYING, M.REWINDING, M.STALLED, M.RESENDING})
+PAUSED_MODES = frozenset({M.RETRYING, M.REWINDING, M.STALLED, M.RESENDING, M.STOPPED})
 
 
 class IllegalDeliveryTransition(RuntimeError):

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from ..client.errors import FencedInstanceIdError, WakeupError
 from ..client.types import ConsumerRecord, GroupMembershipOperation, TopicPartition
 from ..config import DaemonConfig
-from ..exit_codes import EXIT_FENCED, EXIT_OK, EXIT_STOPPED_ON_ERROR
+from ..exit_codes import EXIT_FENCED, EXIT_OK, EXIT_SINK_REFUSED, EXIT_STOPPED_ON_ERROR
+from ..plugins.types import SinkRefused
 from .build import PipelineParts
 from .delivery import Delivery
 from .health import HealthWatch, observe
@@ -102,23 +103,20 @@ class Worker:
         self._ownership = check.start()
 
     def run(self) -> int:
-        self._subscribe_or_assign(self.consumer, self)
-        self._assigned_once = True
-        if not self.consumer.subscription():
-            # A fixed assignment: no listener call, but the same start where the output is.
-            self.resume.assigned(self.consumer.assignment())
-        if self.memory is not None:
-            self.memory.started(f"the {self.config.sink.type} sink")
         code = EXIT_OK
         try:
+            # The sinks' targets first (the Kafka DLQ's topic): a refusal stops the worker
+            # before it joins the group or reads a record.
+            self.delivery.preflight(lambda: self._on_tick(self) if self._on_tick else None, lambda: self._stopping)
+            if not self._stopping:
+                self._start()
             while not self._stopping:
                 try:
                     self.step()
                 except WakeupError:
                     continue
-        except WorkerStop as exc:
-            log.error("worker stopping: %s", exc)
-            code = EXIT_STOPPED_ON_ERROR
+        except (WorkerStop, SinkRefused) as exc:
+            code = _stopped(exc)
         except FencedInstanceIdError as exc:
             log.error("worker stopping: fenced by Kafka (FENCED_INSTANCE_ID): %s. Another consumer joined with this "
                       "worker's static member id: a second daemon with the same [daemon] daemon_id (default: "
@@ -127,7 +125,18 @@ class Worker:
             code = EXIT_FENCED
         finally:
             self.shutdown(fenced=code == EXIT_FENCED)
+        if code == EXIT_OK and self.delivery.stop_error is not None:
+            code = _stopped(self.delivery.stop_error)   # refused in the final flush (a SIGTERM's)
         return code
+
+    def _start(self) -> None:
+        self._subscribe_or_assign(self.consumer, self)
+        self._assigned_once = True
+        if not self.consumer.subscription():
+            # A fixed assignment: no listener call, but the same start where the output is.
+            self.resume.assigned(self.consumer.assignment())
+        if self.memory is not None:
+            self.memory.started(f"the {self.config.sink.type} sink")
 
     def shutdown(self, *, fenced: bool = False) -> None:
         """Flush and commit what is durable, close the consumer (which runs
@@ -143,8 +152,9 @@ class Worker:
             if fenced:
                 log.warning("final commit refused after the fencing (%s); the records since the last commit "
                             "will be delivered again", exc)
-            else:
+            elif self.delivery.stop_error is None:
                 log.exception("final flush/commit failed; uncommitted records will be delivered again")
+            # else: refused for good (or kept nowhere) in this flush: run() says so, once
         try:
             self.consumer.close(group_membership=GroupMembershipOperation.LEAVE_GROUP if self._leave_for_good
                                 else GroupMembershipOperation.DEFAULT)
@@ -257,3 +267,14 @@ class Worker:
     def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
         self.resume.forget(partitions)
         self.delivery.on_lost(partitions)
+
+
+def _stopped(exc: BaseException) -> int:
+    """The one line a worker stopping on ``exc`` logs, and its exit code: a stop policy's
+    ``WorkerStop`` (``EXIT_STOPPED_ON_ERROR``), or the sink's or DLQ's ``SinkRefused``
+    (``EXIT_SINK_REFUSED``), which names the topic or table and the fix."""
+    if isinstance(exc, SinkRefused):
+        log.error("worker stopping, refused for good: %s", exc.line())
+        return EXIT_SINK_REFUSED
+    log.error("worker stopping: %s", exc)
+    return EXIT_STOPPED_ON_ERROR

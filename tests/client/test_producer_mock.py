@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Producer as ConfluentProducer
 
 from kdaemon.client.config import ConsumerConfig
-from kdaemon.client.errors import UnknownTopicError
+from kdaemon.client.errors import RecordsRefusedError, RefusedError, UnknownTopicError
 from kdaemon.client.partitioner import Partitioner, murmur2, to_positive
 from kdaemon.client.producer import Producer, ProduceError, ProducerSettings
 from kdaemon.protocol.errors import Errors
@@ -111,25 +111,64 @@ def test_a_permanent_refusal_fails_the_flush_and_every_later_one(mock_cluster, t
     try:
         mock_cluster.push_request_errors(0, [Errors.TOPIC_AUTHORIZATION_FAILED])
         send_all(p, topic, records(3))
-        with pytest.raises(ProduceError, match=r"TOPIC_AUTHORIZATION_FAILED \(29\)"):
+        with pytest.raises(RefusedError, match=rf"refuses writes to topic {topic}: TOPIC_AUTHORIZATION_FAILED \(29\)") \
+                as info:
             p.flush(30)
-        with pytest.raises(ProduceError, match="TOPIC_AUTHORIZATION_FAILED"):
+        assert info.value.topic == topic and f"WRITE and DESCRIBE on topic {topic}" in info.value.fix
+        with pytest.raises(RefusedError, match="TOPIC_AUTHORIZATION_FAILED"):
             p.flush(30)
-        with pytest.raises(ProduceError, match="failed earlier"):
+        with pytest.raises(ProduceError, match="failed earlier") as info:
             p.send(topic, b"k", b"v")
+        assert info.value.fix and info.value.topic == topic
     finally:
         p.close()
 
 
-def test_a_missing_topic_is_named(mock_cluster):
+def test_a_missing_topic_is_named_with_the_command_that_creates_it(mock_cluster):
     p = producer(mock_cluster)
     try:
         p.send("no-such-dlq", b"k", b"v")
-        with pytest.raises(UnknownTopicError, match="no-such-dlq.*do not exist.*create"):
+        with pytest.raises(UnknownTopicError, match="topic no-such-dlq does not exist on the cluster at") as info:
             p.flush(30)
+        assert "kafka-topics" in info.value.fix and "--create --topic no-such-dlq" in info.value.fix
         assert p.unacknowledged() == 1   # kept, not dropped
     finally:
         p.close()
+
+
+def test_a_record_too_large_for_the_topic_is_named_by_its_tag_and_the_producer_goes_on(mock_cluster, topic):
+    """MESSAGE_TOO_LARGE for a batch of one: that record is refused for what it is (no retry
+    changes it), the flush names it once every other record is acknowledged, and the producer
+    takes the next ones with the same sequence numbers (the refused batch used none)."""
+    p = producer(mock_cluster)
+    try:
+        p.send(topic, b"key-big", b"x" * 1000, tag="the big one")
+        mock_cluster.push_request_errors(0, [Errors.MESSAGE_TOO_LARGE])
+        with pytest.raises(RecordsRefusedError, match="MESSAGE_TOO_LARGE") as info:
+            p.flush(30)
+        assert [(r.tag, r.topic) for r in info.value.records] == [("the big one", topic)]
+        assert "max.message.bytes" in info.value.fix and p.unacknowledged() == 0
+        p.flush(30)                        # said once
+        batch = records(60)
+        send_all(p, topic, batch)
+        p.flush(30)
+        assert p.producer_epoch == 0
+    finally:
+        p.close()
+    check_exactly_once(mock_cluster, topic, batch)
+
+
+def test_a_batch_too_large_is_split_until_it_goes(mock_cluster, topic):
+    batch = records(60)
+    p = producer(mock_cluster)
+    try:
+        send_all(p, topic, batch)
+        mock_cluster.push_request_errors(0, [Errors.MESSAGE_TOO_LARGE] * 2)
+        p.flush(30)
+        assert p.answers.get("MESSAGE_TOO_LARGE", 0) >= 2, p.answers
+    finally:
+        p.close()
+    check_exactly_once(mock_cluster, topic, batch)
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])

@@ -164,6 +164,31 @@ def test_sink_error_means_no_commit():
     assert isinstance(run.sink_error, OSError) and run.committed == {}
 
 
+def test_a_sink_refusing_for_good_is_its_error_too():
+    """A sink's ``SinkRefused`` (what stops the daemon with exit 6) is recorded like any error."""
+    from kdaemon.plugins.types import SinkRefused
+
+    class Refusing:
+        @hookimpl
+        def kdaemon_sinks(self):
+            class Sink:
+                def __init__(self, settings):
+                    pass
+
+                def write(self, records):
+                    pass
+
+                def flush(self):
+                    raise SinkRefused("table t does not exist", target="t", fix="create it")
+
+                def close(self):
+                    pass
+            return {"refusing": Sink}
+
+    run = run_plugin(Refusing(), make_records([b"a"]), sink="refusing")
+    assert isinstance(run.sink_error, SinkRefused) and run.sink_error.fix == "create it" and run.committed == {}
+
+
 def test_unknown_names_and_refused_settings():
     with pytest.raises(ValueError, match=r"no interceptor named 'nope' \(available: drop-first, none"):
         run_plugin(Upper(), [], interceptors=["nope"])

@@ -71,3 +71,33 @@ def test_rss_recycling_waits_for_the_last_replacement(tmp_path, monkeypatch):
     finally:
         os.close(r)
         os.close(w)
+
+
+@pytest.mark.parametrize("code", sorted(arbiter_module._STOPS_THE_DAEMON))
+def test_a_worker_exit_a_restart_cannot_cure_stops_every_worker_gracefully_and_the_daemon_with_it(arbiter, monkeypatch,
+                                                                                              code, caplog):
+    """A worker that stopped on an error policy, could not boot, was fenced, or was refused for
+    good by its sink is not restarted: the others are stopped as on SIGTERM and the daemon
+    exits with that worker's code, which systemd does not restart (PERMANENT)."""
+    import os
+    import time
+
+    from kdaemon.exit_codes import PERMANENT
+    from kdaemon.supervisor.arbiter import WorkerProc
+    stopped: list[int] = []
+    monkeypatch.setattr(arbiter, "_stop_worker", lambda proc, **kw: stopped.append(proc.index))
+    now = time.monotonic()
+    r, w = os.pipe()
+    try:
+        for i in range(3):   # pids nobody signals: _stop_worker is the test's
+            arbiter.workers[-1 - i] = WorkerProc(i, -1 - i, r, now, now)
+        failed = arbiter.workers.pop(-1)
+        arbiter._on_exit(failed, code)
+        assert arbiter._stopping and arbiter._exit_code == code and sorted(stopped) == [1, 2]
+        assert arbiter.sent == ["STOPPING=1"] and code in PERMANENT
+        assert f"worker 0 (pid -1) {arbiter_module._STOPS_THE_DAEMON[code][0]} (exit {code})" in caplog.text
+        arbiter._on_exit(arbiter.workers.pop(-2), 0)   # the others stop cleanly: the code stays
+        assert arbiter._exit_code == code
+    finally:
+        os.close(r)
+        os.close(w)

@@ -33,7 +33,7 @@ from .jars import JarsMissing, staged_jars
 from .layout import BatchId
 from .staged import as_bytes
 from ...suggest import unknown_keys
-from .uplink import SparkUploadError, UploaderClient, UploaderUnavailable
+from .uplink import SparkRefused, SparkUploadError, UploaderClient, UploaderUnavailable
 from .wire import UploadReply, socket_path, staging_root
 
 SETTINGS = {"type", "master", "conf", "path", "format", "table", "max_records", "max_bytes", "max_age_s",
@@ -145,6 +145,7 @@ class SparkSink:
         default_bytes = DEFAULT_MAX_BYTES if not memory_bytes else min(DEFAULT_MAX_BYTES, memory_bytes // 2)
         self.max_bytes = int(settings.get("max_bytes", default_bytes))
         self.max_age_s = float(settings.get("max_age_s", 10.0))
+        self.output = str(settings.get("path", ""))   # named when the uploader refuses for good
         self.staging = os.path.join(staging_root(settings, state_dir), str(os.getpid()))
         _discard_dead_staging(os.path.dirname(self.staging))
         os.makedirs(self.staging, exist_ok=True)
@@ -402,6 +403,9 @@ class PendingUpload:
             raise
         if self._errors:
             reply = self._errors[0]
+            if reply.refused:
+                self._fail(SparkRefused(f"the Spark upload was refused for good: {reply.error or 'unknown error'}",
+                                        target=self._sink.output, fix=reply.fix or ""))
             if reply.transient:
                 # The job failed (Spark's master or executors, say), not the batch: try again.
                 self._unavailable = UploaderUnavailable(f"the Spark upload failed: {reply.error}")

@@ -6,12 +6,17 @@ from __future__ import annotations
 import socket
 import time
 
-from ...plugins.types import SinkUnavailable
+from ...plugins.types import SinkRefused, SinkUnavailable
 from .wire import ResumeQuery, UploadReply, UploadRequest
 
 
 class SparkUploadError(Exception):
     """The uploader did not confirm a batch: nothing of it may be committed."""
+
+
+class SparkRefused(SparkUploadError, SinkRefused):
+    """The uploader refused a batch for good (``wire.UploadReply.refused``): the output refuses
+    the job as it is, and the worker stops the daemon."""
 
 
 class UploaderUnavailable(SparkUploadError, SinkUnavailable):

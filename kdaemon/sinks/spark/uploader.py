@@ -26,7 +26,12 @@ job has its staging directory removed by its successor; the job does not read fr
 the other workers' batches of that job still go through.
 
 ``writer.py`` holds what talks to Spark; see ``layout.py`` for the output layout and the
-exactly-once rules.
+exactly-once rules.  A job that fails is classified once (``failures.py``): a transient failure
+is answered "transient" (the workers keep their batches and send them again); one that fails
+the same way ``DETERMINISTIC_ATTEMPTS`` times in a row, or a JVM linkage error at once, is
+answered "refused" with the fix, and the workers stop the daemon instead of retrying for ever.
+A failure is logged when it starts or changes; the same one again is DEBUG, and the first job
+that succeeds after failures says so.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from dataclasses import dataclass, field
 import pyarrow.parquet as pq
 
 from . import layout, tables
+from .failures import DETERMINISTIC, DETERMINISTIC_ATTEMPTS, PERMANENT, classify
 from .layout import BatchId
 from . import staged
 from .writer import BadValues, SparkStartError, SparkWriter, first_line, wait_for_master
@@ -68,6 +74,10 @@ MAX_REQUESTS_PER_JOB = 256
 CAREFUL_JOBS_AFTER_BAD_VALUE = 10
 EXIT_CANNOT_START = 1
 EXIT_BAD_SETTINGS = 2
+
+
+class OutputNotShared(Exception):
+    """Spark wrote a job's files where the uploader does not see them: a setting to fix."""
 
 
 
@@ -112,6 +122,9 @@ class Uploader:
         self._server: socket.socket | None = None
         self._starting: SessionStart | None = None
         self._careful_jobs = 0   # jobs still to prepare with the dead-letter pass (_write_rows)
+        self._failed_jobs = 0    # jobs failed in a row, and how the last one did (``_job_failed``)
+        self._same_failures = 0
+        self._last_failure: tuple[str, tuple] | None = None
 
     # -- serving --------------------------------------------------------------------------------
 
@@ -325,10 +338,12 @@ class Uploader:
         except OSError:
             self._drop(conn)
 
-    def _reply(self, req: Request, ok: bool, error: str | None = None, transient: bool = False) -> None:
+    def _reply(self, req: Request, ok: bool, error: str | None = None, transient: bool = False,
+               refused_fix: str | None = None) -> None:
         if req.conn is None or req.conn.fileno() < 0:
             return
-        self._send(req.conn, UploadReply(req.id, ok, error, transient))
+        self._send(req.conn, UploadReply(req.id, ok, error, transient, refused=refused_fix is not None,
+                                         fix=refused_fix))
 
     def _answer_questions(self) -> None:
         """Where may a worker start the partitions it was given (``wire.ResumeQuery``)?  Asked
@@ -351,11 +366,12 @@ class Uploader:
         try:
             written, oldest_ms = self.upload(requests)
         except Exception as exc:
-            log.error("Spark upload of %d batch(es) failed: %s: %s", len(requests), type(exc).__name__,
-                      first_line(exc))
-            for req in requests:
-                self._reply(req, False, f"{type(exc).__name__}: {first_line(exc)}"[:2000], transient=True)
+            self._job_failed(requests, exc)
             return
+        if self._failed_jobs:
+            log.info("Spark uploads succeed again after %d failed job(s)", self._failed_jobs)
+        self._failed_jobs = self._same_failures = 0
+        self._last_failure = None
         self.jobs += 1
         failed = [r for r in requests if r.error is not None]
         ok = len(requests) - len(failed)
@@ -372,6 +388,34 @@ class Uploader:
             self._queue = [r for r in self._queue if r not in later]
             for r in later:
                 self._refuse(r)
+
+    def _job_failed(self, requests: list[Request], exc: Exception) -> None:
+        """Answer a failed job's requests by what the failure is (``failures.classify``):
+        transient (sent again by the workers), or refused for good once a deterministic failure
+        came ``DETERMINISTIC_ATTEMPTS`` times in a row, or a linkage error once.  Logged when the
+        failure starts or changes, DEBUG while it repeats."""
+        failure = classify(exc)
+        what = f"{type(exc).__name__}: {first_line(exc)}"
+        key = (failure.kind, failure.names)
+        self._failed_jobs += 1
+        self._same_failures = self._same_failures + 1 if key == self._last_failure else 1
+        refuse = failure.kind == PERMANENT or \
+            (failure.kind == DETERMINISTIC and self._same_failures >= DETERMINISTIC_ATTEMPTS)
+        target = f"the {self.writer.format} output at {self.root}"
+        if refuse:
+            attempts = f" ({self._same_failures} attempts)" if failure.kind == DETERMINISTIC else ""
+            error = f"{target} refuses the upload for good{attempts}: {what}"[:2000]
+            log.error("%s; to fix: %s", error, failure.fix)
+        else:
+            error = what[:2000]
+            if failure.kind == DETERMINISTIC:
+                error += f" (attempt {self._same_failures} of {DETERMINISTIC_ATTEMPTS} before it is refused)"
+            level = logging.ERROR if self._same_failures == 1 else logging.DEBUG
+            log.log(level, "Spark upload of %d batch(es) to %s failed (%s): %s", len(requests), self.root,
+                    failure.kind, error)
+        self._last_failure = key
+        for req in requests:
+            self._reply(req, False, error, transient=not refuse, refused_fix=failure.fix if refuse else None)
 
     def _unreadable(self, req: Request, error: str) -> None:
         """``req``'s staged file cannot be read: it fails, and so do the batches of its partition
@@ -505,7 +549,7 @@ class Uploader:
                 layout.plan_moves(self.writer.write_parquet(job), root, moves)
                 for f in fresh:
                     if not moves.get(f.req.batch.name):
-                        raise RuntimeError(
+                        raise OutputNotShared(
                             f"Spark wrote no file for batch {f.req.batch.name} under {tmp}: in path mode the "
                             "output path must be on a filesystem the uploader sees (local mode or a shared mount)")
             if job.dlq_dir is not None:

@@ -100,14 +100,18 @@ class UploadReply:
     """The batch of request ``id`` is in the output (``ok``), or ``error`` says why not.
     ``transient``: the job failed, not this batch (Spark's master or executors): the worker
     keeps the staged file and sends it again; otherwise the batch itself cannot be uploaded
-    (its file unreadable) and the worker reads its records again.  ``resume``: the answer to a
-    ``ResumeQuery`` (partition -> offset)."""
+    (its file unreadable) and the worker reads its records again.  ``refused``: the output
+    refuses the job for good (``failures.py``: a deterministic failure, again and again, or a
+    JVM linkage error); ``fix`` says what to change, and the worker stops the daemon.
+    ``resume``: the answer to a ``ResumeQuery`` (partition -> offset)."""
 
     id: int
     ok: bool
     error: str | None = None
     transient: bool = False
     resume: dict[int, int] | None = None
+    refused: bool = False
+    fix: str | None = None
 
     def encode(self) -> bytes:
         msg: dict = {"id": self.id, "ok": self.ok}
@@ -115,6 +119,9 @@ class UploadReply:
             msg["error"] = self.error
         if self.transient:
             msg["transient"] = True
+        if self.refused:
+            msg["refused"] = True
+            msg["fix"] = self.fix or ""
         if self.resume is not None:
             msg["resume"] = {str(p): o for p, o in self.resume.items()}
         return json.dumps(msg).encode() + b"\n"
@@ -126,7 +133,8 @@ class UploadReply:
             raise ValueError(f"not an upload reply: {line[:200]!r}")
         resume = msg.get("resume")
         return cls(int(msg["id"]), bool(msg["ok"]), msg.get("error"), bool(msg.get("transient", False)),
-                   None if resume is None else {int(p): int(o) for p, o in resume.items()})
+                   None if resume is None else {int(p): int(o) for p, o in resume.items()},
+                   bool(msg.get("refused", False)), msg.get("fix"))
 
 
 def parse_line(line: bytes) -> dict:

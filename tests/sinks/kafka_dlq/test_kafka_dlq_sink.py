@@ -150,3 +150,58 @@ def test_the_pipeline_names_the_deserializer_that_failed(tmp_path):
     assert [r.offset for r in ok] == [2]
     assert [(d.offset, dict(d.headers)["kdaemon.plugin"]) for d in dead] == \
         [(0, b"deserializer.key=json"), (1, b"deserializer.value=json")]
+
+
+# -- what fails for good, and what passes ----------------------------------------------------------
+
+def test_the_clients_permanent_errors_become_the_sinks_one_permanent_error():
+    """Translated once (``refused_for_good``), from the client's table of Kafka error codes;
+    the Kafka tests (test_dlq_refusals_kafka.py) make the broker say these for real."""
+    from kdaemon.client.errors import (AuthenticationError, RecordsRefusedError, RefusedRecord, missing_topic,
+                                       topic_refused)
+    from kdaemon.plugins.types import SinkRefused
+    from kdaemon.protocol.errors import Errors
+    from kdaemon.sinks.kafka_dlq import refused_for_good
+
+    gone = refused_for_good("dlq", missing_topic("dlq", ["b1:9092"]))
+    assert isinstance(gone, SinkRefused) and gone.target == "dlq" and gone.records is None
+    assert gone.line() == ("dead-letter topic dlq: topic dlq does not exist on the cluster at b1:9092 (to fix: create "
+                           "it: kafka-topics --bootstrap-server b1:9092 --create --topic dlq --partitions <n> "
+                           "--replication-factor <n> (kdaemon's producer never creates topics))")
+    acl = refused_for_good("dlq", topic_refused("dlq", Errors.TOPIC_AUTHORIZATION_FAILED, ["b1:9092"]))
+    assert "TOPIC_AUTHORIZATION_FAILED" in str(acl) and "WRITE and DESCRIBE on topic dlq" in acl.fix
+    login = refused_for_good("dlq", AuthenticationError("SASL authentication failed"))
+    assert "login" in str(login) and "sasl_" in login.fix
+    tag = record([])
+    big = refused_for_good("dlq", RecordsRefusedError("MESSAGE_TOO_LARGE", [RefusedRecord(tag, "dlq", 9000)],
+                                                      topic="dlq", code=Errors.MESSAGE_TOO_LARGE, fix="raise it"))
+    assert big.records == [tag] and big.fix == "raise it"
+
+
+def test_a_cluster_that_does_not_answer_is_not_a_refusal():
+    """``preflight`` (and check-config) cannot tell whether the topic exists when no broker
+    answers: a reason to wait (the worker) or a note (check-config), never a refusal."""
+    from kdaemon.sinks.kafka_dlq import preflight_settings
+    reason = preflight_settings({"type": "kafka", "topic": "dlq", "bootstrap_servers": "127.0.0.1:9"}, CONTEXT,
+                                timeout_ms=300)
+    assert reason is not None and "no broker answered" in reason
+
+
+def test_check_config_offline_does_not_ask_the_cluster(tmp_path):
+    path = tmp_path / "kdaemon.toml"
+    path.write_text(textwrap.dedent(f"""
+        [kafka]
+        bootstrap_servers = "127.0.0.1:9"
+        group_id = "g"
+        [daemon]
+        topics = ["t"]
+        [sink]
+        type = "jsonl"
+        path = "{tmp_path / 'out'}"
+        [dlq]
+        type = "kafka"
+        topic = "dlq"
+    """))
+    proc = subprocess.run([sys.executable, "-m", "kdaemon.cli", "check-config", "--offline", "-c", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
