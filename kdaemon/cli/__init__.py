@@ -127,8 +127,11 @@ def _run_in_process(config: DaemonConfig) -> int:
             for p in exc.problems:
                 click.echo(p, err=True)
             return EXIT_CONFIG
+        from ..supervisor.child import RETIRE_SIGNAL
+        leave = config.daemon.on_stop == "leave_group"
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: worker.request_stop())
+            signal.signal(sig, lambda *_: worker.request_stop(leave_group=leave))
+        signal.signal(RETIRE_SIGNAL, lambda *_: worker.request_stop(leave_group=True))   # as the supervisor's
         return worker.run()
     finally:
         companions.stop_all()
