@@ -24,6 +24,7 @@ from .common import config_option, fail, load_or_exit, plugins_or_exit, setup_lo
 from .lag_exporter import lag_exporter
 from .offsets import offsets
 from .status import status
+from .stop import stop
 from .tail import tail
 
 
@@ -36,6 +37,7 @@ def main() -> None:
 main.add_command(lag_exporter)
 main.add_command(offsets)
 main.add_command(status)
+main.add_command(stop)
 main.add_command(tail)
 
 
