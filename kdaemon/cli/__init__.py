@@ -49,7 +49,9 @@ _state_lock = None   # ``run``'s lock on the state directory, held (and inherite
 @click.option("--workers", type=int, default=None, help="Override [daemon] workers (0: one per CPU).")
 @click.option("--in-process", is_flag=True, help="Run one worker in this process, without the supervisor.")
 def run(config_path: str, workers: int | None, in_process: bool) -> None:
-    """Consume the configured topics into the configured sink until stopped (SIGTERM/SIGINT).
+    """Consume the configured topics into the configured sink until stopped (SIGTERM/SIGINT;
+    the workers keep their static group memberships for a restart unless [daemon] on_stop =
+    "leave_group"; SIGUSR2, which kdaemon stop --leave-group sends: they leave the group for good).
 
     \b
     Exit codes:
