@@ -7,8 +7,8 @@ because a static member sends no LeaveGroup.  A reset right then is refused, and
 says what is true: which static members remain, of which daemon, and within how long Kafka
 drops them (the group's ``consumer.session.timeout.ms``, read here with confluent-kafka's
 admin client; classic: the configuration's ``session_timeout_ms``), not "stop every daemon" when
-none runs.  Stopped with ``kdaemon stop --leave-group``, the workers leave for good and the
-reset goes through at once.  (Kafka's own kafka-consumer-groups refuses in the first case too.)
+none runs.  Stopped with ``kdaemon stop --leave-group`` (or with ``[daemon] on_stop =
+"leave_group"``), the workers leave for good and the reset goes through at once.  (Kafka's own kafka-consumer-groups refuses in the first case too.)
 
 The refused reset runs right after the stop returned, so the members are still there whatever
 session timeout the test broker has (seconds, at the least).
@@ -108,11 +108,17 @@ def test_a_reset_after_a_stop_names_the_static_members_left_and_after_leaving_wo
                     f"session_timeout_ms of {d.config_path}, which its workers joined with)") in line, line
         assert committed(kafka.bootstrap, group, topic) == {0: PER_PARTITION, 1: PER_PARTITION}
 
-        # Back again (the static members taken over), then a stop that leaves for good.
+        # Back again (the static members taken over), then a stop that leaves for good: asked for
+        # (--leave-group), or (classic here, to cover both ways) what the configuration says a stop is.
+        how = ["--leave-group"]
+        if protocol == "classic":
+            d.config["daemon"]["on_stop"] = "leave_group"
+            d.write_config(d.config)
+            how = []
         mark = len(d.log())
         d.start()
         d.wait_all_ready(90, after=mark)
-        left = kdaemon("stop", "-c", str(d.config_path), "--leave-group", cwd=d.root)
+        left = kdaemon("stop", "-c", str(d.config_path), *how, cwd=d.root)
         assert left.returncode == 0, (left.stdout, left.stderr, d.log_tail())
         assert re.search(rf"group {group} has no member of daemon kd left; it is \w+ with 0 member\(s\): its "
                          r"offsets can be reset now", left.stdout), left.stdout
