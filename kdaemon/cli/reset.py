@@ -177,9 +177,14 @@ HOW_TO_LEAVE = ('stop the daemon with kdaemon stop --leave-group (or set [daemon
                 "and its workers leave at once")
 
 
+def active(group) -> bool:
+    """Whether the group (a ``GroupDescription``) has members, or a state only members give it."""
+    return group.state not in INACTIVE_STATES or bool(group.members)
+
+
 def refuse_if_active(group, context: Context | None = None) -> None:
-    """Raise unless the group (a ``GroupDescription``) has no members, saying who they are."""
-    if group.state not in INACTIVE_STATES or group.members:
+    """Raise if the group is ``active``, saying who its members are."""
+    if active(group):
         raise ResetError(refusal(group, context))
 
 
@@ -350,7 +355,7 @@ def run_reset(config_path: str, timeout_ms: int, *, reset_offsets: bool = False,
     with kafka_errors(config):
         client_config = ConsumerConfig.from_options(**opts)
         group = describe_group(client_config, timeout_ms=timeout_ms)
-        if group.state not in INACTIVE_STATES or group.members:
+        if active(group):   # the context costs requests: only for a refusal
             try:
                 refuse_if_active(group, _context(config, client_config, group, timeout_ms))
             except ResetError as exc:
