@@ -268,7 +268,8 @@ class JavaMember:
     def __init__(self, bootstrap: str, group: str, *, topics: Iterable[str] | None = None,
                  pattern: str | None = None, regex: str | None = None, assignor: str | None = "range",
                  name: str = "java", instance_id: str | None = None, commit: bool = False,
-                 settings: dict | None = None, group_protocol: str = "classic") -> None:
+                 settings: dict | None = None, group_protocol: str = "classic",
+                 close_membership: str | None = None) -> None:
         self.name = name
         _check_protocol(group_protocol)
         conf = dict(SESSION) if group_protocol == "classic" else {}
@@ -281,7 +282,7 @@ class JavaMember:
             kw = dict(topics=list(topics or ()))
         self.proc = JavaConsumerProcess(bootstrap, group=group, assignor=assignor, instance_id=instance_id,
                                         commit=commit, client_id=name, settings=conf, commands=True,
-                                        group_protocol=group_protocol, **kw)
+                                        group_protocol=group_protocol, close_membership=close_membership, **kw)
         self._log = _Events()
         self._taken = 0
 

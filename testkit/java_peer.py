@@ -10,7 +10,8 @@ and returns the ``java`` command line that runs it.  Tests and benchmarks use:
   revoked, lost, committed; each with ``t``, the peer's monotonic clock, which is Python's
   ``time.monotonic()``), subscribed to topics, a client-side ``pattern`` or (consumer protocol)
   a broker-side RE2J ``regex``, ``stop()`` by SIGTERM (the peer commits if asked and closes, leaving
-  the group); with ``commands=True`` its ``committed()`` and ``commit()`` run on the live consumer;
+  the group; ``close_membership`` "leave" / "remain" closes with Java's
+  ``CloseOptions.groupMembershipOperation`` LEAVE_GROUP / REMAIN_IN_GROUP); with ``commands=True`` its ``committed()`` and ``commit()`` run on the live consumer;
 * ``java_offsets_for_times(bootstrap, [(t, p, ts)])``;
 * ``java_produce(bootstrap, topic, ops)``: records and transaction markers through the Java
   producer, returning the acknowledgements in input order.
@@ -136,7 +137,7 @@ def _consume_args(bootstrap: str, *, assign: Iterable[tuple[str, int]] | None = 
                   group_protocol: str = "classic", isolation: str = "read_uncommitted",
                   reset: str = "earliest", until_end: bool = False, max_records: int | None = None,
                   idle_ms: int | None = None, commit: bool = False, print_records: bool = True,
-                  client_id: str | None = None, commands: bool = False,
+                  client_id: str | None = None, commands: bool = False, close_membership: str | None = None,
                   settings: dict[str, str] | None = None) -> list[str]:
     args = ["consume", "--bootstrap", bootstrap, "--isolation", isolation, "--reset", reset,
             "--group-protocol", group_protocol]
@@ -154,7 +155,8 @@ def _consume_args(bootstrap: str, *, assign: Iterable[tuple[str, int]] | None = 
     else:
         raise ValueError("give assign=, topics=, pattern= or regex=")
     for flag, value in (("--group", group), ("--assignor", assignor), ("--instance-id", instance_id),
-                        ("--max-records", max_records), ("--idle-ms", idle_ms), ("--client-id", client_id)):
+                        ("--max-records", max_records), ("--idle-ms", idle_ms), ("--client-id", client_id),
+                        ("--close-membership", close_membership)):
         if value is not None:
             args += [flag, str(value)]
     if until_end:

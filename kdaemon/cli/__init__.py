@@ -24,6 +24,7 @@ from .common import config_option, fail, load_or_exit, plugins_or_exit, setup_lo
 from .lag_exporter import lag_exporter
 from .offsets import offsets
 from .status import status
+from .stop import stop
 from .tail import tail
 
 
@@ -36,6 +37,7 @@ def main() -> None:
 main.add_command(lag_exporter)
 main.add_command(offsets)
 main.add_command(status)
+main.add_command(stop)
 main.add_command(tail)
 
 
@@ -47,7 +49,9 @@ _state_lock = None   # ``run``'s lock on the state directory, held (and inherite
 @click.option("--workers", type=int, default=None, help="Override [daemon] workers (0: one per CPU).")
 @click.option("--in-process", is_flag=True, help="Run one worker in this process, without the supervisor.")
 def run(config_path: str, workers: int | None, in_process: bool) -> None:
-    """Consume the configured topics into the configured sink until stopped (SIGTERM/SIGINT).
+    """Consume the configured topics into the configured sink until stopped (SIGTERM/SIGINT;
+    the workers keep their static group memberships for a restart unless [daemon] on_stop =
+    "leave_group"; SIGUSR2, which kdaemon stop --leave-group sends: they leave the group for good).
 
     \b
     Exit codes:
@@ -131,8 +135,11 @@ def _run_in_process(config: DaemonConfig) -> int:
             for p in exc.problems:
                 click.echo(p, err=True)
             return EXIT_CONFIG
+        from ..supervisor.child import RETIRE_SIGNAL
+        leave = config.daemon.on_stop == "leave_group"
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: worker.request_stop())
+            signal.signal(sig, lambda *_: worker.request_stop(leave_group=leave))
+        signal.signal(RETIRE_SIGNAL, lambda *_: worker.request_stop(leave_group=True))   # as the supervisor's
         return worker.run()
     finally:
         companions.stop_all()

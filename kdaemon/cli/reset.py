@@ -12,7 +12,10 @@ What an operator who knows that tool expects, and what it does (Kafka 4.4's Grou
 * a dry run unless ``--execute`` is given (``--dry-run`` says so explicitly);
 * refused while the group has members: a member would overwrite the new offsets with its own
   positions on its next commit, and the broker refuses a commit from outside a live classic
-  generation anyway.
+  generation anyway.  The refusal says who the members are (``refusal``): a stopped daemon's
+  workers stay static members for a restart until their session times out (consumer protocol:
+  member epoch -2), which is not "running", and ``kdaemon stop --leave-group`` (or
+  ``[daemon] on_stop = "leave_group"``) is the stop that leaves nobody behind.
 
 The commit is the same as an admin's: OffsetCommit with generation (member epoch) -1 and no
 member id, which Kafka accepts for an empty group of either protocol.
@@ -144,12 +147,116 @@ def plan(consumer, partitions, target: Target, *, timeout_ms: int) -> tuple[list
     return rows, warnings
 
 
-def refuse_if_active(group) -> None:
-    """Raise unless the group (a ``GroupDescription``) has no members."""
-    if group.state not in INACTIVE_STATES or group.members:
-        raise ResetError(f"group {group.group_id} is {group.state} with {len(group.members)} member(s); offsets "
-                         "can only be reset while the group has none: stop every daemon and consumer of it "
-                         "(systemctl stop kdaemon) and retry")
+@dataclass(frozen=True)
+class Expiry:
+    """How long the coordinator keeps a member that stopped heartbeating: at most ``ms`` from
+    now (its session runs from its last heartbeat, which nobody outside knows), and whose
+    setting that is.  ``ms`` None: the broker did not say."""
+
+    ms: int | None
+    source: str
+
+    def within(self) -> str:
+        if self.ms is None:
+            return f"when its session times out ({self.source})"
+        return f"within {self.ms / 1000:g} s ({self.source})"
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the refusal knows besides the group: this configuration's daemon_id, how long a
+    stopped member stays, and the daemon answering on this configuration's state_dir here
+    (its pid), if any."""
+
+    daemon_id: str
+    expiry: Expiry
+    running_here: int | None = None
+
+
+HOW_TO_LEAVE = ('stop the daemon with kdaemon stop --leave-group (or set [daemon] on_stop = "leave_group") '
+                "and its workers leave at once")
+
+
+def active(group) -> bool:
+    """Whether the group (a ``GroupDescription``) has members, or a state only members give it."""
+    return group.state not in INACTIVE_STATES or bool(group.members)
+
+
+def refuse_if_active(group, context: Context | None = None) -> None:
+    """Raise if the group is ``active``, saying who its members are."""
+    if active(group):
+        raise ResetError(refusal(group, context))
+
+
+def refusal(group, context: Context | None) -> str:
+    """Why a group with members cannot be reset, in one line: which members, and what ends each.
+
+    Under the consumer protocol a member with epoch -2 is a static member that left to come
+    back (a stopped daemon's worker); the coordinator drops it when its session times out, and
+    a restart of its daemon takes it over.  A classic static member that stopped looks like a
+    live one (it sends no LeaveGroup), so there only the local daemon's control socket tells."""
+    from ..worker.main import daemon_of
+    head = (f"group {group.group_id} is {group.state} with {len(group.members)} member(s); offsets can only be "
+            "reset while the group has none")
+    if context is None:
+        return f"{head}: stop every daemon and consumer of it (systemctl stop kdaemon) and retry"
+    left = [m for m in group.members if m.left_to_come_back]
+    others = [m for m in group.members if not m.left_to_come_back]
+    said = []
+    if left:
+        said.append(f"{_described(left, context.daemon_id, daemon_of)} stopped and "
+                    f"{'is' if len(left) == 1 else 'are'} kept for a restart (member epoch -2, static members "
+                    f"leaving temporarily): Kafka drops {'it' if len(left) == 1 else 'them'} "
+                    f"{context.expiry.within()}; retry then, or next time {HOW_TO_LEAVE}")
+    if others:
+        if group.protocol == "consumer":
+            said.append(f"{_described(others, context.daemon_id, daemon_of)} "
+                        f"{'is' if len(others) == 1 else 'are'} running: stop every daemon and consumer of the "
+                        "group (kdaemon stop, systemctl stop kdaemon) and retry")
+        else:
+            said.append(_classic(others, context, daemon_of))
+    return f"{head}: " + "; ".join(said)
+
+
+def _classic(members, context: Context, daemon_of) -> str:
+    """Classic members: running, or (static ones) stopped and kept until their session ends."""
+    ours = [m for m in members if daemon_of(m.instance_id) == context.daemon_id]
+    text = _described(members, context.daemon_id, daemon_of)
+    if context.running_here is not None and ours:
+        return (f"{text}; daemon {context.daemon_id} runs here (pid {context.running_here}): stop it with "
+                f"kdaemon stop --leave-group (or systemctl stop kdaemon with [daemon] on_stop = \"leave_group\") "
+                "and retry")
+    if any(m.instance_id for m in members):
+        # A classic static member sends no LeaveGroup when it stops: running or not, it looks the same.
+        here = (f"no daemon answers on this configuration's state_dir here; if {'that daemon is' if ours else 'they are'} "
+                "stopped, Kafka keeps its static members for a restart until their session times out, "
+                f"{context.expiry.within()}, then retry; else stop every daemon and consumer of the group and "
+                f"retry; next time {HOW_TO_LEAVE}")
+        return f"{text}: {here}"
+    return f"{text}: stop every daemon and consumer of the group (kdaemon stop, systemctl stop kdaemon) and retry"
+
+
+def _described(members, own: str, daemon_of) -> str:
+    """"static members kd-0, kd-1 of daemon kd (this configuration's daemon_id), member m (client
+    c on host h)": static members by the daemon their instance id names."""
+    by_daemon: dict[str | None, list[str]] = {}
+    dynamic = []
+    for m in members:
+        if m.instance_id:
+            by_daemon.setdefault(daemon_of(m.instance_id), []).append(m.instance_id)
+        else:
+            dynamic.append(f"member {m.member_id} (client {m.client_id} on {m.host})")
+    parts = []
+    for daemon, ids in sorted(by_daemon.items(), key=lambda kv: (kv[0] != own, kv[0] or "")):
+        names = ", ".join(sorted(ids))
+        kind = "static member" if len(ids) == 1 else "static members"
+        if daemon is None:
+            parts.append(f"{kind} {names}")
+        elif daemon == own:
+            parts.append(f"{kind} {names} of daemon {daemon} (this configuration's daemon_id)")
+        else:
+            parts.append(f"{kind} {names} of daemon {daemon}")
+    return ", ".join(parts + dynamic)
 
 
 def given_option(value) -> bool:
@@ -196,6 +303,33 @@ def _target(args: dict) -> Target:
     return Target(kind, None if value is True else value)
 
 
+def _context(config, client_config, group, timeout_ms: int) -> Context:
+    """What the refusal says besides the members (``Context``), asked only when refusing."""
+    from ..client.errors import KafkaClientError
+    from ..client.group.describe import SESSION_TIMEOUT_CONFIG, consumer_group_session_timeout_ms
+    from ..protocol.errors import BrokerError
+    from ..supervisor.control import ControlError, request_status
+    from ..worker.main import daemon_id
+    if group.protocol == "consumer":
+        try:
+            ms = consumer_group_session_timeout_ms(client_config, timeout_ms=timeout_ms)
+        except (KafkaClientError, BrokerError):
+            ms = None
+        expiry = Expiry(ms, f"the group's {SESSION_TIMEOUT_CONFIG}"
+                        + ("" if ms is not None else ", which the broker did not tell"))
+    else:
+        # A classic member's session is its own, sent in its JoinGroup: this configuration's.
+        given = "session_timeout_ms" in config.kafka
+        expiry = Expiry(client_config.session_timeout_ms,
+                        f"[kafka] session_timeout_ms of {config.path}, which its workers joined with" if given else
+                        f"the default session_timeout_ms, which {config.path} does not change")
+    try:
+        running = request_status(config.daemon.state_dir, timeout_s=2.0).pid
+    except ControlError:
+        running = None
+    return Context(daemon_id(config), expiry, running)
+
+
 def run_reset(config_path: str, timeout_ms: int, *, reset_offsets: bool = False, topic_args: tuple[str, ...] = (),
               dry_run: bool = False, execute: bool = False, **targets) -> None:
     import click
@@ -219,10 +353,13 @@ def run_reset(config_path: str, timeout_ms: int, *, reset_offsets: bool = False,
     except ResetError as exc:
         usage_error(str(exc))
     with kafka_errors(config):
-        try:
-            refuse_if_active(describe_group(ConsumerConfig.from_options(**opts), timeout_ms=timeout_ms))
-        except ResetError as exc:
-            fail(str(exc))
+        client_config = ConsumerConfig.from_options(**opts)
+        group = describe_group(client_config, timeout_ms=timeout_ms)
+        if active(group):   # the context costs requests: only for a refusal
+            try:
+                refuse_if_active(group, _context(config, client_config, group, timeout_ms))
+            except ResetError as exc:
+                fail(str(exc))
         consumer = Consumer(**opts)
         try:
             parts = []

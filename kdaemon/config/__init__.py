@@ -29,12 +29,12 @@ from .env import Override, effective_toml
 from .kafka import DAEMON_OWNED, KAFKA_KINDS, SECRETS
 from .loader import ENV_LAYOUT, default_dlq, load, load_for_check, parse
 from .model import (DEFAULT_DLQ_DIR, DEFAULT_PLUGINS, ERROR_POLICIES_DESERIALIZE, ERROR_POLICIES_SINK,
-                    GROUP_PROTOCOLS, ConfigError, DaemonConfig, DaemonSection, DeserializerConfig,
+                    GROUP_PROTOCOLS, ON_STOP, ConfigError, DaemonConfig, DaemonSection, DeserializerConfig,
                     FilterConfig, InterceptorConfig, SinkConfig)
 from .toml_out import dump_toml
 
 __all__ = ["DAEMON_OWNED", "DEFAULT_DLQ_DIR", "DEFAULT_PLUGINS", "ENV_LAYOUT", "ERROR_POLICIES_DESERIALIZE",
-           "ERROR_POLICIES_SINK", "GROUP_PROTOCOLS", "KAFKA_KINDS", "SECRETS", "ConfigError",
+           "ERROR_POLICIES_SINK", "GROUP_PROTOCOLS", "KAFKA_KINDS", "ON_STOP", "SECRETS", "ConfigError",
            "DaemonConfig", "DaemonSection", "DeserializerConfig", "FilterConfig", "InterceptorConfig",
            "Override", "SinkConfig", "default_dlq", "dump_toml", "effective_toml", "load", "load_for_check",
            "parse"]

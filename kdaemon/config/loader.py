@@ -22,7 +22,7 @@ from ..protocol.header_match import DEFAULTS as FILTER_DEFAULTS, rule_problems
 from ..suggest import did_you_mean
 from .env import Layout, Override, Overrides, read_overrides
 from .kafka import KAFKA_KINDS, SECRET_SOURCES, SECRETS, kafka_section
-from .model import (DEFAULT_DLQ_DIR, DEFAULT_PLUGINS, ERROR_POLICIES_DESERIALIZE, ERROR_POLICIES_SINK,
+from .model import (DEFAULT_DLQ_DIR, DEFAULT_PLUGINS, ERROR_POLICIES_DESERIALIZE, ERROR_POLICIES_SINK, ON_STOP,
                     ConfigError, DaemonConfig, DaemonSection, DeserializerConfig, FilterConfig,
                     InterceptorConfig, SinkConfig)
 from .schema import NUMBER, STRING, TABLE, Kind, check_table, key_path, kinds_of, list_of
@@ -65,7 +65,7 @@ ENV_LAYOUT = Layout(
 )
 _CHOICES = {"assignment": ("group", "static"), "on_deserialize_error": ERROR_POLICIES_DESERIALIZE,
             "on_sink_error": ERROR_POLICIES_SINK, "filter_default": FILTER_DEFAULTS,
-            "log_level": ("DEBUG", "INFO", "WARNING", "ERROR")}
+            "log_level": ("DEBUG", "INFO", "WARNING", "ERROR"), "on_stop": ON_STOP}
 _POSITIVE = ("poll_timeout_ms", "flush_interval_ms", "flush_max_records", "max_buffered_records",
              "metrics_interval_ms", "sink_probe_max_ms", "endpoint_request_timeout_s", "endpoint_max_clients")
 

@@ -18,6 +18,13 @@ GROUP_PROTOCOLS = ("auto", "classic", "consumer")
 # under daemon.state_dir: a policy of "dlq" (the default for deserialize errors) must never
 # need a section the operator did not write, and must never drop a record instead.
 DEFAULT_DLQ_DIR = "dlq"
+# [daemon] on_stop: what a stop of the daemon (SIGTERM, systemctl stop) does with the workers'
+# static group memberships.  "keep_membership": each worker stays a member for its successor (a
+# restart gets every partition back with nothing moved; until the session times out the group
+# keeps members and a reset of its offsets is refused).  "leave_group": each leaves for good,
+# as Java's close(CloseOptions.groupMembershipOperation(LEAVE_GROUP)), and the group empties at
+# once.  ``kdaemon stop --leave-group`` (LEAVE_SIGNAL) does the latter for one stop.
+ON_STOP = ("keep_membership", "leave_group")
 
 
 class ConfigError(Exception):
@@ -85,6 +92,7 @@ class DaemonSection:
     endpoint_request_timeout_s: float = 5.0
     endpoint_max_clients: int = 64
     shutdown_timeout_s: float = 30.0
+    on_stop: str = "keep_membership"  # keep_membership | leave_group (ON_STOP)
     heartbeat_timeout_s: float = 60.0
     metrics_interval_ms: int = 1000   # how often a worker publishes its /metrics counters
     max_worker_rss_mb: int = 0        # 0: never recycle

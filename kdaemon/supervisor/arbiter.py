@@ -55,7 +55,10 @@ _STOPS_THE_DAEMON = {
                         "topic or table and the fix)", "into the same refusal"),
 }
 
-_HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
+# RETIRE_SIGNAL (SIGUSR2) to the supervisor: stop as on SIGTERM, every worker leaving the group for
+# good (``kdaemon stop --leave-group``), whatever ``[daemon] on_stop`` says.
+_HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD,
+            RETIRE_SIGNAL)
 _RESTART_BACKOFF_MAX = 30.0
 _BOOT_CRASHES = 5  # a worker that dies this many times in a row before ever being ready: stop
 
@@ -118,6 +121,7 @@ class Arbiter:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._stopping = False
+        self._leaving = False      # stopping, and the workers leave the group for good
         self._exit_code = EXIT_OK
         self._ready_sent = False
         self._config_generation = 0
@@ -266,16 +270,36 @@ class Arbiter:
             sig = self._signals.pop(0)
             handler = {signal.SIGTERM: self.handle_term, signal.SIGINT: self.handle_term,
                        signal.SIGHUP: self.handle_hup, signal.SIGTTIN: self.handle_ttin,
-                       signal.SIGTTOU: self.handle_ttou}.get(sig)
+                       signal.SIGTTOU: self.handle_ttou, RETIRE_SIGNAL: self.handle_retire}.get(sig)
             if handler is not None:
                 handler()
 
     def handle_term(self) -> None:
+        """Stop (SIGTERM, SIGINT, or a worker's exit that stops the daemon); what the workers do
+        with their static group memberships is ``[daemon] on_stop``'s."""
+        self._stop(leave_group=self.config.daemon.on_stop == "leave_group")
+
+    def handle_retire(self) -> None:
+        """``RETIRE_SIGNAL`` (``kdaemon stop --leave-group``): stop, every worker leaving the group
+        for good, so the group has no member of this daemon left once it exited (an offset reset
+        works at once).  During a stop already under way, the workers still running are told to
+        leave for good after all."""
+        self._stop(leave_group=True)
+
+    def _stop(self, *, leave_group: bool) -> None:
         if self._stopping:
+            if leave_group and not self._leaving:
+                log.info("stopping: the %d worker(s) still running leave the group for good after all",
+                         len(self.workers))
+                self._leaving = True
+                self._terminate_all(graceful=True)
             return
-        log.info("stopping: asking %d worker(s) to finish, flush and commit", len(self.workers))
+        log.info("stopping: asking %d worker(s) to finish, flush and commit, then %s", len(self.workers),
+                 "leave the group for good" if leave_group else
+                 "keep their static group membership for a restart (until the session times out)")
         sdnotify.notify("STOPPING=1")
         self._stopping = True
+        self._leaving = leave_group
         self._terminate_all(graceful=True)
 
     def handle_hup(self) -> None:
@@ -417,10 +441,13 @@ class Arbiter:
 
     def _stop_worker(self, proc: WorkerProc, *, for_good: bool = False) -> None:
         """SIGTERM: drain, commit and stop, keeping the static membership for a successor;
-        ``for_good``: ``RETIRE_SIGNAL``, the same but leaving the group for good."""
+        ``for_good``: ``RETIRE_SIGNAL``, the same but leaving the group for good (also to a
+        worker already stopping: it leaves for good if its consumer is not closed yet).  The
+        deadline of ``shutdown_timeout_s`` runs from the first signal."""
+        if not proc.stopping:
+            proc.stop_sent_at = time.monotonic()
         proc.stopping = True
-        proc.retiring = for_good
-        proc.stop_sent_at = time.monotonic()
+        proc.retiring = proc.retiring or for_good
         try:
             os.kill(proc.pid, RETIRE_SIGNAL if for_good else signal.SIGTERM)
         except ProcessLookupError:
@@ -429,8 +456,8 @@ class Arbiter:
     def _terminate_all(self, graceful: bool) -> None:
         for proc in list(self.workers.values()):
             if graceful:
-                if not proc.stopping:
-                    self._stop_worker(proc)
+                if not proc.stopping or (self._leaving and not proc.retiring):
+                    self._stop_worker(proc, for_good=self._leaving)
             else:
                 try:
                     os.kill(proc.pid, signal.SIGKILL)
@@ -481,7 +508,7 @@ class Arbiter:
             log.info("worker %d (pid %d) stopped with code %d", proc.index, proc.pid, code)
             if proc.replaced_for is not None and not self._stopping and self._prom is not None:
                 self._prom.worker_restarted(proc.index, code, proc.replaced_for)   # recycled for memory
-            if self._stopping and self._exit_code == EXIT_OK and code not in (0, -signal.SIGTERM):
+            if self._stopping and self._exit_code == EXIT_OK and code not in (0, -signal.SIGTERM, -RETIRE_SIGNAL):
                 # A worker that failed or had to be killed while stopping: not a clean stop.
                 self._exit_code = code if code > 0 else EXIT_FAILURE
             slot.next_start = now

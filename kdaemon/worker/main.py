@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -177,7 +178,21 @@ def _instance_id(config: DaemonConfig, index: int, opts: dict) -> str:
     """The static member id of worker ``index``: [kafka] group_instance_id, or "<daemon_id>-<index>"."""
     if "group_instance_id" in opts:
         return opts["group_instance_id"]
-    return f"{config.daemon.daemon_id or socket.gethostname()}-{index}"
+    return f"{daemon_id(config)}-{index}"
+
+
+def daemon_id(config: DaemonConfig) -> str:
+    """The daemon's name in its workers' static member ids: [daemon] daemon_id, else the host name."""
+    return config.daemon.daemon_id or socket.gethostname()
+
+
+_STATIC_MEMBER = re.compile(r"(?P<daemon>.+)-(?P<index>\d+)")
+
+
+def daemon_of(instance_id: str | None) -> str | None:
+    """The daemon_id a static member id "<daemon_id>-<index>" names; None for any other id."""
+    m = _STATIC_MEMBER.fullmatch(instance_id or "")
+    return m["daemon"] if m else None
 
 
 def consumer_options(config: DaemonConfig, parts, *, index: int = 0, static_members: bool = False,

@@ -9,7 +9,8 @@
 //            [--group G] [--assignor range|roundrobin|sticky|cooperative-sticky] [--instance-id I]
 //            [--group-protocol classic|consumer] [--isolation read_committed|read_uncommitted]
 //            [--reset earliest|latest|none] [--until-end] [--max-records N] [--idle-ms MS]
-//            [--commit sync|none] [--print] [--commands] [--set key=value ...]
+//            [--commit sync|none] [--print] [--commands] [--close-membership default|leave|remain]
+//            [--set key=value ...]
 //     Prints {"event":"building"} right before the KafkaConsumer is built, {"event":"closing"} right
 //     before close(), {"event":"assigned"|"revoked"|"lost", "partitions":[[t,p],...]} from the rebalance
 //     listener (every event with "t", monotonic seconds: System.nanoTime() / 1e9), each record
@@ -19,7 +20,8 @@
 //     "committed":[[t,p,offset],...]}.
 //     --until-end (assign mode): stop once every position reached the end offset read at start
 //     (the last stable offset under read_committed).  SIGTERM stops polling, commits when asked,
-//     and closes (leaving the group).  --commands: JSON lines on stdin, run between polls on the
+//     and closes (leaving the group; --close-membership: close with
+//     CloseOptions.groupMembershipOperation DEFAULT, LEAVE_GROUP or REMAIN_IN_GROUP, KIP-1092).  --commands: JSON lines on stdin, run between polls on the
 //     consumer's thread: {"op":"committed","partitions":[[t,p],...]} prints {"event":"read",
 //     "offsets":[[t,p,offset,metadata],...]} (offset -1 and metadata null when none), and
 //     {"op":"commit","offsets":[[t,p,offset,metadata],...]} commits them (commitSync) and prints
@@ -319,7 +321,17 @@ public final class KafkaPeer {
             emit(done);
         } finally {
             emit(event("closing"));   // bench/groups times a member's leave from here
-            consumer.close(CloseOptions.timeout(Duration.ofSeconds(30)));
+            consumer.close(CloseOptions.timeout(Duration.ofSeconds(30))
+                    .withGroupMembershipOperation(membership(opt(a, "close-membership", "default"))));
+        }
+    }
+
+    private static CloseOptions.GroupMembershipOperation membership(String name) {
+        switch (name) {
+            case "default": return CloseOptions.GroupMembershipOperation.DEFAULT;
+            case "leave": return CloseOptions.GroupMembershipOperation.LEAVE_GROUP;
+            case "remain": return CloseOptions.GroupMembershipOperation.REMAIN_IN_GROUP;
+            default: throw new IllegalArgumentException("unknown --close-membership " + name);
         }
     }
 

@@ -36,7 +36,8 @@ from kdaemon.protocol.apis import (ALL_APIS, API_VERSIONS, CONSUMER_GROUP_DESCRI
                                    FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP,
                                    LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH,
                                    OFFSET_FOR_LEADER_EPOCH, SASL_AUTHENTICATE, SASL_HANDSHAKE,
-                                   SYNC_GROUP, PRODUCE, INIT_PRODUCER_ID)
+                                   SYNC_GROUP, PRODUCE, INIT_PRODUCER_ID, DESCRIBE_CONFIGS)
+from kdaemon.protocol.apis.describe_configs import RESOURCE_GROUP
 from kdaemon.protocol.builder import RecordSpec, build_batch
 from kdaemon.protocol.apis.consumer_protocol import encode_assignment, encode_subscription
 from kdaemon.protocol.errors import Errors
@@ -372,6 +373,15 @@ def exercise(env: Env, api, version: int) -> list[dict]:
                                     base_sequence=seq)
                 rt(api, version, w, {"transactional_id": None, "acks": -1, "timeout_ms": 10_000,
                                      "topic_data": [dict(t, partition_data=[{"index": 0, "records": batch}])]})
+    elif api is DESCRIBE_CONFIGS:
+        # A group's own configs (KIP-848: a group nobody configured has the broker's defaults),
+        # one key, then all of them with synonyms (and documentation where the version has it).
+        with env.wire() as w:
+            rt(api, version, w, {"resources": [{"resource_type": RESOURCE_GROUP, "resource_name": group,
+                                                "configuration_keys": ["consumer.session.timeout.ms"]}]})
+            rt(api, version, w, {"resources": [{"resource_type": RESOURCE_GROUP, "resource_name": group,
+                                                "configuration_keys": None}],
+                                 "include_synonyms": True, "include_documentation": version >= 3})
     else:
         raise AssertionError(f"no request written for {api.name}: add one to exercise()")
     return answers
@@ -484,6 +494,19 @@ def check_answers(env: Env, api, version: int, answers: list[dict]) -> None:
         parts = first["topics"][0]["partitions"]
         assert [(p["error_code"], p["leader_epoch"], p["end_offset"]) for p in parts] == [(0, 0, 5)] * PARTITIONS
         assert answers[1]["topics"][0]["partitions"][0]["error_code"] == Errors.UNKNOWN_LEADER_EPOCH
+    elif api is DESCRIBE_CONFIGS:
+        (one,) = first["results"]
+        assert (one["error_code"], one["resource_type"]) == (0, RESOURCE_GROUP), one
+        (timeout,) = one["configs"]
+        # The broker's group.consumer.session.timeout.ms (45 s unless the test run lowered it),
+        # as a default (config_source 5, DEFAULT_CONFIG).
+        assert timeout["name"] == "consumer.session.timeout.ms" and int(timeout["value"]) > 0, timeout
+        assert (timeout["config_source"], timeout["read_only"], timeout["is_sensitive"]) == (5, False, False), timeout
+        every = {c["name"]: c for c in answers[1]["results"][0]["configs"]}
+        assert every["consumer.session.timeout.ms"]["value"] == timeout["value"]
+        assert "consumer.heartbeat.interval.ms" in every
+        if version >= 3:
+            assert every["consumer.session.timeout.ms"]["documentation"], every["consumer.session.timeout.ms"]
 
 
 # -- the tests -----------------------------------------------------------------------------------

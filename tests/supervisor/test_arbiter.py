@@ -101,3 +101,83 @@ def test_a_worker_exit_a_restart_cannot_cure_stops_every_worker_gracefully_and_t
     finally:
         os.close(r)
         os.close(w)
+
+
+class _Kills:
+    """``os.kill`` as the arbiter calls it, recorded instead of sent (the pids are made up)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.sent: list[tuple[int, int]] = []
+        monkeypatch.setattr(arbiter_module.os, "kill", lambda pid, sig: self.sent.append((pid, sig)))
+
+
+def _with_workers(a, *pids):
+    import time
+
+    from kdaemon.supervisor.arbiter import WorkerProc
+    now = time.monotonic()
+    for i, pid in enumerate(pids):
+        a.workers[pid] = WorkerProc(i, pid, -1, now, now)
+    return a
+
+
+def _arbiter(tmp_path, monkeypatch, **daemon):
+    tmp_path.mkdir(exist_ok=True)
+    path = tmp_path / "kdaemon.toml"
+    path.write_text(dump_toml(daemon_config(tmp_path, "127.0.0.1:1", "t", "g", **daemon)))
+    monkeypatch.setattr(arbiter_module.sdnotify, "notify", lambda message, **kw: True)
+    return Arbiter(str(path), load(path))
+
+
+def test_sigterm_keeps_the_static_memberships_by_default(tmp_path, monkeypatch):
+    import signal
+    kills = _Kills(monkeypatch)
+    a = _with_workers(_arbiter(tmp_path, monkeypatch), 101, 102)
+    a.handle_term()
+    assert kills.sent == [(101, signal.SIGTERM), (102, signal.SIGTERM)]
+    assert not any(w.retiring for w in a.workers.values())
+
+
+def test_sigterm_leaves_the_group_when_on_stop_says_so(tmp_path, monkeypatch):
+    from kdaemon.supervisor.child import RETIRE_SIGNAL
+    kills = _Kills(monkeypatch)
+    a = _with_workers(_arbiter(tmp_path, monkeypatch, on_stop="leave_group"), 101, 102)
+    a.handle_term()
+    assert kills.sent == [(101, RETIRE_SIGNAL), (102, RETIRE_SIGNAL)]
+    assert all(w.retiring and w.stopping for w in a.workers.values())
+
+
+def test_the_retire_signal_stops_the_daemon_leaving_the_group_also_after_a_sigterm(tmp_path, monkeypatch):
+    """kdaemon stop --leave-group (RETIRE_SIGNAL to the supervisor), also while a SIGTERM's stop
+    is under way: the workers still running are told to leave for good, and their kill deadline
+    (shutdown_timeout_s) still runs from the first signal."""
+    import signal
+
+    from kdaemon.supervisor.child import RETIRE_SIGNAL
+    kills = _Kills(monkeypatch)
+    a = _with_workers(_arbiter(tmp_path, monkeypatch), 101, 102)
+    a.handle_term()
+    first = {pid: w.stop_sent_at for pid, w in a.workers.items()}
+    a.handle_retire()
+    assert kills.sent == [(101, signal.SIGTERM), (102, signal.SIGTERM), (101, RETIRE_SIGNAL), (102, RETIRE_SIGNAL)]
+    assert {pid: w.stop_sent_at for pid, w in a.workers.items()} == first
+    a.handle_retire()
+    a.handle_term()
+    assert len(kills.sent) == 4   # nothing more to say
+
+    kills.sent.clear()
+    b = _with_workers(_arbiter(tmp_path / "b", monkeypatch), 201)
+    b.handle_retire()
+    assert kills.sent == [(201, RETIRE_SIGNAL)] and b._stopping
+
+
+def test_a_worker_ended_by_the_retire_signal_before_it_was_built_is_a_clean_stop(tmp_path, monkeypatch):
+    """Before its worker exists a process keeps the default action of RETIRE_SIGNAL (it ends),
+    as of SIGTERM: during a stop that is no failure."""
+    from kdaemon.exit_codes import EXIT_OK
+    from kdaemon.supervisor.child import RETIRE_SIGNAL
+    _Kills(monkeypatch)
+    a = _with_workers(_arbiter(tmp_path, monkeypatch), 101)
+    a.handle_retire()
+    a._on_exit(a.workers.pop(101), -RETIRE_SIGNAL)
+    assert a._exit_code == EXIT_OK

@@ -22,12 +22,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ...protocol.apis import API_VERSIONS, CONSUMER_GROUP_DESCRIBE, DESCRIBE_GROUPS
+from ...protocol.apis import API_VERSIONS, CONSUMER_GROUP_DESCRIBE, DESCRIBE_CONFIGS, DESCRIBE_GROUPS
+from ...protocol.apis.describe_configs import RESOURCE_GROUP
 from ...protocol.apis.consumer_protocol import decode_assignment
 from ...protocol.errors import BrokerError, Errors
 from ...protocol.versions import broker_ranges
 from ..config import ConsumerConfig
 from ..types import TopicPartition
+from .consumer_heartbeat import LEAVE_STATIC_EPOCH
 from .release import ask_coordinator
 
 
@@ -41,6 +43,14 @@ class MemberDescription:
     # False when the answer does not say what the member holds: a classic member's assignment
     # that is empty bytes (Tansu answers so for a Stable group) or not ConsumerProtocol's.
     assignment_known: bool = True
+    # Consumer protocol only (None under classic): the member's epoch.  ``LEAVE_STATIC_EPOCH``
+    # (-2) is a static member that left to come back (a stopped daemon's worker): the
+    # coordinator keeps it, and its partitions, for its successor until its session times out.
+    member_epoch: int | None = None
+
+    @property
+    def left_to_come_back(self) -> bool:
+        return self.member_epoch == LEAVE_STATIC_EPOCH
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,8 @@ def _describe_consumer_group(config: ConsumerConfig, timeout_ms: int) -> GroupDe
     # coordinator is moving it), with topic names: no metadata lookup by topic id needed.
     members = [MemberDescription(m["member_id"], m["instance_id"], m["client_id"], m["client_host"].lstrip("/"),
                                  tuple(sorted(TopicPartition(t["topic_name"], p)
-                                              for t in m["assignment"]["topic_partitions"] for p in t["partitions"])))
+                                              for t in m["assignment"]["topic_partitions"] for p in t["partitions"])),
+                                 member_epoch=m["member_epoch"])
                for m in g["members"]]
     return GroupDescription(g["group_id"], g["group_state"], "consumer", g["assignor_name"],
                             tuple(sorted(members, key=lambda m: m.member_id)), protocol="consumer")
@@ -135,3 +146,36 @@ def _describe_classic_group(config: ConsumerConfig, timeout_ms: int) -> GroupDes
                                          m["client_host"].lstrip("/"), partitions, known))
     return GroupDescription(g["group_id"], g["group_state"], g["protocol_type"], g["protocol_data"],
                             tuple(sorted(members, key=lambda m: m.member_id)))
+
+
+SESSION_TIMEOUT_CONFIG = "consumer.session.timeout.ms"   # a group config of KIP-848 (Kafka 4.0+)
+
+
+def consumer_group_session_timeout_ms(config: ConsumerConfig, *, timeout_ms: int | None = None) -> int | None:
+    """The session timeout of consumer-protocol group ``config.group_id``: after it the
+    coordinator drops a member that stopped heartbeating, a static member that left with epoch
+    -2 included.  DescribeConfigs of the GROUP resource answers the group's own
+    ``consumer.session.timeout.ms`` or, without one, the broker's
+    ``group.consumer.session.timeout.ms``.  None when the broker cannot say (no GROUP configs
+    before Kafka 4.0, no DescribeConfigs at all): the caller words what it knows instead."""
+    deadline = time.monotonic() + (config.default_api_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+
+    def remaining_ms() -> int:
+        return max(1, int((deadline - time.monotonic()) * 1000))
+
+    versions = ask_coordinator(config, API_VERSIONS, {"client_software_name": "kdaemon",
+                                                      "client_software_version": "describe"}, remaining_ms())
+    if DESCRIBE_CONFIGS.key not in broker_ranges(versions):
+        return None   # asked anyway, ask_coordinator would retry what it cannot send until its deadline
+    resp = ask_coordinator(config, DESCRIBE_CONFIGS,
+                           {"resources": [{"resource_type": RESOURCE_GROUP, "resource_name": config.group_id,
+                                           "configuration_keys": [SESSION_TIMEOUT_CONFIG]}]},
+                           remaining_ms(), error_of=lambda r: r["results"][0]["error_code"] if r["results"] else 0)
+    found = resp["results"][0] if resp["results"] else None
+    if found is None or found["error_code"]:
+        return None
+    value = next((c["value"] for c in found["configs"] if c["name"] == SESSION_TIMEOUT_CONFIG), None)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None

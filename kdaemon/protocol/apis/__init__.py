@@ -4,6 +4,7 @@ from ..schema import Api
 from .api_versions import API_VERSIONS
 from .consumer_group_describe import CONSUMER_GROUP_DESCRIBE
 from .consumer_group_heartbeat import CONSUMER_GROUP_HEARTBEAT
+from .describe_configs import DESCRIBE_CONFIGS
 from .describe_groups import DESCRIBE_GROUPS
 from .fetch import FETCH
 from .find_coordinator import FIND_COORDINATOR
@@ -25,6 +26,7 @@ ALL_APIS: tuple[Api, ...] = (
     HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE,
     CONSUMER_GROUP_HEARTBEAT, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_GROUPS, CONSUMER_GROUP_DESCRIBE,
     PRODUCE, INIT_PRODUCER_ID,   # the DLQ's idempotent producer (client/producer.py)
+    DESCRIBE_CONFIGS,            # a group's session timeout, for kdaemon offsets --reset-offsets
 )
 
 API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}
