@@ -163,11 +163,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _lane(item: pytest.Item) -> str | None:
     """The lane of a test that loads the machine on its own: the Spark tests (each starts
     SparkSessions: a JVM of a core's worth of CPU for 10 s and a gigabyte) one after another,
-    and the other slow tests (several daemons, a cluster of their own) one after another.  Two
+    the Schema Registry tests on one worker (so one registry JVM starts, not one per worker),
+    and the other slow tests (several daemons, a cluster of their own) one after another.  The
     lanes bound how many such tests share the two cores at once; every other test fills the
     remaining workers (and the lanes' workers once they are done)."""
     if item.get_closest_marker("spark") is not None:
         return "lane-spark"
+    if "schema_registry" in getattr(item, "fixturenames", ()):
+        return "lane-registry"   # one Apicurio Registry (a Quarkus JVM) for all of them
     if item.get_closest_marker("slow") is not None:
         return "lane-slow"
     return None
