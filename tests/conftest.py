@@ -152,25 +152,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(marker)
     grouped = {item.module.__name__ for item in items if _has_own_module_fixture(item)}
     for item in items:
-        module = getattr(item, "module", None)
-        if module is not None and module.__name__ in grouped:
-            item.add_marker(pytest.mark.xdist_group(module.__name__))
-        elif (lane := _lane(item)) is not None:
-            item.add_marker(pytest.mark.xdist_group(lane))
+        group = _group(item, grouped)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-def _lane(item: pytest.Item) -> str | None:
-    """The lane of a test that loads the machine on its own: the Spark tests (each starts
-    SparkSessions: a JVM of a core's worth of CPU for 10 s and a gigabyte) one after another,
-    the Schema Registry tests on one worker (so one registry JVM starts, not one per worker),
-    and the other slow tests (several daemons, a cluster of their own) one after another.  The
-    lanes bound how many such tests share the two cores at once; every other test fills the
-    remaining workers (and the lanes' workers once they are done)."""
+def _group(item: pytest.Item, grouped: set[str]) -> str | None:
+    """The scheduling unit of a test that loads the machine, or shares a costly start.
+
+    Lanes run their tests one after another on one worker, which bounds how many machine-loading
+    tests share the two cores at once: the slow Spark tests (daemons whose uploaders each start
+    a SparkSession: a JVM of a core's worth of CPU for 10 s and a gigabyte), the other Spark
+    tests (one reader session among them), the Schema Registry tests (one registry JVM, not one
+    per worker), and the other slow tests.  A module with a cluster of its own is a unit of its
+    own (the cluster starts once).  Every other test fills the remaining workers, and the lanes'
+    workers once they are done."""
+    module = item.module.__name__ if getattr(item, "module", None) is not None else None
     if item.get_closest_marker("spark") is not None:
-        return "lane-spark"
+        return "lane-spark-slow" if item.get_closest_marker("slow") is not None else "lane-spark"
     if "schema_registry" in getattr(item, "fixturenames", ()):
-        return "lane-registry"   # one Apicurio Registry (a Quarkus JVM) for all of them
+        return "lane-registry"
+    if module in grouped:
+        return module
     if item.get_closest_marker("slow") is not None:
         return "lane-slow"
     return None
