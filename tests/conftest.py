@@ -139,12 +139,14 @@ def _has_own_module_fixture(item: pytest.Item) -> bool:
     return False
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
     """Mark by fixture; group modules with a cluster of their own; slow tests first.
 
-    tryfirst: xdist's own hook turns the ``xdist_group`` marks into scheduling groups after this.
-    The order is the same in every worker (a stable sort of the collected order), as xdist needs.
+    A wrapper, and its work before the ``yield``: xdist's own hook turns the ``xdist_group``
+    marks into scheduling groups, and must see them (with ``tryfirst`` it ran first all the
+    same, and every group was ignored).  The order is the same in every worker (a stable sort
+    of the collected order), as xdist needs.
     """
     for item in items:
         for fixture, marker in MARKING_FIXTURES.items():
@@ -156,6 +158,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    return (yield)
 
 
 def _group(item: pytest.Item, grouped: set[str]) -> str | None:
