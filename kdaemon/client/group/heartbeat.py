@@ -109,6 +109,12 @@ class HeartbeatThread:
             self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
             self._thread.start()
 
+    def wake(self) -> None:
+        """Run a tick now rather than at the end of the current wait: something is due at once
+        (``GroupMembership.heartbeat_soon``).  Safe from a signal handler of the thread that
+        started this one: it only sets an event that thread never holds, but in ``stop``."""
+        self._wake.set()
+
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self._wake.set()
