@@ -96,6 +96,14 @@ class Worker:
         except Exception:
             pass
 
+    def group_news(self) -> None:
+        """Another worker of this daemon joined, took a new assignment or gave partitions up
+        (the supervisor's ``siblings.SIBLING_SIGNAL``): heartbeat now, not at the broker's next
+        interval, to hear what that means for this one.  Signal-safe (``heartbeat_soon`` takes
+        no lock); nothing once stopping."""
+        if not self._stopping:
+            self.consumer.heartbeat_soon()
+
     def watch_ownership(self, check) -> None:
         """Look out for partitions nobody consumes with ``check`` (an ``OwnershipCheck``), from
         now until shutdown."""
@@ -239,12 +247,18 @@ class Worker:
         return self.delivery.stall.down_for()
 
     # -- rebalance listener (the consumer calls these inside poll) -------------------------------
+    #
+    # Each ends the poll it runs in (``yield_poll``): the loop's next beat tells the supervisor at
+    # once, which tells the other workers (supervisor/siblings.py), instead of after the rest of
+    # a poll that may wait out poll_timeout_ms.
 
     def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
         self.resume.forget(partitions)
         self.delivery.on_revoked(partitions)
+        self.consumer.yield_poll()
 
     def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        self.consumer.yield_poll()
         self.delivery.on_assigned(partitions)
         self.resume.assigned(partitions)
         # A sink that keeps what it stored per partition (jsonl's dedupe) reads it again: the
@@ -257,3 +271,4 @@ class Worker:
     def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
         self.resume.forget(partitions)
         self.delivery.on_lost(partitions)
+        self.consumer.yield_poll()
