@@ -29,6 +29,7 @@ from .delivery import Delivery
 from .health import HealthWatch, observe
 from .memory import MemoryWatch, relieve
 from .modes import Mode
+from .ownership import GroupCensus
 from .resume import ResumeAtOutput
 from .stages import Pipeline, StageObserver, WorkerStats, WorkerStop
 
@@ -73,6 +74,7 @@ class Worker:
         self._leave_for_good = False   # set by request_stop(leave_group=True)
         self._assigned_once = False
         self._ownership = None   # worker 0's OwnershipCheck (worker/ownership.py), once watching
+        self._census: GroupCensus | None = None   # made when first needed (_group_sizes)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -103,6 +105,13 @@ class Worker:
         no lock); nothing once stopping."""
         if not self._stopping:
             self.consumer.heartbeat_soon()
+
+    def _group_sizes(self) -> tuple[int, int] | None:
+        """The group's (members, partitions) for ``health.observe``, asked only while this
+        worker is a member without partitions; None until the first look answers."""
+        if self._census is None:
+            self._census = GroupCensus(self.consumer.config, self.config.daemon.topics)
+        return self._census.sizes(time.monotonic())
 
     def watch_ownership(self, check) -> None:
         """Look out for partitions nobody consumes with ``check`` (an ``OwnershipCheck``), from
@@ -172,7 +181,8 @@ class Worker:
             self.memory.tick()
         if self.health.due():
             self.health.update(observe(self.consumer, self.config.daemon.topics,
-                                       self._ownership.unowned() if self._ownership is not None else None))
+                                       self._ownership.unowned() if self._ownership is not None else None,
+                                       self._group_sizes))
         held = self.delivery.hold()
         if held and not self._held and self.memory is not None:
             relieve()   # what the last batches used is not needed while the sink is down
