@@ -184,14 +184,18 @@ class Worker:
                                        self._ownership.unowned() if self._ownership is not None else None,
                                        self._group_sizes))
         held = self.delivery.hold()
-        if held and not self._held and self.memory is not None:
+        full = self.delivery.mode is Mode.FULL
+        if held and not self._held and not full and self.memory is not None:
             relieve()   # what the last batches used is not needed while the sink is down
         self._held = held
         if held:
-            # The sink is down (a held batch, a held flush, a rewind to come): every partition
-            # is paused; polling only keeps the group membership alive, and sleeps until the
-            # next retry or probe is due, so a long stall costs next to no CPU.
-            wait_ms = min(self.config.daemon.poll_timeout_ms, max(10, int(self.delivery.wait_hint() * 1000)))
+            # The sink is down (a held batch, a held flush, a rewind to come), or the next flush
+            # waits for the one in flight (FULL): every partition is paused; polling keeps the
+            # group membership alive and serves a rebalance, and sleeps until the next retry or
+            # probe is due, so a long stall costs next to no CPU; while FULL, briefly (the
+            # confirmation arrives on the sink's own socket and does not end a poll).
+            wait_ms = SINK_ANSWER_POLL_MS if full else \
+                min(self.config.daemon.poll_timeout_ms, max(10, int(self.delivery.wait_hint() * 1000)))
             returned = self.consumer.poll(wait_ms)
             if returned:
                 # A rebalance callback inside this poll can end the pause (a revocation's flush

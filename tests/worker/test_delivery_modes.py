@@ -40,12 +40,16 @@ EXPECTED = {
     (M.RESENDING, E.FLUSH_HELD): M.STALLED,
     (M.RESENDING, E.FLUSH_FAILED): M.REWINDING,
     (M.STALLED, E.FLUSH_FAILED): M.REWINDING,
+    (M.FLUSHING, E.BUFFER_FULL): M.FULL,
+    (M.FULL, E.FLUSH_CONFIRMED): M.RUNNING,
+    (M.FULL, E.FLUSH_FAILED): M.REWINDING,
+    (M.FULL, E.FLUSH_HELD): M.STALLED,
 }
 
 
 def test_the_table_is_the_documented_one():
     assert TRANSITIONS == EXPECTED
-    assert PAUSED_MODES == {M.RETRYING, M.REWINDING, M.STALLED, M.RESENDING}
+    assert PAUSED_MODES == {M.RETRYING, M.REWINDING, M.STALLED, M.RESENDING, M.FULL}
 
 
 @pytest.mark.parametrize(("mode", "event"), sorted(EXPECTED, key=lambda k: (k[0].value, k[1].value)),
