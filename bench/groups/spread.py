@@ -15,7 +15,9 @@ and one ``kdaemon run`` (``[kafka] group_protocol`` left at "auto", which picks 
 Kafka 4.4; the workers' choice is printed), the null sink, through three scenarios in order:
 
 * **start**: from just before ``kdaemon run`` is started (interpreter start included) until
-  every one of the W workers holds partitions;
+  every one of the W workers holds partitions; printed beside it, how much of that passed before
+  the supervisor started its workers (the interpreter, the CLI and the configuration check:
+  what a loaded machine stretches most);
 * **SIGHUP**: a reload with the configuration unchanged, which rolls every worker one at a time
   (each successor rejoins with its predecessor's static instance id); from the signal until W
   workers started after it are the live ones and every one of them holds partitions;
@@ -76,6 +78,7 @@ _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 _STARTED = re.compile(r"started worker (\d+) \(pid (\d+)\)")
 _HOLDS = re.compile(r"worker (\d+) \(pid (\d+)\) has its assignment: generation (?:-?\d+|-), \[(.*?)\]")
 _GONE = re.compile(r"worker (\d+) \(pid (\d+)\) (?:stopped|exited) with code")
+_SUPERVISOR = re.compile(r"kdaemon supervisor \d+ starting")
 
 
 def stamp(line: str) -> float | None:
@@ -213,6 +216,10 @@ class SpreadRound:
                 return
             time.sleep(0.1)
 
+    def supervisor_started(self) -> float:
+        """When the supervisor logged that it starts its workers (wall clock)."""
+        return next(stamp(line) for line in self.log().splitlines() if _SUPERVISOR.search(line))
+
     def false_warnings(self) -> int:
         return self.log().count(FALSE_WARNING)
 
@@ -258,6 +265,7 @@ def run_round(bootstrap: str, workers: int, partitions: int, run_dir: Path, env:
         warned = 0
         t0 = r.start()
         out["start_s"] = r.wait_spread(t0, workers)
+        out["start_before_supervisor_s"] = r.supervisor_started() - t0
         r.settle(settle_s)
         out["start_false_warnings"], warned = r.false_warnings() - warned, r.false_warnings()
         t0 = r.signal(signal.SIGHUP)
@@ -285,6 +293,10 @@ def summary(values: list[float]) -> dict | None:
     if not values:
         return None
     return {"min": min(values), "median": statistics.median(values), "max": max(values), "n": len(values)}
+
+
+def cell(s: dict | None) -> str:
+    return f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})" if s else "-"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,9 +360,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{key + ' median (min-max)':>28}" for key in runs)
     print(head_line)
     print("-" * len(head_line))
+    before = {key: summary([r["start_before_supervisor_s"] for r in rs]) for key, rs in runs.items()}
     for k, label in SCENARIOS:
-        cells = [f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})" if (s := stats[key][k]) else "-" for key in runs]
-        print(f"{label:<62}" + "".join(f"{c:>28}" for c in cells))
+        print(f"{label:<62}" + "".join(f"{cell(stats[key][k]):>28}" for key in runs))
+        if k == "start":
+            print(f"{'  of it, kdaemon run until its supervisor starts workers':<62}"
+                  + "".join(f"{cell(before[key]):>28}" for key in runs))
     false = {key: sum(r[f"{k}_false_warnings"] for r in rs for k, _ in SCENARIOS) for key, rs in runs.items()}
     print(f"{'false more-members-than-partitions warnings':<62}" + "".join(f"{false[key]:>28}" for key in runs))
     print("-" * len(head_line))
@@ -365,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         "date": head["started"].isoformat(timespec="seconds"), "machine": head["machine"],
         "versions": head["versions"], "kdaemon_source": head["source"], "kdaemon_source_after": after,
         "command": command_line("bench/groups/spread.py", argv), "goal_s": GOAL_S, "met": met,
-        "stats": stats, "false_warnings": false, "runs": runs, "errors": errors})
+        "stats": stats, "start_before_supervisor": before, "false_warnings": false, "runs": runs,
+        "errors": errors})
     if log_ctx is not None:
         log_ctx.cleanup()
     return 0
