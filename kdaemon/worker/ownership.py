@@ -33,6 +33,7 @@ from ..client.types import TopicPartition
 log = logging.getLogger(__name__)
 
 EVERY_S = 3.0
+CENSUS_EVERY_S = 10.0
 SETTLED_STATES = ("Stable",)   # a group in another state is between assignments
 
 
@@ -92,12 +93,14 @@ def _present(config: ConsumerConfig, topics, timeout_ms: int) -> set[TopicPartit
 
 class GroupCensus:
     """How many members the group has and how many partitions they share, looked up in a thread
-    when asked (``sizes()``), at most every ``every_s``: (members, partitions), or None before
-    the first answer and after a failed look.  Partitions are the configured ``topics``' (from
-    a Metadata request); under a topic pattern (no topics), the ones the group's members hold,
-    since the broker resolves the pattern (KIP-848), not this worker."""
+    when asked (``sizes()``), at once the first time, then at most every ``every_s`` (two
+    short-lived connections a look: a worker left out for good must not keep the brokers
+    busy): (members, partitions), or None before the first answer and after a failed look.
+    Partitions are the configured ``topics``' (from a Metadata request); under a topic pattern
+    (no topics), the ones the group's members hold, since the broker resolves the pattern
+    (KIP-848), not this worker."""
 
-    def __init__(self, config: ConsumerConfig, topics, *, every_s: float = EVERY_S) -> None:
+    def __init__(self, config: ConsumerConfig, topics, *, every_s: float = CENSUS_EVERY_S) -> None:
         self._config = config
         self._topics = sorted(topics)
         self._every = every_s
