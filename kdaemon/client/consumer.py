@@ -452,6 +452,16 @@ class Consumer:
         "classic" the broker gives it at the first JoinGroup ("" before)."""
         return None if self._group is None else self._group.membership.member_id
 
+    def heartbeat_soon(self) -> None:
+        """Heartbeat to the group coordinator now rather than at the next interval: something
+        changed in the group that this member hears of only in a heartbeat's answer (under
+        KIP-848 its new target assignment, once another member joined or released partitions;
+        under the classic protocol a rebalance).  kdaemon's supervisor asks its other workers
+        to when one of them joins or takes a new assignment.  Safe from a signal handler and
+        any thread (it takes no lock); nothing without a group, or while joining."""
+        if self._group is not None:
+            self._group.membership.heartbeat_soon()
+
     def group_generation(self) -> tuple[int, str] | None:
         """(generation, member id) while a group member, else None."""
         m = None if self._group is None else self._group.membership

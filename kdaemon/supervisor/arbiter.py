@@ -34,6 +34,7 @@ from ..durations import duration
 from ..exit_codes import (EXIT_BOOT_FAILURE, EXIT_CONFIG, EXIT_FAILURE, EXIT_FENCED, EXIT_OK,
                           EXIT_SINK_REFUSED, EXIT_STOPPED_ON_ERROR)
 from . import sdnotify
+from .siblings import Pokes
 from .child import RETIRE_SIGNAL, run_child
 from .companions import STABLE_AFTER_S, Companions, specs_for
 from .configs import load_plugins, prepare_reload
@@ -136,6 +137,9 @@ class Arbiter:
         self._prom = None
         self.companions = Companions()
         self._resources = ResourceSampler()
+        # Relaying one worker's group news to the others (siblings.py): the workers that told
+        # their member id and are not stopping.
+        self._pokes = Pokes(lambda: [w.pid for w in self.workers.values() if w.member_id and not w.stopping])
         self._control = ControlServer(config.daemon.state_dir, lambda: daemon_status(   # kdaemon status's answer
             self.workers.values(), self.slots, self.target, stopping=self._stopping,
             companions=self.companions.states(), config_path=self.config_path, state_dir=self.config.daemon.state_dir),
@@ -191,6 +195,8 @@ class Arbiter:
                     self.companions.stop_all()
                     break
                 self._check_liveness()
+                if not self._stopping:
+                    self._pokes.tick(time.monotonic())
                 self._sample_resources()
                 self._step_rolling()
                 self._report()
@@ -218,8 +224,9 @@ class Arbiter:
             r, w = e.waiting()
             reading += r
             writing += w
+        due = self._pokes.due_in(time.monotonic())
         try:
-            readable, writable, _ = select.select(reading, writing, [], 0.5)
+            readable, writable, _ = select.select(reading, writing, [], 0.5 if due is None else min(0.5, due))
         except InterruptedError:
             return
         for e in endpoints:
@@ -256,6 +263,8 @@ class Arbiter:
                 proc.held = beat.held
             if beat.member_id is not None:
                 proc.member_id, proc.group_protocol = beat.member_id, beat.group_protocol
+            if beat.epoch is not None or beat.partitions is not None:
+                self._pokes.news(proc.pid)   # it joined, moved to a new target, took or gave partitions
             if beat.partitions is not None:
                 log.info("worker %d (pid %d) has its assignment: generation %s, [%s]", proc.index, proc.pid,
                          "-" if beat.generation is None else beat.generation, ", ".join(beat.partitions))
@@ -486,6 +495,7 @@ class Arbiter:
                 self._prom.mark_dead(pid)
                 self._prom.WORKER_RESOURCES.forget(proc.index, pid)
             code = os.waitstatus_to_exitcode(status)
+            self._pokes.news(None)   # what it held is free now, or soon (a static member's session)
             self._on_exit(proc, code)
 
     def _on_exit(self, proc: WorkerProc, code: int) -> None:

@@ -24,6 +24,7 @@ import traceback
 from ..config import ConfigError
 from ..exit_codes import EXIT_BOOT_FAILURE, EXIT_FAILURE
 from .heartbeat import HeldPartition, WorkerHeartbeat
+from .siblings import SIBLING_SIGNAL
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,8 @@ HELD_EVERY_S = 2.0
 
 class Heartbeat:
     """Writes ``WorkerHeartbeat`` lines to the supervisor, rate-limited; the line where ``ready``
-    turns true also carries ``generation`` and ``partitions``."""
+    turns true, and any line of a ready worker whose partitions changed since the last it told,
+    also carries ``generation`` and ``partitions``."""
 
     def __init__(self, fd: int, interval_s: float = 0.5) -> None:
         self.fd = fd
@@ -43,6 +45,8 @@ class Heartbeat:
         self._next = 0.0
         self._last_ready = None
         self._member_id = None    # the member id last told to the supervisor
+        self._told: frozenset | None = None   # the partitions last told with ``partitions``
+        self._epoch: int | None = None        # the generation (member epoch) last told
         self._held: tuple[HeldPartition, ...] | None = None   # the partitions last told, and when
         self._held_at = 0.0
         os.set_blocking(fd, False)
@@ -52,28 +56,41 @@ class Heartbeat:
         consumer = worker.consumer
         ready = worker.ready
         member_now = consumer.group_member_id() or None
-        if now < self._next and ready == self._last_ready and member_now == self._member_id:
+        # Under KIP-848 a member's partitions change without its readiness changing in
+        # between (a revocation or a newly freed partition is reconciled within one poll).
+        owned = frozenset(consumer.assignment()) if ready else None
+        moved = ready and owned != self._told
+        joined = consumer.group_generation()
+        epoch_now = joined[0] if joined else None
+        if now < self._next and ready == self._last_ready and member_now == self._member_id and not moved \
+                and epoch_now == self._epoch:
             return
         self._next = now + self.interval
-        newly_ready = ready and not self._last_ready
+        newly_ready = ready and (not self._last_ready or moved)
         self._last_ready = ready
         m = consumer.metrics()
         lag = sum(p.records_lag or 0 for p in m.partitions.values())
         generation = partitions = None
         if newly_ready:
             # Once per (re)assignment, so the supervisor's log says who holds what since when:
-            # that is how an operator (and a test) sees whether a restart moved partitions.
+            # that is how an operator (and a test, and bench/groups/spread.py) sees whether a
+            # restart moved partitions, and when each worker got its share.
+            self._told = owned
             group_generation = consumer.group_generation()
             generation = group_generation[0] if group_generation else None
-            partitions = tuple(sorted(f"{tp.topic}-{tp.partition}" for tp in consumer.assignment()))
+            partitions = tuple(sorted(f"{tp.topic}-{tp.partition}" for tp in owned))
         # A new member id goes out at once (the first: before the worker joins, under KIP-848),
         # so a successor knows what to release even if this worker is killed while joining.
         member_id = member_now if member_now != self._member_id else None
         self._member_id = member_now
+        # A new generation goes out at once too (a join, or the coordinator moved this member
+        # to a new target): the supervisor pokes the other workers with it (siblings.py).
+        epoch = epoch_now if epoch_now != self._epoch else None
+        self._epoch = epoch_now
         self._send(WorkerHeartbeat(ready, len(m.partitions), lag, sum(worker.stats.delivered.values()),
                                    generation, partitions, member_id,
                                    consumer.config.group_protocol if member_id is not None else None,
-                                   worker.sink_down_s, worker.problems, self._held_if_due(now, m)))
+                                   worker.sink_down_s, worker.problems, self._held_if_due(now, m), epoch))
 
     def _held_if_due(self, now: float, m) -> tuple[HeldPartition, ...] | None:
         """The partitions held, with position and lag, if they are news (see ``HELD_EVERY_S``)."""
@@ -131,6 +148,8 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
     ``predecessor``: what the supervisor knew of this index's previous worker (a
     ``heartbeat.Predecessor``); a static membership it left behind is released first."""
     detach_from_supervisor()
+    # Ignored until the worker exists to hear it: its default action would end the process.
+    signal.signal(SIBLING_SIGNAL, signal.SIG_IGN)
     logging.getLogger().handlers.clear()
     logging.basicConfig(level=getattr(logging, config.daemon.log_level, logging.INFO),
                         format=f"%(asctime)s %(levelname)s worker-{index} %(name)s: %(message)s",
@@ -185,6 +204,7 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
     signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
     signal.signal(signal.SIGINT, lambda *_: worker.request_stop())
     signal.signal(RETIRE_SIGNAL, lambda *_: worker.request_stop(leave_group=True))
+    signal.signal(SIBLING_SIGNAL, lambda *_: worker.group_news())
     from ..client.errors import AuthenticationError
     try:
         code = worker.run()

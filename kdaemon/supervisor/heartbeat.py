@@ -53,6 +53,10 @@ class WorkerHeartbeat:
     # unchanged since the last beat that carried it (sent on a change, at most every
     # ``HELD_EVERY_S`` unless the assignment itself changed: ``child.Heartbeat``).
     held: tuple[HeldPartition, ...] | None = None
+    # The member's generation (its member epoch under KIP-848) when it changed: it joined, or
+    # the coordinator moved it to a new target.  Sent at once; the supervisor tells the other
+    # workers (``siblings.py``).  None: unchanged.
+    epoch: int | None = None
 
     def encode(self) -> bytes:
         msg = asdict(self)
@@ -74,6 +78,8 @@ class WorkerHeartbeat:
             del msg["held"]
         else:
             msg["held"] = [[h.topic, h.partition, h.position, h.lag] for h in self.held]
+        if self.epoch is None:
+            del msg["epoch"]
         return json.dumps(msg).encode() + b"\n"
 
     @classmethod
@@ -93,7 +99,8 @@ class WorkerHeartbeat:
                        tuple(str(p) for p in msg.get("problems") or ()),
                        None if msg.get("held") is None else tuple(
                            HeldPartition(str(t), int(p), None if pos is None else int(pos),
-                                         None if lag is None else int(lag)) for t, p, pos, lag in msg["held"]))
+                                         None if lag is None else int(lag)) for t, p, pos, lag in msg["held"]),
+                       None if msg.get("epoch") is None else int(msg["epoch"]))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"a heartbeat without a valid {exc}") from None
 

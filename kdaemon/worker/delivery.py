@@ -6,10 +6,12 @@ header filter or an interceptor).  ``Delivery`` remembers the consumer's positio
 each batch was accepted by the sink (``_written``) and commits those after ``flush()``
 returned.  Records still in a sink's memory are never committed.
 
-What the worker may do next depends on one mode (RUNNING, FLUSHING, RETRYING, STALLED,
+What the worker may do next depends on one mode (RUNNING, FLUSHING, FULL, RETRYING, STALLED,
 RESENDING, REWINDING), moved only by the table in kdaemon/worker/modes.py, which says what each mode means.
 
-Partitions are paused exactly in RETRYING, STALLED, RESENDING and REWINDING.  Every wait before trying
+Partitions are paused exactly in FULL, RETRYING, STALLED, RESENDING and REWINDING.  The loop never
+blocks on an upload in flight but at shutdown and in a synchronous flush (a revocation with a sink
+that does not deduplicate by offset): while one is owed it polls, so a rebalance is served.  Every wait before trying
 again is one ``kdaemon.backoff.Backoff`` (``sink_retry_backoff_ms`` ..
 ``sink_retry_backoff_max_ms``): each failure (write, retry, flush, rebuild) counts one more, and
 a success resets it — a retried write that goes through, or a flush that made records durable.
@@ -214,6 +216,10 @@ class Delivery:
             self._resend_held_flush()
         elif self.mode in (Mode.FLUSHING, Mode.RESENDING):
             self._finish_in_flight(block=False)
+        elif self.mode is Mode.FULL:
+            self._finish_in_flight(block=False)
+            if self.mode is Mode.RUNNING:
+                self._start_flush()   # the one that was due
         return self.mode in PAUSED_MODES
 
     def track(self, before: dict[TopicPartition, int], polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
@@ -264,7 +270,7 @@ class Delivery:
             # the last commit are not durable; ``_written`` still counts them.  Committing now
             # (on a revocation or at shutdown) would lose them.
             return
-        if self.mode in (Mode.FLUSHING, Mode.RESENDING):
+        if self.mode in (Mode.FLUSHING, Mode.RESENDING, Mode.FULL):
             self._finish_in_flight(block=True)
             if self.mode in (Mode.REWINDING, Mode.STALLED):
                 return
@@ -480,8 +486,12 @@ class Delivery:
                 # bottleneck.  Only max_buffered_records records written since the flush in
                 # flight began make the worker wait.
                 return
-            self._finish_in_flight(block=True)
-        if self.mode in (Mode.REWINDING, Mode.STALLED):
+            # Wait for it without blocking: partitions paused until its confirmation (hold()
+            # then starts this flush), polling meanwhile, so a rebalance goes on during the
+            # upload (modes.FULL).
+            self._apply(Event.BUFFER_FULL)
+            return
+        if self.mode in PAUSED_MODES:   # FULL, or a failure on the way here
             return
         started = time.monotonic()
         ok, handle = self._flush_sinks(asynchronously=True)

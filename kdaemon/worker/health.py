@@ -2,6 +2,12 @@
 as silence (an unreachable broker, a missing topic, a join that does not complete, a worker
 left without partitions, a partition no consumer holds).
 
+A worker left without partitions is one of two conditions, told apart by counting both sides
+(``ownership.GroupCensus``: the group's members, the configured topics' partitions):
+``no_assignment`` when the group has more members than there are partitions (lower the workers,
+or add partitions), ``assignment_pending`` when it has not (this worker waits for partitions
+another member still holds: said only if that lasts).  Before the census answers, neither.
+
 ``CONDITIONS`` is the one table: each condition, how long it must hold before it is said (a
 join takes a moment; a broker that does not answer for five seconds is news), and what to look
 at.  ``HealthWatch`` logs one WARNING when a condition has held that long, a summary a minute
@@ -20,6 +26,9 @@ from ..durations import duration
 log = logging.getLogger(__name__)
 
 FIRST_WARNING_S = 5.0
+# A worker that holds nothing in a group with partitions enough for it waits for another member
+# to give some up (its next heartbeat, then its revocation); longer than this is news.
+PENDING_S = 15.0
 SUMMARY_EVERY_S = 60.0
 CHECK_EVERY_S = 1.0
 
@@ -33,6 +42,14 @@ CONDITIONS: dict[str, tuple[float, str]] = {
                              "session_timeout_ms"),
     "no_assignment": (FIRST_WARNING_S, "the group has more members than the topics have partitions: lower "
                                        "[daemon] workers, or add partitions"),
+    "assignment_pending": (PENDING_S, "the coordinator gives a member partitions that another member holds only "
+                                      "once that one has given them up: look at the other workers' logs for a "
+                                      "revocation that does not end, and for members of the group outside this "
+                                      "daemon (kdaemon offsets); a member that stopped without leaving holds its "
+                                      "partitions until the group's session timeout (the broker's "
+                                      "group.consumer.session.timeout.ms, 45 s by default); under the classic "
+                                      "protocol the assignor may leave a member out (range, with several topics "
+                                      "of few partitions)"),
     "partition_unowned": (FIRST_WARNING_S, "partitions added since the assignment was made reach a classic group "
                                            "at its leader's next metadata refresh ([kafka] metadata_max_age_ms), "
                                            "and a static assignment ([daemon] assignment = \"static\") only at a "
@@ -41,14 +58,17 @@ CONDITIONS: dict[str, tuple[float, str]] = {
 }
 # Said instead of the conditions after it: a worker that reaches no broker cannot join, and a
 # missing topic leaves it without partitions.
-MASKS = {"broker_unreachable": ("join_incomplete", "no_assignment", "topic_missing", "partition_unowned"),
-         "topic_missing": ("no_assignment",)}
+MASKS = {"broker_unreachable": ("join_incomplete", "no_assignment", "assignment_pending", "topic_missing",
+                                "partition_unowned"),
+         "topic_missing": ("no_assignment", "assignment_pending")}
 
 
-def observe(consumer, topics, unowned=None) -> dict[str, str]:
+def observe(consumer, topics, unowned=None, census=None) -> dict[str, str]:
     """The conditions that hold now, each with its detail, from the consumer's public view
     (the group ones only for a group member); ``unowned``: worker 0's ``OwnershipCheck``
-    answer, (partitions, who holds none of them), if it has one."""
+    answer, (partitions, who holds none of them), if it has one; ``census()``: the group's
+    (members, partitions) from ``ownership.GroupCensus`` or None while unknown, asked only of a
+    member left without partitions."""
     out: dict[str, str] = {}
     connected, error = consumer.reachability()
     if not connected and error:
@@ -61,7 +81,15 @@ def observe(consumer, topics, unowned=None) -> dict[str, str]:
         if not state.stable:
             out["join_incomplete"] = f"group {state.group_id}: the join has not completed"
         elif not consumer.assignment():
-            out["no_assignment"] = f"group {state.group_id}: this worker has no partitions"
+            sizes = census() if census is not None else None
+            if sizes is not None:
+                members, partitions = sizes
+                if members > partitions:
+                    out["no_assignment"] = (f"group {state.group_id}: its {members} members share {partitions} "
+                                            "partition(s) and this worker has none")
+                else:
+                    out["assignment_pending"] = (f"group {state.group_id}: this worker has no partitions yet, "
+                                                 f"though the group's {members} members share {partitions}")
     if unowned is not None and unowned[0]:
         parts, holder = unowned
         names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(parts)[:10])

@@ -52,7 +52,8 @@ ASSIGNED = Gauge("kdaemon_assigned_partitions", "Partitions assigned to live wor
 SINK_DOWN = Gauge("kdaemon_sink_down_seconds", "How long the sink has been unable to take records (0: it is up); "
                   "the longest over live workers", multiprocess_mode="livemax")
 PROBLEMS = Gauge("kdaemon_worker_problems", "Live workers for which a condition holds that keeps them from "
-                 "consuming (broker_unreachable, topic_missing, join_incomplete, no_assignment)", ["condition"],
+                 "consuming (broker_unreachable, topic_missing, join_incomplete, no_assignment, "
+                 "assignment_pending, partition_unowned)", ["condition"],
                  multiprocess_mode="livesum")
 SINK_DOWN_WORKERS = Gauge("kdaemon_sink_down_workers", "Live workers whose sink cannot take records (partitions paused)",
                           multiprocess_mode="livesum")

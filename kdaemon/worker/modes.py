@@ -10,6 +10,12 @@ state.
 * RUNNING: consuming; every flush is synchronous or none is outstanding.
 * FLUSHING: a sink's ``flush_async`` (Spark) is outstanding; consuming goes on, and its
   positions are committed when it is confirmed.  One flush in flight at most.
+* FULL: a flush is outstanding and the next is due (``max_buffered_records`` written since the
+  first began, or a sink that does not size its own batches).  Every partition is paused until
+  the confirmation, then the next flush starts.  The worker keeps polling meanwhile instead of
+  blocking on the upload: a rebalance is served at once (a revoked partition of a sink that
+  deduplicates by offset goes without waiting for the upload), where a wait in ``handle.wait()``
+  held the whole group's rebalance for the job.
 * RETRYING: a write failed under the ``retry`` policy; the batch is held, every partition is
   paused (nothing is lost and memory stays bounded) and the write is tried again with backoff.
 * STALLED: a ``flush_async`` could not be confirmed because the sink is unreachable
@@ -42,6 +48,7 @@ from enum import Enum
 class Mode(Enum):
     RUNNING = "running"
     FLUSHING = "flushing"      # a flush_async is outstanding
+    FULL = "full"              # one is outstanding and the next is due: paused until it is confirmed
     RETRYING = "retrying"      # a batch is held for another write
     REWINDING = "rewinding"    # a flush failed; waiting to rebuild the sink and seek back
     STALLED = "stalled"        # a flush is held by an unreachable sink; waiting to send it again
@@ -51,6 +58,7 @@ class Mode(Enum):
 
 class Event(Enum):
     FLUSH_STARTED = "flush_started"      # flush_async returned a handle
+    BUFFER_FULL = "buffer_full"          # the next flush is due while one is outstanding
     FLUSH_CONFIRMED = "flush_confirmed"  # that handle reported success
     FLUSH_FAILED = "flush_failed"        # a flush (sync, async start or confirmation) failed
     FLUSH_HELD = "flush_held"            # a flush_async handle raised SinkUnavailable: batch kept
@@ -70,6 +78,10 @@ TRANSITIONS: dict[tuple[Mode, Event], Mode] = {
     (M.RUNNING, E.FLUSH_FAILED): M.REWINDING,
     (M.FLUSHING, E.FLUSH_FAILED): M.REWINDING,
     (M.FLUSHING, E.FLUSH_HELD): M.STALLED,
+    (M.FLUSHING, E.BUFFER_FULL): M.FULL,
+    (M.FULL, E.FLUSH_CONFIRMED): M.RUNNING,        # and the due flush starts at once
+    (M.FULL, E.FLUSH_FAILED): M.REWINDING,
+    (M.FULL, E.FLUSH_HELD): M.STALLED,
     (M.STALLED, E.FLUSH_RESENT): M.RESENDING,
     (M.RESENDING, E.FLUSH_CONFIRMED): M.RUNNING,
     (M.RESENDING, E.FLUSH_HELD): M.STALLED,
@@ -83,7 +95,7 @@ TRANSITIONS: dict[tuple[Mode, Event], Mode] = {
     **{(mode, E.REFUSED): M.STOPPED for mode in Mode if mode is not M.STOPPED},
 }
 
-PAUSED_MODES = frozenset({M.RETRYING, M.REWINDING, M.STALLED, M.RESENDING, M.STOPPED})
+PAUSED_MODES = frozenset({M.RETRYING, M.REWINDING, M.STALLED, M.RESENDING, M.FULL, M.STOPPED})
 
 
 class IllegalDeliveryTransition(RuntimeError):

@@ -13,6 +13,11 @@ partitions the topics have now (``client.lookup``), against what the group's mem
 workers divided among themselves at start.  A group in a rebalance is not judged: partitions
 are in flight then, nor one whose members' assignments the answer does not show (Tansu
 sends none).  ``health`` turns the answer into the ``partition_unowned`` condition.
+
+``GroupCensus`` is the same kind of look for any worker left without partitions: how many
+members the group has (``describe_group``) against how many partitions the configured topics
+have (``client.lookup``), so that ``health`` says "more members than partitions" only when that
+is so (a newcomer waits for partitions another member still holds, which is not it).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from ..client.types import TopicPartition
 log = logging.getLogger(__name__)
 
 EVERY_S = 3.0
+CENSUS_EVERY_S = 10.0
 SETTLED_STATES = ("Stable",)   # a group in another state is between assignments
 
 
@@ -57,9 +63,7 @@ class OwnershipCheck:
 
     def look(self) -> tuple[frozenset[TopicPartition], str] | None:
         timeout_ms = int(self._every * 1000)
-        present = set()
-        for topic, parts in topic_partitions(self._config, self._topics, timeout_ms=timeout_ms).items():
-            present |= {TopicPartition(topic, p) for p in parts or ()}
+        present = _present(self._config, self._topics, timeout_ms)
         if self._static is not None:
             return frozenset(present - self._static), "no worker of this daemon (static assignment)"
         group = describe_group(self._config, timeout_ms=timeout_ms)
@@ -77,3 +81,53 @@ class OwnershipCheck:
                 log.debug("ownership check failed: %s", exc)
                 self._answer = None
             self._stop.wait(self._every)
+
+
+def _present(config: ConsumerConfig, topics, timeout_ms: int) -> set[TopicPartition]:
+    """The partitions ``topics`` have now (a missing topic has none)."""
+    present = set()
+    for topic, parts in topic_partitions(config, topics, timeout_ms=timeout_ms).items():
+        present |= {TopicPartition(topic, p) for p in parts or ()}
+    return present
+
+
+class GroupCensus:
+    """How many members the group has and how many partitions they share, looked up in a thread
+    when asked (``sizes()``), at once the first time, then at most every ``every_s`` (two
+    short-lived connections a look: a worker left out for good must not keep the brokers
+    busy): (members, partitions), or None before the first answer and after a failed look.
+    Partitions are the configured ``topics``' (from a Metadata request); under a topic pattern
+    (no topics), the ones the group's members hold, since the broker resolves the pattern
+    (KIP-848), not this worker."""
+
+    def __init__(self, config: ConsumerConfig, topics, *, every_s: float = CENSUS_EVERY_S) -> None:
+        self._config = config
+        self._topics = sorted(topics)
+        self._every = every_s
+        self._answer: tuple[int, int] | None = None
+        self._next = 0.0
+        self._running = threading.Lock()
+
+    def sizes(self, now: float) -> tuple[int, int] | None:
+        if now >= self._next and self._running.acquire(blocking=False):
+            self._next = now + self._every
+            threading.Thread(target=self._look, name="kdaemon-census", daemon=True).start()
+        return self._answer
+
+    def look(self) -> tuple[int, int]:
+        timeout_ms = int(self._every * 1000)
+        group = describe_group(self._config, timeout_ms=timeout_ms)
+        if self._topics:
+            partitions = len(_present(self._config, self._topics, timeout_ms))
+        else:
+            partitions = len({tp for m in group.members for tp in m.partitions})
+        return len(group.members), partitions
+
+    def _look(self) -> None:
+        try:
+            self._answer = self.look()
+        except Exception as exc:   # the broker checks (health's broker_unreachable) say why
+            log.debug("group census failed: %s", exc)
+            self._answer = None
+        finally:
+            self._running.release()

@@ -30,6 +30,7 @@ from .delivery import Delivery
 from .health import HealthWatch, observe
 from .memory import MemoryWatch, relieve
 from .modes import Mode
+from .ownership import GroupCensus
 from .resume import ResumeAtOutput
 from .stages import Pipeline, StageObserver, WorkerStats, WorkerStop
 
@@ -74,6 +75,7 @@ class Worker:
         self._leave_for_good = False   # set by request_stop(leave_group=True)
         self._assigned_once = False
         self._ownership = None   # worker 0's OwnershipCheck (worker/ownership.py), once watching
+        self._census: GroupCensus | None = None   # made when first needed (_group_sizes)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -96,6 +98,21 @@ class Worker:
             self.consumer.wakeup()
         except Exception:
             pass
+
+    def group_news(self) -> None:
+        """Another worker of this daemon joined, took a new assignment or gave partitions up
+        (the supervisor's ``siblings.SIBLING_SIGNAL``): heartbeat now, not at the broker's next
+        interval, to hear what that means for this one.  Signal-safe (``heartbeat_soon`` takes
+        no lock); nothing once stopping."""
+        if not self._stopping:
+            self.consumer.heartbeat_soon()
+
+    def _group_sizes(self) -> tuple[int, int] | None:
+        """The group's (members, partitions) for ``health.observe``, asked only while this
+        worker is a member without partitions; None until the first look answers."""
+        if self._census is None:
+            self._census = GroupCensus(self.consumer.config, self.config.daemon.topics)
+        return self._census.sizes(time.monotonic())
 
     def watch_ownership(self, check) -> None:
         """Look out for partitions nobody consumes with ``check`` (an ``OwnershipCheck``), from
@@ -174,16 +191,21 @@ class Worker:
             self.memory.tick()
         if self.health.due():
             self.health.update(observe(self.consumer, self.config.daemon.topics,
-                                       self._ownership.unowned() if self._ownership is not None else None))
+                                       self._ownership.unowned() if self._ownership is not None else None,
+                                       self._group_sizes))
         held = self.delivery.hold()
-        if held and not self._held and self.memory is not None:
+        full = self.delivery.mode is Mode.FULL
+        if held and not self._held and not full and self.memory is not None:
             relieve()   # what the last batches used is not needed while the sink is down
         self._held = held
         if held:
-            # The sink is down (a held batch, a held flush, a rewind to come): every partition
-            # is paused; polling only keeps the group membership alive, and sleeps until the
-            # next retry or probe is due, so a long stall costs next to no CPU.
-            wait_ms = min(self.config.daemon.poll_timeout_ms, max(10, int(self.delivery.wait_hint() * 1000)))
+            # The sink is down (a held batch, a held flush, a rewind to come), or the next flush
+            # waits for the one in flight (FULL): every partition is paused; polling keeps the
+            # group membership alive and serves a rebalance, and sleeps until the next retry or
+            # probe is due, so a long stall costs next to no CPU; while FULL, briefly (the
+            # confirmation arrives on the sink's own socket and does not end a poll).
+            wait_ms = SINK_ANSWER_POLL_MS if full else \
+                min(self.config.daemon.poll_timeout_ms, max(10, int(self.delivery.wait_hint() * 1000)))
             returned = self.consumer.poll(wait_ms)
             if returned:
                 # A rebalance callback inside this poll can end the pause (a revocation's flush
@@ -249,12 +271,18 @@ class Worker:
         return self.delivery.stall.down_for()
 
     # -- rebalance listener (the consumer calls these inside poll) -------------------------------
+    #
+    # Each ends the poll it runs in (``yield_poll``): the loop's next beat tells the supervisor at
+    # once, which tells the other workers (supervisor/siblings.py), instead of after the rest of
+    # a poll that may wait out poll_timeout_ms.
 
     def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
         self.resume.forget(partitions)
         self.delivery.on_revoked(partitions)
+        self.consumer.yield_poll()
 
     def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        self.consumer.yield_poll()
         self.delivery.on_assigned(partitions)
         self.resume.assigned(partitions)
         # A sink that keeps what it stored per partition (jsonl's dedupe) reads it again: the
@@ -267,6 +295,7 @@ class Worker:
     def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
         self.resume.forget(partitions)
         self.delivery.on_lost(partitions)
+        self.consumer.yield_poll()
 
 
 def _stopped(exc: BaseException) -> int:

@@ -291,6 +291,44 @@ def test_a_member_joins_with_epoch_0_and_its_own_id_then_takes_its_assignment_an
     assert quiet["topic_partitions"] is None and quiet["member_epoch"] == 5
 
 
+def test_a_poke_sends_the_next_heartbeat_at_once_or_right_after_the_one_in_flight(member):
+    """``heartbeat_soon`` (kdaemon's supervisor relays another worker's join or new assignment):
+    the next heartbeat goes out at the heartbeat thread's next tick instead of after the
+    interval; asked while one is in flight, right after that one's answer (which may predate
+    the change); once per poke.  A poke to a member that is joining is answered by its
+    acknowledgement, the first heartbeat sent after it; one to a member that is no member yet
+    is dropped (its join is newer)."""
+    def sent() -> int:
+        return sum(1 for name, _, _ in member.coordinator.sent if name == CONSUMER_GROUP_HEARTBEAT.name)
+
+    member.m.heartbeat_soon()                # before the join
+    member.ensure()
+    member.m.heartbeat_soon()                # while joining
+    join, fut = member.coordinator.last()
+    answer(fut, epoch=1, assignment={A: [0, 1]}, member_id=join["member_id"])
+    member.ensure()
+    _, fut = member.coordinator.last()       # the acknowledgement
+    answer(fut, epoch=1)
+    before = sent()
+    member.m.heartbeat_tick()
+    assert sent() == before                  # the acknowledgement answered the poke; the interval runs
+    member.m.heartbeat_soon()
+    member.m.heartbeat_tick()
+    assert sent() == before + 1
+    body, fut = member.coordinator.last()
+    assert body["member_epoch"] == 1 and body["topic_partitions"] is None   # a plain heartbeat
+    member.m.heartbeat_soon()                # while that one is in flight
+    member.m.heartbeat_tick()
+    assert sent() == before + 1
+    answer(fut, epoch=1)
+    member.m.heartbeat_tick()
+    assert sent() == before + 2
+    _, fut = member.coordinator.last()
+    answer(fut, epoch=1)
+    member.m.heartbeat_tick()
+    assert sent() == before + 2              # each poke is one heartbeat
+
+
 def test_an_incremental_move_commits_then_revokes_only_what_goes_and_keeps_the_rest_fetching(member):
     member.join()
     kept_state = member.subs.state(tp("a", 1))

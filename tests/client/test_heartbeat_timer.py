@@ -77,3 +77,38 @@ def test_until_due_says_when_the_next_heartbeat_goes_and_nothing_while_one_is_in
     c.sent(6.0)
     c.received(1000, now=6.1)
     assert abs(c.until_due(6.1) - 0.9) < 1e-9
+
+
+def _locks_taken(call) -> list:
+    """The lock acquisitions (C-level ``acquire``/``__enter__`` calls) while ``call`` runs."""
+    import sys
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "c_call" and getattr(arg, "__name__", "") in ("acquire", "__enter__"):
+            seen.append(arg)
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_waking_the_heartbeat_thread_takes_no_lock():
+    """``wake`` runs in a signal handler (a worker's sibling poke, ``Consumer.heartbeat_soon``);
+    a second signal can be handled inside the first handler, and a lock the first one holds
+    would then never be released: with ``threading.Event.set`` a worker hung for good, its loop
+    and its heartbeat thread both, until the coordinator fenced it.  Before ``start`` and after
+    ``stop`` a wake does nothing."""
+    from kdaemon.client.group.heartbeat import HeartbeatThread
+    ticks = []
+    t = HeartbeatThread(lambda: ticks.append(1), 1.0, "test-heartbeat")
+    t.wake()
+    t.start()
+    try:
+        assert _locks_taken(t.wake) == []
+    finally:
+        t.stop()
+    assert ticks
+    t.wake()

@@ -169,8 +169,11 @@ def test_at_most_one_flush_in_flight_and_the_next_takes_what_gathered_meanwhile(
 
 
 def test_a_worker_gathering_behind_a_slow_flush_stops_at_max_buffered_records(setup):
-    """max_buffered_records still bounds what is read and not committed: then the worker waits
-    for the flush in flight."""
+    """max_buffered_records still bounds what is read and not committed: then the worker stops
+    reading until the flush in flight is confirmed (every partition paused), and flushes what it
+    gathered at once.  It does not block on the upload meanwhile: it polls, so a rebalance is
+    served during it (test_a_revocation_while_the_next_flush_waits_for_a_slow_upload...)."""
+    from kdaemon.worker.pipeline import Mode, SINK_ANSWER_POLL_MS
     build, handles, sinks, durable = setup
     worker, consumer = build(1000)
     worker.config = worker.delivery.config = replace(
@@ -178,8 +181,15 @@ def test_a_worker_gathering_behind_a_slow_flush_stops_at_max_buffered_records(se
     for _ in range(7):
         worker.step()                      # 0..29 in flight; 30..69 gathered
     assert len(handles) == 1 and handles[0].waited == 0
-    worker.step()                          # 50 records since that flush: wait for it, then flush them
-    assert handles[0].waited == 1 and consumer.commits == [30]
+    worker.step()                          # 50 records since that flush: stop reading
+    assert worker.mode is Mode.FULL and consumer.paused and consumer.position == 80
+    for _ in range(3):
+        worker.step()                      # polling, reading nothing, not waiting on the handle
+    assert consumer.position == 80 and consumer.timeouts[-3:] == [SINK_ANSWER_POLL_MS] * 3
+    assert handles[0].waited == 0 and consumer.commits == [] and len(handles) == 1
+    handles[0].confirm()
+    worker.step()                          # confirmed: commit it, flush what gathered, read again
+    assert consumer.commits == [30] and not consumer.paused and worker.mode is Mode.FLUSHING
     assert len(handles) == 2 and handles[1].offsets == list(range(30, 80))
 
 

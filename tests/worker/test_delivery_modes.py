@@ -40,15 +40,19 @@ EXPECTED = {
     (M.RESENDING, E.FLUSH_HELD): M.STALLED,
     (M.RESENDING, E.FLUSH_FAILED): M.REWINDING,
     (M.STALLED, E.FLUSH_FAILED): M.REWINDING,
+    (M.FLUSHING, E.BUFFER_FULL): M.FULL,
+    (M.FULL, E.FLUSH_CONFIRMED): M.RUNNING,
+    (M.FULL, E.FLUSH_FAILED): M.REWINDING,
+    (M.FULL, E.FLUSH_HELD): M.STALLED,
     # A permanent refusal ends delivery from anywhere, and nothing leaves STOPPED.
     **{(m, E.REFUSED): M.STOPPED for m in (M.RUNNING, M.FLUSHING, M.RETRYING, M.REWINDING, M.STALLED,
-                                           M.RESENDING)},
+                                           M.RESENDING, M.FULL)},
 }
 
 
 def test_the_table_is_the_documented_one():
     assert TRANSITIONS == EXPECTED
-    assert PAUSED_MODES == {M.RETRYING, M.REWINDING, M.STALLED, M.RESENDING, M.STOPPED}
+    assert PAUSED_MODES == {M.RETRYING, M.REWINDING, M.STALLED, M.RESENDING, M.FULL, M.STOPPED}
 
 
 @pytest.mark.parametrize(("mode", "event"), sorted(EXPECTED, key=lambda k: (k[0].value, k[1].value)),

@@ -435,6 +435,7 @@ class ClassicMembership(GroupMembership):
 
     def _heartbeat_once(self, now: float) -> None:
         with self._lock:
+            poked = self._take_poke()
             if self.state.state != MemberState.STABLE or self.coordinator.connection is None:
                 return
             if self.timer.poll_timeout_expired(now):
@@ -448,8 +449,11 @@ class ClassicMembership(GroupMembership):
             if self.timer.session_expired(now):
                 self.coordinator.mark_unknown("session timeout expired without a heartbeat answer")
                 return
+            if poked:
+                self.timer.heartbeat_now()
             if not self.timer.should_heartbeat(now):
                 return
+            self._poked = False
             self.timer.sent(now)
             fut = self.coordinator.send(HEARTBEAT, {"group_id": self.group_id, "generation_id": self.generation,
                                                     "member_id": self.member_id,

@@ -225,7 +225,12 @@ class ConsumerMembership(GroupMembership):
                 break
         self._deliver_lost(invoke_listener)
         with self._lock:
-            self._heartbeat_once(time.monotonic())   # the acknowledgement goes out now
+            # The acknowledgement goes out now, onto the wire before this poll returns (as
+            # Java's): the owner may tell others at once that partitions were given up (kdaemon's
+            # supervisor pokes the worker waiting for them), and their heartbeats must not reach
+            # the coordinator before it.
+            if self._heartbeat_once(time.monotonic()):
+                self.network.poll(0)
         if not self.state.stable and not self.subscriptions.assigned():
             # Nothing to fetch meanwhile (topic ids waiting for metadata, a join being retried):
             # wait a little for news rather than send poll() back at once, spinning.
@@ -319,34 +324,40 @@ class ConsumerMembership(GroupMembership):
             self.network.poll(0)
             return self.timer.until_due(time.monotonic())
 
-    def _heartbeat_once(self, now: float) -> None:
+    def _heartbeat_once(self, now: float) -> bool:
+        """Send the heartbeat that is due, if one is; True if one went out (queued)."""
         state = self.state.state
+        poked = self._take_poke()
         if state is S.FATAL or not self.coordinator.known:
-            return
+            return False
         if state is S.UNJOINED:
             # Join only once the lost partitions were reported (Java waits for
             # onPartitionsLost too) and while the application wants to be a member.
             if (self._may_join and self.subscriptions.has_subscription and not self._pending_lost
                     and self.timer.due(now, urgent=True)):
                 self._send_heartbeat(now, JOIN_EPOCH)
-            return
+                return True
+            return False
         if state is S.PREPARING_REBALANCE:
-            return
+            return False
         if self.timer.poll_timeout_expired(now):
             log.warning("group %s: no poll() for more than max_poll_interval_ms=%s; leaving the group so "
                         "its partitions can move (the next poll rejoins)", self.group_id,
                         self.config.max_poll_interval_ms)
             self.leave("consumer poll timeout has expired")
-            return
-        if self.timer.due(now, urgent=self._urgent):
+            return False
+        # A reconciling member's acknowledgement is on its way (urgent): it answers the poke too.
+        if self.timer.due(now, urgent=self._urgent or (poked and state is S.STABLE)):
             self._send_heartbeat(now, self.generation)
+            return True
+        return False
 
     def _send_heartbeat(self, now: float, epoch: int) -> None:
         fields = self._fields()
         body = self._request.build(self.group_id, self.member_id, epoch, fields)
         if epoch == JOIN_EPOCH:
             self.state.apply(MemberEvent.JOIN_SENT)
-        self._urgent = False
+        self._urgent = self._poked = False
         self.timer.sent(now)
         min_version = 1 if fields.subscribed_topic_regex is not None else None
         fut = self.coordinator.send(CONSUMER_GROUP_HEARTBEAT, body, min_version=min_version,

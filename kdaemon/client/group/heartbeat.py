@@ -13,6 +13,8 @@ interval until stopped; what a tick sends and what an answer means is the member
 from __future__ import annotations
 
 import logging
+import select
+import socket
 import threading
 from collections.abc import Callable
 
@@ -92,7 +94,12 @@ class HeartbeatThread:
     """A daemon thread calling ``tick()`` until stopped: every ``min(0.1, interval / 2)``
     seconds, or sooner when ``tick`` returns the seconds until its next heartbeat is due.  A
     fixed tick alone sent each heartbeat up to 100 ms late, and under KIP-848 a newcomer's
-    partitions arrive only with its next heartbeat (bench/groups --trace showed it)."""
+    partitions arrive only with its next heartbeat (bench/groups --trace showed it).
+
+    It waits on a socket pair, not a ``threading.Event``: ``wake`` runs in signal handlers
+    (kdaemon's sibling pokes), and ``Event.set`` takes a lock that a second signal, handled
+    inside the first handler, would wait for for ever (a worker hung that way under load: its
+    loop and this thread both stopped, and the coordinator fenced it)."""
 
     def __init__(self, tick: Callable[[], float | None], interval: float, name: str) -> None:
         self._tick = tick
@@ -100,27 +107,55 @@ class HeartbeatThread:
         self._name = name
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._wake = threading.Event()
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
 
     def start(self) -> None:
         """Start it unless it runs already (a rejoin keeps the same thread)."""
         if self._thread is None or not self._thread.is_alive():
             self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            if self._wake_r is None:
+                self._wake_r, self._wake_w = socket.socketpair()
+                self._wake_r.setblocking(False)
+                self._wake_w.setblocking(False)
+            self._thread = threading.Thread(target=self._run, args=(self._wake_r,), name=self._name, daemon=True)
             self._thread.start()
+
+    def wake(self) -> None:
+        """Run a tick now rather than at the end of the current wait: something is due at once
+        (``GroupMembership.heartbeat_soon``).  Async-signal-safe: one non-blocking send, no
+        lock; nothing before ``start`` or after ``stop`` (a closed socket refuses the send)."""
+        w = self._wake_w
+        if w is not None:
+            try:
+                w.send(b"w")
+            except OSError:   # full (a wake is pending anyway), or closed by stop()
+                pass
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        self._wake.set()
+        self.wake()
         if self._thread is not None:
             self._thread.join(timeout=timeout)
+            if self._thread.is_alive():
+                return   # still in a tick: it may yet wait on the sockets
+        for sock in (self._wake_r, self._wake_w):
+            if sock is not None:
+                sock.close()
+        self._wake_r = self._wake_w = None
 
-    def _run(self) -> None:
+    def _run(self, wake: socket.socket) -> None:
         while not self._stop.is_set():
             due = None
             try:
                 due = self._tick()
             except Exception:
                 log.exception("%s: heartbeat thread error", self._name)
-            self._wake.wait(self._period if due is None else min(self._period, max(due, 0.001)))
-            self._wake.clear()
+            try:
+                ready, _, _ = select.select([wake], [], [], self._period if due is None else
+                                            min(self._period, max(due, 0.001)))
+                if ready:
+                    while wake.recv(4096):
+                        pass
+            except (BlockingIOError, InterruptedError):
+                pass

@@ -44,6 +44,9 @@ What a membership must provide, and what it may rely on:
   last proved the membership, how often it should, and "ask it now".  With them the base class's
   ``confirm_before_commit`` keeps a member whose process was stopped (SIGSTOP, a VM pause, a
   long GC-like stall) from sending a commit the coordinator may have to refuse: it asks first.
+* ``heartbeat_soon()`` (here, for both): the owner was told that the group changed (kdaemon's
+  supervisor relays one worker's join or new assignment to the others); the next heartbeat goes
+  out at once.  Each protocol's heartbeat turn takes the request (``_take_poke``).
 
 It may rely on: the ``CoordinatorLookup`` it is given (``ensure``, ``send``, ``mark_unknown``), the
 network client's lock being held while response callbacks run, and ``before_rebalance``, a
@@ -61,6 +64,7 @@ from typing import TYPE_CHECKING
 
 from ..future import Future
 from ..types import TopicPartition
+from .heartbeat import HeartbeatThread
 from .state import MemberState, MemberStateMachine
 
 if TYPE_CHECKING:
@@ -122,6 +126,10 @@ class GroupMembership(ABC):
         # Partitions found lost (a fence) by the heartbeat thread, for the application thread
         # to hand to on_partitions_lost in its next poll.
         self._pending_lost: set[TopicPartition] | None = None
+        # heartbeat_soon() was called and its heartbeat has not gone out yet (read and cleared
+        # by the heartbeat turn under the lock; set without it, from a signal handler).
+        self._poked = False
+        self._heartbeat_thread: HeartbeatThread | None = None   # each protocol starts its own
 
     @property
     def member_state(self) -> MemberState:
@@ -154,6 +162,33 @@ class GroupMembership(ABC):
 
     @abstractmethod
     def heartbeat_now(self) -> None: ...
+
+    def heartbeat_soon(self) -> None:
+        """Heartbeat now rather than at the next interval: something changed in the group that
+        this member hears of only in a heartbeat's answer (under KIP-848 its new target, once
+        another member joined or released partitions; under the classic protocol a rebalance).
+        Java's consumer heartbeats at once only on its own news (a join, an acknowledgement);
+        kdaemon's supervisor sees its other workers' news and relays it with this.
+
+        Safe from a signal handler and from any thread: it sets a flag and wakes the heartbeat
+        thread, taking no lock (a handler interrupting the thread that holds the group's lock
+        would wait for itself).  The heartbeat thread sends the heartbeat at its next tick, or,
+        when one is in flight (a join included), right after that one's answer, which may predate
+        the change.  Any heartbeat sent after the request answers it (an acknowledgement, say); a
+        member that is not one (before its join, after a fence or a leave) drops it: its join is
+        newer."""
+        self._poked = True
+        thread = self._heartbeat_thread
+        if thread is not None:
+            thread.wake()
+
+    def _take_poke(self) -> bool:
+        """Under the lock, in the heartbeat turn: was a heartbeat asked for and none sent since?
+        The protocol clears the flag when it sends one; here it is dropped for a member that is
+        not one (its next join is newer than the request)."""
+        if self.state.state in (MemberState.UNJOINED, MemberState.FATAL):
+            self._poked = False
+        return self._poked
 
     def confirm_before_commit(self, deadline: float, drive) -> None:
         """Before a commit: if no heartbeat answer came for ``STALE_AFTER_INTERVALS`` heartbeat

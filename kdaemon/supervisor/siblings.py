@@ -1,0 +1,81 @@
+"""Telling a daemon's other workers that the group changed, so that they ask the coordinator now.
+
+Under the consumer protocol (KIP-848) a member learns its new target assignment only from a
+ConsumerGroupHeartbeat answer, one ``group.consumer.heartbeat.interval.ms`` (5 s by default)
+after its last one, and the coordinator computes a new target at most every
+``group.consumer.assignment.interval.ms`` (1 s by default, Kafka 4.4).  When workers join, the
+one holding everything hears that it must give partitions up only at its next heartbeat, and the
+others hear that those are free only at *their* next one: a daemon of four workers ran on one
+for 10 s after ``kdaemon run``, a TTIN's worker waited 5 s (bench/groups/spread.py).
+
+The supervisor sees every such change first, in the workers' heartbeats: a worker joined or was
+moved to a new target (its generation, the member epoch, changed), took partitions or gave them
+up (the assignment it reports changed), or exited.  It then sends ``SIBLING_SIGNAL`` to the
+other workers at once, and to every worker again ``AGAIN_AFTER_S`` later (after a join the
+coordinator's next target comes only after its assignment interval, so the first poke's answer
+may still carry the old one); a worker that receives it heartbeats at once
+(``Worker.group_news`` → ``Consumer.heartbeat_soon``).  The news of one loop turn are one poke.
+News arriving while a second poke is scheduled schedule one more after the last of them, so a
+burst of joins is followed by a poke after the first target computed within it and one after
+the last.  Under the classic protocol the same poke makes a member see a rebalance at once.  A
+heartbeat more is one the coordinator answers like any other.
+
+A worker ignores the signal until its handler is installed (``child.run_child``), so no signal
+reaches a process that would die of it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterable
+
+SIBLING_SIGNAL = signal.SIGUSR1
+# Kafka 4.4's default group.consumer.assignment.interval.ms (1 s), and some slack: the second
+# poke finds the target the coordinator computed after the change.
+AGAIN_AFTER_S = 1.2
+
+
+class Pokes:
+    """The pokes due.  ``news(pid)`` notes a change a worker reported (``pid`` None: one the
+    supervisor saw itself, an exit); ``tick(now)`` sends what is due: at once after news, to every
+    worker ``targets()`` names but the only one that reported it, and ``AGAIN_AFTER_S`` after
+    news, to all of them (module docstring).  ``due_in(now)``: seconds until ``tick`` has
+    something to send (None: nothing scheduled), for the supervisor's sleep."""
+
+    def __init__(self, targets: Callable[[], Iterable[int]], *, kill: Callable[[int, int], None] = os.kill) -> None:
+        self.targets = targets
+        self._kill = kill
+        self._reporters: set[int | None] = set()
+        self.again_at: float | None = None     # the next poke of every worker
+        self._then_at: float | None = None     # and the one after it, for news since that was scheduled
+        self.sent = 0   # signals sent, for the tests
+
+    def news(self, pid: int | None) -> None:
+        self._reporters.add(pid)
+
+    def due_in(self, now: float) -> float | None:
+        if self._reporters:
+            return 0.0
+        return None if self.again_at is None else max(0.0, self.again_at - now)
+
+    def tick(self, now: float) -> None:
+        if self._reporters:
+            reporters, self._reporters = self._reporters, set()
+            only = next(iter(reporters)) if len(reporters) == 1 else None
+            self._poke(pid for pid in self.targets() if pid != only)
+            if self.again_at is None:
+                self.again_at = now + AGAIN_AFTER_S
+            else:
+                self._then_at = now + AGAIN_AFTER_S
+        elif self.again_at is not None and now >= self.again_at:
+            self.again_at, self._then_at = self._then_at, None
+            self._poke(self.targets())
+
+    def _poke(self, pids: Iterable[int]) -> None:
+        for pid in pids:
+            try:
+                self._kill(pid, SIBLING_SIGNAL)
+            except ProcessLookupError:   # exited meanwhile: the reaper says so
+                continue
+            self.sent += 1
