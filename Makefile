@@ -55,7 +55,7 @@ spark-jars: venv system-deps
 # test module, on every run).  pytest prints the wall time and the 20 slowest tests at the end.
 PYTEST_WORKERS ?= 4
 test: venv kafka spark-jars
-	env -u PYTHONDONTWRITEBYTECODE $(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Coverage-guided fuzzing (fuzz/, atheris): every target for FUZZ_RUNS inputs each, then the C
 # record loop built with ASan+UBSan; fails on any finding.  tests/fuzz/ holds the short run.

@@ -17,7 +17,7 @@ Markers follow the fixtures: a test that uses ``kafka``/``kafka_cluster`` is mar
 one that uses ``broker`` is marked ``broker``, one that uses ``spark`` is marked ``spark`` (so
 ``-m kafka`` selects the Apache Kafka suites wherever they live).  Under pytest-xdist
 (``make test`` runs ``-n``), a module with a module-scoped fixture of its own (its own cluster)
-runs on one worker, so that the fixture starts once; known slow tests are handed out first.
+runs on one worker, so that the fixture starts once; tests that load the machine run in lanes.
 """
 
 from __future__ import annotations
@@ -153,12 +153,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
     grouped = {item.module.__name__ for item in items if _has_own_module_fixture(item)}
+    groups = {}
     for item in items:
-        group = _group(item, grouped)
+        group = groups[item] = _group(item, grouped)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # The two long lanes first, so that two workers start on them at once; then the collected
+    # order (make test passes --no-loadscope-reorder: xdist would otherwise hand out the units
+    # with the most tests first, every group before any of the thousands of quick tests).
+    items.sort(key=lambda item: groups[item] not in FIRST_LANES)
     return (yield)
+
+
+FIRST_LANES = ("lane-spark-slow", "lane-slow")
 
 
 def _group(item: pytest.Item, grouped: set[str]) -> str | None:
