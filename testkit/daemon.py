@@ -71,6 +71,30 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str,
         time.sleep(interval)
 
 
+def _alive(p: psutil.Process) -> bool:
+    """Still running (a zombie is gone: it only waits for whoever reaps it)."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float, what: str,
+              on_timeout: Callable[[], str] | None = None) -> None:
+    """Wait until none of ``procs`` runs; AssertionError naming the survivors after ``timeout``."""
+    def survivors() -> str:
+        lines = []
+        for p in procs:
+            if _alive(p):
+                try:
+                    lines.append(f"pid {p.pid} (parent {p.ppid()}): {' '.join(p.cmdline())[:200]}")
+                except psutil.NoSuchProcess:
+                    continue
+        return "still running:\n" + "\n".join(lines) + (f"\n{on_timeout()}" if on_timeout else "")
+
+    wait_for(lambda: not any(_alive(p) for p in procs), timeout, what, survivors, interval=0.1)
+
+
 # -- configuration -------------------------------------------------------------------------------
 
 def daemon_config(root: Path, bootstrap: str, topic: str, group: str, *, workers: int = 2,
@@ -237,6 +261,14 @@ class Daemon:
                     if c.status() != psutil.STATUS_ZOMBIE}
         except psutil.NoSuchProcess:
             return set()
+
+    def descendants(self) -> list[psutil.Process]:
+        """Every live process the supervisor started and what they started in turn (workers,
+        companions, a companion's JVM), to follow them after the supervisor is gone."""
+        try:
+            return [p for p in psutil.Process(self.pid).children(recursive=True) if _alive(p)]
+        except psutil.NoSuchProcess:
+            return []
 
     def workers(self) -> dict[int, int]:
         """index -> pid of the live workers (from the supervisor's "started worker" lines)."""

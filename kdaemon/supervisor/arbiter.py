@@ -400,6 +400,7 @@ class Arbiter:
         r, w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
+        supervisor = os.getpid()   # the child checks it is still its parent (child.py, parent.py)
         pid = os.fork()
         if pid == 0:  # the child
             code = EXIT_FAILURE
@@ -416,7 +417,7 @@ class Arbiter:
                     except OSError:
                         pass
                 code = run_child(self.config, index, self.target, w, self.plugins,
-                                 self.slots.setdefault(index, Slot()).predecessor)
+                                 self.slots.setdefault(index, Slot()).predecessor, supervisor)
             except BaseException:
                 import traceback
                 traceback.print_exc()

@@ -24,6 +24,7 @@ from ..backoff import Backoff
 from ..config import DaemonConfig
 from ..plugins.companion import CompanionSpec
 from .companion_run import launch
+from .parent import preexec
 from .control import CompanionStatus
 
 log = logging.getLogger("kdaemon.supervisor")
@@ -125,11 +126,19 @@ class Companions:
 
     # -- processes ------------------------------------------------------------------------------
 
+    def _stop_timeout(self, c: _Companion) -> float:
+        return c.spec.stop_timeout_s if c.spec.stop_timeout_s is not None else self.stop_timeout_s
+
     def _start(self, c: _Companion, now: float) -> None:
-        argv, env = launch(c.spec, self.log_level, os.environ)
+        """Start ``c`` (from the main thread: the kernel's parent-death signal is tied to the
+        thread that forks, ``parent.py``).  An entry companion watches this process itself
+        (``companion_run``); a plain command gets only the kernel's stop signal."""
+        me = os.getpid()
+        argv, env = launch(c.spec, self.log_level, os.environ, parent=me, stop_timeout_s=self._stop_timeout(c))
         c.started = now
         try:
-            c.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+            c.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                      preexec_fn=preexec(me, c.spec.stop_signal) if c.spec.argv is not None else None)
         except OSError as exc:
             delay = c.backoff.failure()
             c.next_start = now + delay
@@ -191,7 +200,7 @@ class Companions:
         for c in list(self._all.values()):
             if c.proc is None:
                 continue
-            timeout = c.spec.stop_timeout_s if c.spec.stop_timeout_s is not None else self.stop_timeout_s
+            timeout = self._stop_timeout(c)
             pid = c.proc.pid
             try:
                 deadline = time.monotonic() + timeout

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -500,3 +502,43 @@ class SparkWriter:
                 self.spark.stop()
             except Exception:
                 pass
+        stop_jvm()
+
+
+# How long the uploader waits for its JVM to exit once told to, before it kills it.
+JVM_EXIT_WAIT_S = 10.0
+
+
+def stop_jvm(wait_s: float = JVM_EXIT_WAIT_S) -> None:
+    """End the JVM pyspark launched for this process (a child of the uploader) before the
+    uploader exits, and wait for it.
+
+    Left alone it exits once the uploader is gone (its gateway reads the stdin pyspark gave it
+    and exits at EOF, which the kernel delivers however the uploader died, a SIGKILL included;
+    about 4 s here): closing that stdin now ends it while the uploader waits, so a stopped
+    uploader leaves no JVM behind, and one that does not go within ``wait_s`` is killed.  Not a
+    parent-death signal: the JVM is launched by the session's start thread, and the kernel
+    sends that signal when the *thread* that forked it ends."""
+    if "pyspark" not in sys.modules:
+        return   # no session was ever started here (direct writes only)
+    from pyspark import SparkContext
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if gateway is None or proc is None:
+        return
+    try:
+        gateway.shutdown()
+    except Exception:
+        pass
+    SparkContext._gateway = SparkContext._jvm = None
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        log.warning("the Spark JVM (pid %d) did not exit within %.0fs of being told to; killing it", proc.pid, wait_s)
+        proc.kill()
+        proc.wait()
