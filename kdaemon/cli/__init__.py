@@ -18,7 +18,7 @@ import click
 
 from .. import __version__
 from ..config import ENV_LAYOUT, ConfigError, DaemonConfig, effective_toml, load_for_check
-from ..exit_codes import EXIT_CONFIG
+from ..exit_codes import EXIT_CONFIG, EXIT_OK
 from ..worker.build import check_against_plugins
 from .common import config_option, fail, load_or_exit, plugins_or_exit, setup_logging
 from .lag_exporter import lag_exporter
@@ -124,6 +124,8 @@ def _run_in_process(config: DaemonConfig) -> int:
         if now >= next_check[0]:
             next_check[0] = now + 0.5
             companions.poll()
+            if companions.refused() is not None:
+                worker.request_stop()   # a companion that cannot run: stop, as the supervisor would
             companions.tick()
 
     try:
@@ -140,7 +142,9 @@ def _run_in_process(config: DaemonConfig) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: worker.request_stop(leave_group=leave))
         signal.signal(RETIRE_SIGNAL, lambda *_: worker.request_stop(leave_group=True))   # as the supervisor's
-        return worker.run()
+        code = worker.run()
+        refused = companions.refused()
+        return refused[1] if refused is not None and code == EXIT_OK else code
     finally:
         companions.stop_all()
 

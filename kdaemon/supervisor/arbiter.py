@@ -474,6 +474,12 @@ class Arbiter:
             if pid == 0:
                 return
             if self.companions.reaped(pid, os.waitstatus_to_exitcode(status)):
+                refused = self.companions.refused()
+                if refused is not None and not self._stopping:
+                    # As a worker's exit a restart cannot cure (_STOPS_THE_DAEMON): its line said why.
+                    if self._exit_code == EXIT_OK:
+                        self._exit_code = refused[1]
+                    self.handle_term()
                 continue
             proc = self.workers.pop(pid, None)
             if proc is None:

@@ -2,7 +2,8 @@
 
 The plugins describe them (``kdaemon_sink_companions`` -> ``CompanionSpec``); this module starts
 them, restarts one that died with its own ``Backoff`` (reset after a run of
-``STABLE_AFTER_S``), restarts one whose spec a reload changed, and stops them all — the
+``STABLE_AFTER_S``) unless its exit code says a restart cannot help (``refused``: the daemon
+stops instead), restarts one whose spec a reload changed, and stops them all — the
 supervisor calls ``stop_all`` only after its last worker is gone, because stopping workers
 flush their final batches to them.  ``kdaemon run --in-process`` uses the same class.
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 from ..backoff import Backoff
 from ..config import DaemonConfig
+from ..exit_codes import PERMANENT
 from ..plugins.companion import CompanionSpec
 from .companion_run import launch
 from .parent import preexec
@@ -60,6 +62,7 @@ class _Companion:
     next_start: float = 0.0
     replace_with: CompanionSpec | None = None   # stopped for a reload: start this when it has exited
     retired: bool = False                       # no longer wanted: do not start it again
+    refused: int | None = None                  # exited with a code a restart does not cure
 
 
 class Companions:
@@ -111,8 +114,14 @@ class Companions:
             return
         now = time.monotonic()
         for c in self._all.values():
-            if c.proc is None and not c.retired and c.replace_with is None and now >= c.next_start:
+            if c.proc is None and not c.retired and c.replace_with is None and c.refused is None \
+                    and now >= c.next_start:
                 self._start(c, now)
+
+    def refused(self) -> tuple[str, int] | None:
+        """(name, exit code) of a companion that exited with a code a restart does not cure
+        (``exit_codes.PERMANENT``), never started again: the daemon stops with that code."""
+        return next(((name, c.refused) for name, c in sorted(self._all.items()) if c.refused is not None), None)
 
     def pids(self) -> set[int]:
         return {c.proc.pid for c in self._all.values() if c.proc is not None}
@@ -172,6 +181,13 @@ class Companions:
         if c.replace_with is not None:
             log.info("companion %s stopped with code %d for the reload; starting it again", name, code)
             self._all[name] = _Companion(c.replace_with, Backoff(*c.replace_with.restart_backoff_s))
+            return True
+        if code in PERMANENT:
+            # The uploader refusing a Spark its jars are not built for (EXIT_SINK_REFUSED), bad
+            # settings: restarted with backoff it logged the same refusal for ever.
+            c.refused = code
+            log.error("companion %s exited with code %d, which a restart does not cure (its log above says why "
+                      "and what to change): not restarting it; the daemon stops", name, code)
             return True
         now = time.monotonic()
         if now - c.started > STABLE_AFTER_S:
