@@ -69,9 +69,10 @@ def run(config_path: str, workers: int | None, in_process: bool) -> None:
       5  a worker was fenced by Kafka: another consumer joined the group with its
          static member id (a second daemon with the same [daemon] daemon_id?)
       6  the sink or the DLQ refused for good (its topic does not exist, an ACL,
-         a table's schema, a Spark job that fails the same way every time): the
-         log names the topic or table and the fix; nothing past the records it
-         refused is committed
+         a table's schema, a Spark job that fails the same way every time, a
+         Spark its staged jars are not built for): the log names the topic,
+         table or versions and the fix; nothing past the records it refused is
+         committed
     2 to 6 will not fix themselves: the supervisor stops rather than restart-loop.
     """
     config = load_or_exit(config_path)

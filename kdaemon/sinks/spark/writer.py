@@ -21,10 +21,10 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import arrow_rows, ddl, tables
+from . import arrow_rows, ddl, jars, tables
 from ...backoff import Backoff
 from ...durations import duration
-from .staging import validate_settings
+from .staging import spark_mismatch, validate_settings
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
@@ -79,6 +79,16 @@ _SCHEMA_ERRORS = ("DELTA_METADATA_MISMATCH", "DELTA_SCHEMA_MISMATCH", "DELTA_FAI
 
 class SparkStartError(Exception):
     """The SparkSession cannot be created with these settings; the message says why."""
+
+
+class SparkMismatchError(SparkStartError):
+    """This Spark (the installed pyspark, or the JVM's) is not the one the staged jars are built
+    for (``jars.mismatch``): no restart changes that, so the uploader refuses to start
+    (``EXIT_SINK_REFUSED``) instead of failing every job with a linkage error."""
+
+    def __init__(self, mismatch: jars.SparkMismatch) -> None:
+        super().__init__(mismatch.line())
+        self.mismatch = mismatch
 
 
 def check_master_reachable(master: str) -> None:
@@ -193,9 +203,18 @@ class SparkWriter:
             except ImportError:
                 pass   # iceberg.append_files says so, and Spark writes the jobs
 
+    def check_spark(self) -> None:
+        """Raise ``SparkMismatchError`` if the installed pyspark is not the Spark the staged jars
+        of this table format are built for; before anything else, no JVM needed."""
+        found = spark_mismatch(self.settings)
+        if found is not None:
+            raise SparkMismatchError(found)
+
     def start(self) -> None:
         """Start the SparkSession (the JVM: seconds), then parse ``value_schema`` with Spark's
-        own parser: the reference for ``ddl.py``'s result, or the parse it could not make."""
+        own parser: the reference for ``ddl.py``'s result, or the parse it could not make.  A
+        JVM whose Spark is not the one the staged jars are built for (SPARK_HOME naming another
+        Spark) raises ``SparkMismatchError``."""
         check_master_reachable(self.master)
         from pyspark.sql import SparkSession
         builder = SparkSession.builder.appName("kdaemon-uploader")
@@ -227,6 +246,9 @@ class SparkWriter:
             raise SparkStartError(f"cannot start a SparkSession on master {self.master}: {first_line(exc)}") from None
         if not remote:
             spark.sparkContext.setLogLevel("WARN")
+            found = spark_mismatch(self.settings, spark.version, jars.JVM)
+            if found is not None:
+                raise SparkMismatchError(found)   # the session is stopped with the writer
         if self.value_schema:
             offline = self._value_struct
             self._value_struct = self._parse_value_schema(self.value_schema)
