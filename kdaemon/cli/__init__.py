@@ -52,6 +52,8 @@ def run(config_path: str, workers: int | None, in_process: bool) -> None:
     """Consume the configured topics into the configured sink until stopped (SIGTERM/SIGINT;
     the workers keep their static group memberships for a restart unless [daemon] on_stop =
     "leave_group"; SIGUSR2, which kdaemon stop --leave-group sends: they leave the group for good).
+    If this process dies (kill -9, the OOM killer), its workers and companions see it and stop
+    as on SIGTERM by themselves, within shutdown_timeout_s.
 
     \b
     Exit codes:
