@@ -11,7 +11,6 @@ import logging
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -182,6 +181,7 @@ class SparkWriter:
         self._checkpoint_wanted = threading.Event()
         self._checkpointer: threading.Thread | None = None
         self._stopping = False
+        self._gateway = None   # the JVM gateway ``start`` launched (``stop_jvm``), not one it found
 
     def prepare_offline(self) -> None:
         """What the writer can know before its session starts: ``value_schema`` parsed by
@@ -240,10 +240,15 @@ class SparkWriter:
         conf = merged_conf(conf, self.settings.get("conf") or {})
         for k, v in conf.items():
             builder = builder.config(k, v)
+        from pyspark import SparkContext
+        found_gateway = SparkContext._gateway
         try:
             spark = builder.getOrCreate()
         except Exception as exc:
             raise SparkStartError(f"cannot start a SparkSession on master {self.master}: {first_line(exc)}") from None
+        finally:
+            if found_gateway is None:   # launched here (even for a session that then failed): ours to stop
+                self._gateway = SparkContext._gateway
         if not remote:
             spark.sparkContext.setLogLevel("WARN")
             found = spark_mismatch(self.settings, spark.version, jars.JVM)
@@ -524,16 +529,18 @@ class SparkWriter:
                 self.spark.stop()
             except Exception:
                 pass
-        stop_jvm()
+        if self._gateway is not None:
+            stop_jvm(self._gateway)
+            self._gateway = None
 
 
 # How long the uploader waits for its JVM to exit once told to, before it kills it.
 JVM_EXIT_WAIT_S = 10.0
 
 
-def stop_jvm(wait_s: float = JVM_EXIT_WAIT_S) -> None:
-    """End the JVM pyspark launched for this process (a child of the uploader) before the
-    uploader exits, and wait for it.
+def stop_jvm(gateway, wait_s: float = JVM_EXIT_WAIT_S) -> None:
+    """End the JVM behind pyspark's ``gateway`` (a child of the uploader, launched by its
+    session's start) before the uploader exits, and wait for it.
 
     Left alone it exits once the uploader is gone (its gateway reads the stdin pyspark gave it
     and exits at EOF, which the kernel delivers however the uploader died, a SIGKILL included;
@@ -541,18 +548,16 @@ def stop_jvm(wait_s: float = JVM_EXIT_WAIT_S) -> None:
     uploader leaves no JVM behind, and one that does not go within ``wait_s`` is killed.  Not a
     parent-death signal: the JVM is launched by the session's start thread, and the kernel
     sends that signal when the *thread* that forked it ends."""
-    if "pyspark" not in sys.modules:
-        return   # no session was ever started here (direct writes only)
     from pyspark import SparkContext
-    gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None)
-    if gateway is None or proc is None:
-        return
     try:
         gateway.shutdown()
     except Exception:
         pass
-    SparkContext._gateway = SparkContext._jvm = None
+    if SparkContext._gateway is gateway:
+        SparkContext._gateway = SparkContext._jvm = None
+    if proc is None:
+        return
     try:
         if proc.stdin is not None:
             proc.stdin.close()
