@@ -139,3 +139,28 @@ def test_kdaemon_run_in_process_stops_with_exit_6_too(broker, tmp_path):
             proc.kill()
     log = d.log()
     assert log.count("the uploader refuses to start") == 1 and log.count("started companion spark-uploader") == 1, log
+
+
+def test_a_jvm_of_another_spark_is_refused_once_the_session_is_up(tmp_path, monkeypatch):
+    """pyspark 4.1 started by a SPARK_HOME naming a Spark 4.3: the installed pyspark passes, the
+    session's ``spark.version`` does not.  The session is a stand-in (no JVM): its builder
+    hands back a session that says 4.3.0."""
+    from pyspark.sql import SparkSession
+
+    from kdaemon.sinks.spark.writer import SparkMismatchError, SparkWriter
+
+    class Session:
+        version = FAKE
+        sparkContext = type("Context", (), {"setLogLevel": staticmethod(lambda level: None)})()
+
+    class Builder:
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: Session() if name == "getOrCreate" else self
+
+    monkeypatch.setattr(SparkSession, "builder", Builder())
+    writer = SparkWriter({"type": "spark", "path": str(tmp_path / "lake"), "format": "delta", "master": "local[1]"})
+    writer.check_spark()   # the installed pyspark is the pinned one
+    with pytest.raises(SparkMismatchError) as refused:
+        writer.start()
+    assert str(refused.value) == jars.mismatch("delta", FAKE, jars.JVM).line()
+    assert not writer.session_ready
