@@ -2,8 +2,9 @@
 
 ``Daemon`` writes a configuration into a temporary directory (state, sink output and the log
 live there too), starts the daemon in its own session, and offers bounded waits on its log,
-its worker processes (psutil children of the supervisor), its ``/metrics`` page and the jsonl
-files it writes.  Every wait takes a timeout and fails with the daemon's log tail, so a test
+its worker processes (psutil children of the supervisor), everything it started
+(``descendants``, followed by ``wait_gone`` once the supervisor is gone), its ``/metrics`` page
+and the jsonl files it writes.  Every wait takes a timeout and fails with the daemon's log tail, so a test
 that goes wrong says why instead of hanging.
 
 Log lines the tests rely on (the supervisor's and the workers' own):
