@@ -43,7 +43,8 @@ EXIT_SINK_REFUSED = 6
 """The sink or the dead-letter queue refused for good (``kdaemon.plugins.types.SinkRefused``):
 its Kafka topic does not exist (found before anything is consumed, or when it went away), the
 producer is not authorized, a table's schema does not take the rows, a Spark job fails the same
-way every time (an analysis error) or the JVM does not match its jars.  Retrying cannot help,
+way every time (an analysis error) or the JVM does not match its jars, or the Spark uploader
+refuses to start with a Spark its staged jars are not built for.  Retrying cannot help,
 so the worker commits nothing past the records it could not deliver and stops, saying in one
 line which topic or table refused and what to change; the supervisor stops every worker
 gracefully and exits with this code.  Fix the target (create the topic, grant the ACL, alter

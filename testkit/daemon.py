@@ -2,8 +2,9 @@
 
 ``Daemon`` writes a configuration into a temporary directory (state, sink output and the log
 live there too), starts the daemon in its own session, and offers bounded waits on its log,
-its worker processes (psutil children of the supervisor), its ``/metrics`` page and the jsonl
-files it writes.  Every wait takes a timeout and fails with the daemon's log tail, so a test
+its worker processes (psutil children of the supervisor), everything it started
+(``descendants``, followed by ``wait_gone`` once the supervisor is gone), its ``/metrics`` page
+and the jsonl files it writes.  Every wait takes a timeout and fails with the daemon's log tail, so a test
 that goes wrong says why instead of hanging.
 
 Log lines the tests rely on (the supervisor's and the workers' own):
@@ -69,6 +70,30 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str,
             extra = f"\n{on_timeout()}" if on_timeout is not None else ""
             raise AssertionError(f"timed out after {timeout} s waiting for {what}{extra}")
         time.sleep(interval)
+
+
+def _alive(p: psutil.Process) -> bool:
+    """Still running (a zombie is gone: it only waits for whoever reaps it)."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float, what: str,
+              on_timeout: Callable[[], str] | None = None) -> None:
+    """Wait until none of ``procs`` runs; AssertionError naming the survivors after ``timeout``."""
+    def survivors() -> str:
+        lines = []
+        for p in procs:
+            if _alive(p):
+                try:
+                    lines.append(f"pid {p.pid} (parent {p.ppid()}): {' '.join(p.cmdline())[:200]}")
+                except psutil.NoSuchProcess:
+                    continue
+        return "still running:\n" + "\n".join(lines) + (f"\n{on_timeout()}" if on_timeout else "")
+
+    wait_for(lambda: not any(_alive(p) for p in procs), timeout, what, survivors, interval=0.1)
 
 
 # -- configuration -------------------------------------------------------------------------------
@@ -237,6 +262,14 @@ class Daemon:
                     if c.status() != psutil.STATUS_ZOMBIE}
         except psutil.NoSuchProcess:
             return set()
+
+    def descendants(self) -> list[psutil.Process]:
+        """Every live process the supervisor started and what they started in turn (workers,
+        companions, a companion's JVM), to follow them after the supervisor is gone."""
+        try:
+            return [p for p in psutil.Process(self.pid).children(recursive=True) if _alive(p)]
+        except psutil.NoSuchProcess:
+            return []
 
     def workers(self) -> dict[int, int]:
         """index -> pid of the live workers (from the supervisor's "started worker" lines)."""

@@ -18,7 +18,7 @@ import click
 
 from .. import __version__
 from ..config import ENV_LAYOUT, ConfigError, DaemonConfig, effective_toml, load_for_check
-from ..exit_codes import EXIT_CONFIG
+from ..exit_codes import EXIT_CONFIG, EXIT_OK
 from ..worker.build import check_against_plugins
 from .common import config_option, fail, load_or_exit, plugins_or_exit, setup_logging
 from .lag_exporter import lag_exporter
@@ -52,6 +52,8 @@ def run(config_path: str, workers: int | None, in_process: bool) -> None:
     """Consume the configured topics into the configured sink until stopped (SIGTERM/SIGINT;
     the workers keep their static group memberships for a restart unless [daemon] on_stop =
     "leave_group"; SIGUSR2, which kdaemon stop --leave-group sends: they leave the group for good).
+    If this process dies (kill -9, the OOM killer), its workers and companions see it and stop
+    as on SIGTERM by themselves, within shutdown_timeout_s.
 
     \b
     Exit codes:
@@ -69,9 +71,10 @@ def run(config_path: str, workers: int | None, in_process: bool) -> None:
       5  a worker was fenced by Kafka: another consumer joined the group with its
          static member id (a second daemon with the same [daemon] daemon_id?)
       6  the sink or the DLQ refused for good (its topic does not exist, an ACL,
-         a table's schema, a Spark job that fails the same way every time): the
-         log names the topic or table and the fix; nothing past the records it
-         refused is committed
+         a table's schema, a Spark job that fails the same way every time, a
+         Spark its staged jars are not built for): the log names the topic,
+         table or versions and the fix; nothing past the records it refused is
+         committed
     2 to 6 will not fix themselves: the supervisor stops rather than restart-loop.
     """
     config = load_or_exit(config_path)
@@ -124,6 +127,8 @@ def _run_in_process(config: DaemonConfig) -> int:
         if now >= next_check[0]:
             next_check[0] = now + 0.5
             companions.poll()
+            if companions.refused() is not None:
+                worker.request_stop()   # a companion that cannot run: stop, as the supervisor would
             companions.tick()
 
     try:
@@ -140,7 +145,9 @@ def _run_in_process(config: DaemonConfig) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: worker.request_stop(leave_group=leave))
         signal.signal(RETIRE_SIGNAL, lambda *_: worker.request_stop(leave_group=True))   # as the supervisor's
-        return worker.run()
+        code = worker.run()
+        refused = companions.refused()
+        return refused[1] if refused is not None and code == EXIT_OK else code
     finally:
         companions.stop_all()
 

@@ -48,6 +48,7 @@ class Consumer:
             self._group = GroupCoordinator(config, self._network, self._metadata, self._subscriptions,
                                            on_commit=config.on_commit)
         self._closed = False
+        self._closing = False   # close() under way: wakeup() no longer interrupts (_check_wakeup)
         self._yield = False   # yield_poll(): the running poll returns after the listener
         self._owner = threading.RLock()
         self._owner_thread: int | None = None
@@ -218,7 +219,7 @@ class Consumer:
         return records if out is None else out
 
     def _check_wakeup(self) -> None:
-        if self._network.clear_wakeup():
+        if self._network.clear_wakeup() and not self._closing:
             raise WakeupError("poll interrupted by wakeup()")
 
     def _update_assignment_metadata(self) -> None:
@@ -539,6 +540,11 @@ class Consumer:
         if self._closed:
             return
         with self._owner:
+            # Wakeups are off from here on, as Java's coordinator disables them in close(): a
+            # stop is what ends a poll with wakeup(), and one pending (a second signal, or one
+            # that came outside a poll) cut the leave short: a KIP-848 static member sent no -2,
+            # and its successor was refused its instance id (UNRELEASED_INSTANCE_ID).
+            self._closing = True
             try:
                 timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
                 deadline = time.monotonic() + min(timeout, 30_000) / 1000

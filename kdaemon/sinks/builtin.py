@@ -44,6 +44,15 @@ def _validate_spark(settings: dict) -> None:
     validate_settings(settings)   # the same checks the workers and the uploader make
 
 
+def _preflight_spark(settings: dict) -> None:
+    try:
+        from .spark.staging import preflight_settings
+    except ImportError:
+        return None   # validate() says the extra is missing
+    preflight_settings(settings)   # the installed pyspark against the staged jars (the uploader's check)
+    return None
+
+
 def _kafka_dlq(settings: dict, context: SinkContext | None):
     from .kafka_dlq import KafkaDeadLetterSink   # the client's modules only where it is used
     return KafkaDeadLetterSink.from_settings(settings, context)
@@ -65,7 +74,7 @@ def kdaemon_sinks(context: SinkContext | None):
     from .simple import NullSink, StdoutSink
     return {"jsonl": _with_validate(JsonlSink.from_settings, JsonlSink.validate_settings),
             "stdout": StdoutSink.from_settings, "null": NullSink.from_settings,
-            "spark": _with_validate(lambda settings: _spark(settings, context), _validate_spark),
+            "spark": _with_validate(lambda settings: _spark(settings, context), _validate_spark, _preflight_spark),
             # A sink like the others, meant for [dlq]: dead letters into a Kafka topic (kafka_dlq.py).
             "kafka": _with_validate(lambda settings: _kafka_dlq(settings, context),
                                     lambda settings: _validate_kafka_dlq(settings, context),

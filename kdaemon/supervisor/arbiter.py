@@ -409,6 +409,7 @@ class Arbiter:
         r, w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
+        supervisor = os.getpid()   # the child checks it is still its parent (child.py, parent.py)
         pid = os.fork()
         if pid == 0:  # the child
             code = EXIT_FAILURE
@@ -425,7 +426,7 @@ class Arbiter:
                     except OSError:
                         pass
                 code = run_child(self.config, index, self.target, w, self.plugins,
-                                 self.slots.setdefault(index, Slot()).predecessor)
+                                 self.slots.setdefault(index, Slot()).predecessor, supervisor)
             except BaseException:
                 import traceback
                 traceback.print_exc()
@@ -482,6 +483,12 @@ class Arbiter:
             if pid == 0:
                 return
             if self.companions.reaped(pid, os.waitstatus_to_exitcode(status)):
+                refused = self.companions.refused()
+                if refused is not None and not self._stopping:
+                    # As a worker's exit a restart cannot cure (_STOPS_THE_DAEMON): its line said why.
+                    if self._exit_code == EXIT_OK:
+                        self._exit_code = refused[1]
+                    self.handle_term()
                 continue
             proc = self.workers.pop(pid, None)
             if proc is None:

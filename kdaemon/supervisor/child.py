@@ -5,6 +5,16 @@ the supervisor talks to systemd), and only then are the consumer, its threads an
 plugins and the sink created.  The worker reports liveness and readiness over a pipe to the
 supervisor: one ``WorkerHeartbeat`` line per beat (``heartbeat.py``).
 
+A worker does not outlive its supervisor (``parent.py``): the kernel's parent-death signal
+(``PARENT_GONE_SIGNAL``), its parent pid compared on every turn of its loop, and its heartbeat
+pipe closing each tell it the supervisor is gone.  It then logs one line, "supervisor (pid N)
+is gone: stopping", and stops as a stop of the daemon stops it: it flushes, commits what the
+sink took (never more: invariant 12), keeps or leaves its static membership as ``[daemon]
+on_stop`` says (kept by default: the daemon started in its place reuses the instance ids and
+gets the partitions back at once), and exits; ``shutdown_timeout_s`` later it is ended
+whatever it is doing, since no supervisor is left to kill it.  Before its worker is built it
+just stops.
+
 Exit codes (``kdaemon.exit_codes``): 0 clean stop; 3 stopped by an error policy — the supervisor
 stops the daemon rather than restart it into the same record; 4 could not boot (bad plugin,
 credentials, configuration only the plugins could check) — not restarted either; 5 fenced; 6 the
@@ -22,9 +32,10 @@ import time
 import traceback
 
 from ..config import ConfigError
-from ..exit_codes import EXIT_BOOT_FAILURE, EXIT_FAILURE
+from ..exit_codes import EXIT_BOOT_FAILURE, EXIT_FAILURE, EXIT_OK
 from .heartbeat import HeldPartition, WorkerHeartbeat
 from .siblings import SIBLING_SIGNAL
+from .parent import PARENT_GONE_SIGNAL, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +60,7 @@ class Heartbeat:
         self._epoch: int | None = None        # the generation (member epoch) last told
         self._held: tuple[HeldPartition, ...] | None = None   # the partitions last told, and when
         self._held_at = 0.0
+        self.closed = False   # the pipe's reading end is gone (EPIPE): the supervisor is
         os.set_blocking(fd, False)
 
     def beat(self, worker) -> None:
@@ -117,8 +129,10 @@ class Heartbeat:
     def _send(self, beat: WorkerHeartbeat) -> None:
         try:
             os.write(self.fd, beat.encode())
-        except (BlockingIOError, BrokenPipeError):
+        except BlockingIOError:
             pass
+        except BrokenPipeError:
+            self.closed = True   # nobody reads: the supervisor is gone
 
 
 # The supervisor's "stop and do not come back" (a smaller pool): drain and commit as on SIGTERM,
@@ -127,27 +141,38 @@ class Heartbeat:
 RETIRE_SIGNAL = signal.SIGUSR2
 
 
-def detach_from_supervisor() -> None:
-    """What any child forked from the supervisor does first: the supervisor's signal handlers
-    would only wake *its* loop (the child must stop on SIGTERM like any process), and only the
-    supervisor talks to systemd."""
+def detach_from_supervisor(supervisor: int) -> Supervisor:
+    """What any child forked from the supervisor (pid ``supervisor``, taken before the fork)
+    does first: the supervisor's signal handlers would only wake *its* loop (the child must
+    stop on SIGTERM like any process), only the supervisor talks to systemd, and the child must
+    not outlive it: the kernel sends it ``PARENT_GONE_SIGNAL`` (default action: end) when the
+    supervisor dies.  The returned ``Supervisor`` tells whether it is gone (it may have died
+    before the signal was asked for)."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
-                signal.SIGCHLD, RETIRE_SIGNAL):
+                signal.SIGCHLD, RETIRE_SIGNAL, PARENT_GONE_SIGNAL):
         signal.signal(sig, signal.SIG_DFL)
     for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
         os.environ.pop(name, None)
+    return Supervisor(supervisor)
+
+
+class SupervisorGone(BaseException):
+    """Raised out of a worker's build (by the parent-death signal's handler, or the wait for a
+    broker) once its supervisor is gone.  A BaseException, as KeyboardInterrupt: a plugin's
+    ``except Exception`` must not take it for its own failure."""
 
 
 def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
-              predecessor=None) -> int:
+              predecessor=None, supervisor: int | None = None) -> int:
     """Build and run one worker; never returns to the supervisor's code (the caller _exit()s).
 
     ``plugins`` is the supervisor's ``PluginManager``: its ``kdaemon_post_fork`` hook runs here,
     once logging is set up and before anything of the worker is built; a failing hook is a
     boot failure (the worker would run without what the plugin meant to set up).
     ``predecessor``: what the supervisor knew of this index's previous worker (a
-    ``heartbeat.Predecessor``); a static membership it left behind is released first."""
-    detach_from_supervisor()
+    ``heartbeat.Predecessor``); a static membership it left behind is released first.
+    ``supervisor``: its pid, taken before the fork (default: the parent now)."""
+    parent = detach_from_supervisor(os.getppid() if supervisor is None else supervisor)
     # Ignored until the worker exists to hear it: its default action would end the process.
     signal.signal(SIBLING_SIGNAL, signal.SIG_IGN)
     logging.getLogger().handlers.clear()
@@ -155,6 +180,33 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
                         format=f"%(asctime)s %(levelname)s worker-{index} %(name)s: %(message)s",
                         stream=sys.stderr)
     heartbeat = Heartbeat(heartbeat_fd)
+    built: list = []   # the worker, once it exists
+
+    def supervisor_gone(*_) -> None:
+        """``PARENT_GONE_SIGNAL``'s handler, and the loop's check: stop as a stop of the daemon
+        would (``[daemon] on_stop``), with a deadline of its own.  Sets flags only (a handler)."""
+        if not (parent.gone() or heartbeat.closed):
+            return   # a stray signal: the supervisor is there
+        if not built:
+            raise SupervisorGone()
+        worker = built[0]
+        if worker.stop_reason is None:   # once: the loop's check and the signal both come
+            parent.deadline(config.daemon.shutdown_timeout_s)
+            worker.request_stop(leave_group=config.daemon.on_stop == "leave_group", reason=parent.line())
+
+    try:
+        signal.signal(PARENT_GONE_SIGNAL, supervisor_gone)
+        supervisor_gone()   # it may have died between the fork and the signal's request
+        return _build_and_run(config, index, workers, heartbeat, plugins, predecessor, built, supervisor_gone)
+    except SupervisorGone:
+        log.warning("%s", parent.line())
+        return EXIT_OK
+
+
+def _build_and_run(config, index: int, workers: int, heartbeat: Heartbeat, plugins, predecessor,
+                   built: list, supervisor_gone) -> int:
+    """``run_child`` once the child is set up: ``built`` receives the worker; ``supervisor_gone``
+    is called on every turn of the loop (and while waiting for a broker)."""
     try:
         if plugins is not None:
             plugins.post_fork(index, config)
@@ -171,6 +223,7 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
         def on_tick(worker) -> None:
             heartbeat.beat(worker)
             metrics.update(worker)
+            supervisor_gone()   # once per poll: gunicorn's getppid() check, and the heartbeat pipe
 
         # Waiting for a broker (to choose the group protocol) beats meanwhile, so the supervisor
         # does not take it for a hang; only a refused login fails there, a boot failure anyway.
@@ -181,9 +234,11 @@ def run_child(config, index: int, workers: int, heartbeat_fd: int, plugins=None,
             problems = ("broker_unreachable",) if time.monotonic() - waiting_since >= FIRST_WARNING_S else ()
             heartbeat.waiting(problems)
             metrics.problems(problems)
+            supervisor_gone()
 
         worker = make_worker(config, index=index, workers=workers, static_members=True, on_tick=on_tick,
                              on_wait=on_wait, predecessor=predecessor)
+        built.append(worker)
     except ConfigError as exc:
         # A factory refused its settings (a plugin sink without validate(), which check-config
         # could not check): what is wrong, not a traceback.

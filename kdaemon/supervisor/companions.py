@@ -2,7 +2,8 @@
 
 The plugins describe them (``kdaemon_sink_companions`` -> ``CompanionSpec``); this module starts
 them, restarts one that died with its own ``Backoff`` (reset after a run of
-``STABLE_AFTER_S``), restarts one whose spec a reload changed, and stops them all — the
+``STABLE_AFTER_S``) unless its exit code says a restart cannot help (``refused``: the daemon
+stops instead), restarts one whose spec a reload changed, and stops them all — the
 supervisor calls ``stop_all`` only after its last worker is gone, because stopping workers
 flush their final batches to them.  ``kdaemon run --in-process`` uses the same class.
 
@@ -22,8 +23,10 @@ from dataclasses import dataclass
 
 from ..backoff import Backoff
 from ..config import DaemonConfig
+from ..exit_codes import PERMANENT
 from ..plugins.companion import CompanionSpec
 from .companion_run import launch
+from .parent import preexec
 from .control import CompanionStatus
 
 log = logging.getLogger("kdaemon.supervisor")
@@ -59,6 +62,7 @@ class _Companion:
     next_start: float = 0.0
     replace_with: CompanionSpec | None = None   # stopped for a reload: start this when it has exited
     retired: bool = False                       # no longer wanted: do not start it again
+    refused: int | None = None                  # exited with a code a restart does not cure
 
 
 class Companions:
@@ -110,8 +114,14 @@ class Companions:
             return
         now = time.monotonic()
         for c in self._all.values():
-            if c.proc is None and not c.retired and c.replace_with is None and now >= c.next_start:
+            if c.proc is None and not c.retired and c.replace_with is None and c.refused is None \
+                    and now >= c.next_start:
                 self._start(c, now)
+
+    def refused(self) -> tuple[str, int] | None:
+        """(name, exit code) of a companion that exited with a code a restart does not cure
+        (``exit_codes.PERMANENT``), never started again: the daemon stops with that code."""
+        return next(((name, c.refused) for name, c in sorted(self._all.items()) if c.refused is not None), None)
 
     def pids(self) -> set[int]:
         return {c.proc.pid for c in self._all.values() if c.proc is not None}
@@ -125,11 +135,19 @@ class Companions:
 
     # -- processes ------------------------------------------------------------------------------
 
+    def _stop_timeout(self, c: _Companion) -> float:
+        return c.spec.stop_timeout_s if c.spec.stop_timeout_s is not None else self.stop_timeout_s
+
     def _start(self, c: _Companion, now: float) -> None:
-        argv, env = launch(c.spec, self.log_level, os.environ)
+        """Start ``c`` (from the main thread: the kernel's parent-death signal is tied to the
+        thread that forks, ``parent.py``).  An entry companion watches this process itself
+        (``companion_run``); a plain command gets only the kernel's stop signal."""
+        me = os.getpid()
+        argv, env = launch(c.spec, self.log_level, os.environ, parent=me, stop_timeout_s=self._stop_timeout(c))
         c.started = now
         try:
-            c.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+            c.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                      preexec_fn=preexec(me, c.spec.stop_signal) if c.spec.argv is not None else None)
         except OSError as exc:
             delay = c.backoff.failure()
             c.next_start = now + delay
@@ -164,6 +182,13 @@ class Companions:
             log.info("companion %s stopped with code %d for the reload; starting it again", name, code)
             self._all[name] = _Companion(c.replace_with, Backoff(*c.replace_with.restart_backoff_s))
             return True
+        if code in PERMANENT:
+            # The uploader refusing a Spark its jars are not built for (EXIT_SINK_REFUSED), bad
+            # settings: restarted with backoff it logged the same refusal for ever.
+            c.refused = code
+            log.error("companion %s exited with code %d, which a restart does not cure (its log above says why "
+                      "and what to change): not restarting it; the daemon stops", name, code)
+            return True
         now = time.monotonic()
         if now - c.started > STABLE_AFTER_S:
             c.backoff.reset()
@@ -191,7 +216,7 @@ class Companions:
         for c in list(self._all.values()):
             if c.proc is None:
                 continue
-            timeout = c.spec.stop_timeout_s if c.spec.stop_timeout_s is not None else self.stop_timeout_s
+            timeout = self._stop_timeout(c)
             pid = c.proc.pid
             try:
                 deadline = time.monotonic() + timeout

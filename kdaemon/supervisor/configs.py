@@ -45,12 +45,13 @@ def validate_in_child(config_path: str, timeout_s: float = CHECK_TIMEOUT_S) -> l
     r, w = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
+    supervisor = os.getpid()
     pid = os.fork()
     if pid == 0:   # the child: never returns
         code = 1
         try:
             os.close(r)
-            detach_from_supervisor()
+            detach_from_supervisor(supervisor)
             from ..worker.main import check_file
             try:
                 problems = check_file(config_path).problems

@@ -73,6 +73,8 @@ class Worker:
         self._on_tick = on_tick
         self._stopping = False
         self._leave_for_good = False   # set by request_stop(leave_group=True)
+        self._stop_reason: str | None = None   # set by request_stop(reason=...), said once
+        self._reason_said = False
         self._assigned_once = False
         self._ownership = None   # worker 0's OwnershipCheck (worker/ownership.py), once watching
         self._census: GroupCensus | None = None   # made when first needed (_group_sizes)
@@ -87,12 +89,16 @@ class Worker:
             return group.stable
         return bool(self.consumer.assignment()) or self._assigned_once
 
-    def request_stop(self, *, leave_group: bool = False) -> None:
+    def request_stop(self, *, leave_group: bool = False, reason: str | None = None) -> None:
         """Stop after the current step.  ``leave_group``: this worker is not coming back (the
         pool shrank), so its static membership leaves for good and its partitions move to the
         others at once rather than after the session timeout (see
-        ``GroupMembershipOperation``).  Thread- and signal-safe: it only sets flags."""
+        ``GroupMembershipOperation``).  ``reason``: why, when it is not the caller's to say (the
+        supervisor is gone): logged once, by ``run``, as the worker stops.  Thread- and
+        signal-safe: it only sets flags."""
         self._leave_for_good = self._leave_for_good or leave_group
+        if reason is not None and self._stop_reason is None:
+            self._stop_reason = reason
         self._stopping = True
         try:
             self.consumer.wakeup()
@@ -113,6 +119,16 @@ class Worker:
         if self._census is None:
             self._census = GroupCensus(self.consumer.config, self.config.daemon.topics)
         return self._census.sizes(time.monotonic())
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The first ``reason`` given to ``request_stop``."""
+        return self._stop_reason
+
+    def _say_stop_reason(self) -> None:
+        if self._stop_reason is not None and not self._reason_said:
+            self._reason_said = True
+            log.warning("%s", self._stop_reason)
 
     def watch_ownership(self, check) -> None:
         """Look out for partitions nobody consumes with ``check`` (an ``OwnershipCheck``), from
@@ -141,7 +157,9 @@ class Worker:
                       "group_instance_id)", exc)
             code = EXIT_FENCED
         finally:
+            self._say_stop_reason()
             self.shutdown(fenced=code == EXIT_FENCED)
+            self._say_stop_reason()   # given during the shutdown itself
         if code == EXIT_OK and self.delivery.stop_error is not None:
             code = _stopped(self.delivery.stop_error)   # refused in the final flush (a SIGTERM's)
         return code

@@ -32,8 +32,11 @@ class Member(threading.Thread):
     """A kdaemon consumer polling in a thread, recording its listener calls, its records and
     the ConsumerGroupHeartbeat requests it wrote."""
 
-    def __init__(self, bootstrap: str, group: str, name: str, *, topics=None, pattern=None, **options) -> None:
+    def __init__(self, bootstrap: str, group: str, name: str, *, topics=None, pattern=None,
+                 wakeup_at_close: bool = False, **options) -> None:
+        """``wakeup_at_close``: call ``wakeup()`` right before ``close()`` (a stop request left pending)."""
         super().__init__(name=name, daemon=True)
+        self.wakeup_at_close = wakeup_at_close
         self.consumer = Consumer(bootstrap, group_id=group, group_protocol="consumer", client_id=name,
                                  auto_offset_reset="earliest", auto_commit_interval_ms=500, **options)
         self.topics, self.pattern = topics, pattern
@@ -83,6 +86,8 @@ class Member(threading.Thread):
             self.error = exc
         finally:
             try:
+                if self.wakeup_at_close:
+                    c.wakeup()
                 c.close()
             except Exception as exc:   # noqa: BLE001
                 self.error = self.error or exc
@@ -219,6 +224,36 @@ def test_a_static_member_leaves_with_epoch_minus_two_and_gets_its_assignment_bac
             if m is not None and m.is_alive():
                 m.stop()
     assert static.error is None and other.error is None and (back is None or back.error is None)
+
+
+def test_a_wakeup_pending_when_a_static_member_closes_does_not_cut_its_leave_short(kafka):
+    """A stop is what calls ``wakeup()``; one still pending when ``close()`` runs (a second signal,
+    a stop that came outside a poll: a worker whose supervisor died got both the signal and its
+    own check) raised out of the wait for the -2 leave, which never went out, and the member's
+    successor was refused its instance id (UNRELEASED_INSTANCE_ID) until the session expired.
+    Wakeups are off in ``close()``, as Java's coordinator disables them there."""
+    bootstrap = kafka.bootstrap
+    topic, group = _name("kip848-wakeup"), _name("g")
+    create_topic(bootstrap, topic, 2)
+    everything = partitions(topic, 2)
+    instance = _name("static")
+    first = Member(bootstrap, group, "first", topics=[topic], group_instance_id=instance, wakeup_at_close=True)
+    first.start()
+    back = None
+    try:
+        wait_until(lambda: first.owned == everything and first.state.stable, "the first member's assignment", [first])
+        first.stop()
+        assert first.error is None, first.error
+        leave = first.heartbeats[-1]
+        assert (leave["member_epoch"], leave["instance_id"]) == (-2, instance)
+        back = Member(bootstrap, group, "back", topics=[topic], group_instance_id=instance)
+        back.start()
+        wait_until(lambda: back.owned == everything and back.state.stable, "the successor's assignment", [back])
+    finally:
+        for m in (first, back):
+            if m is not None and m.is_alive():
+                m.stop()
+    assert back.error is None, back.error
 
 
 def test_a_regular_expression_is_matched_by_the_broker_against_whole_topic_names(kafka):

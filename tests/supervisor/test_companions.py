@@ -225,3 +225,33 @@ def test_companions_follow_the_wanted_specs():
     for pid in last:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)   # reaped: no zombie left behind
+
+
+def test_a_companion_whose_exit_a_restart_cannot_cure_is_not_started_again():
+    """Exit 6 (the uploader refusing a Spark its jars are not built for) or any other code of
+    ``exit_codes.PERMANENT``: not restarted with backoff, but reported (``refused``), for the
+    supervisor to stop the daemon with it; any other code is restarted as before."""
+    from kdaemon.exit_codes import EXIT_SINK_REFUSED
+    from kdaemon.supervisor.companions import Companions
+
+    def exits(name: str, code: int) -> CompanionSpec:
+        return CompanionSpec(name, argv=(sys.executable, "-c", f"import sys; sys.exit({code})"),
+                             restart_backoff_s=(0.1, 0.1))
+    companions = Companions()
+    companions.configure([exits("refuses", EXIT_SINK_REFUSED), exits("fails", 1)], log_level="INFO",
+                         stop_timeout_s=10)
+    started: dict[str, set[int]] = {"refuses": set(), "fails": set()}
+
+    def turn():
+        companions.poll()
+        companions.tick()
+        for state in companions.states():
+            if state.pid is not None:
+                started[state.name].add(state.pid)
+        return companions.refused() is not None and len(started["fails"]) >= 3
+    try:
+        wait_for(turn, 30, "the refusal, and the other companion restarted twice")
+        assert companions.refused() == ("refuses", EXIT_SINK_REFUSED)
+        assert len(started["refuses"]) == 1, started
+    finally:
+        companions.stop_all()

@@ -7,15 +7,26 @@ pyspark) from Maven Central into ``$KDAEMON_CACHE`` (default ``~/.cache/kdaemon`
 (``python -m kdaemon.sinks.spark.jars delta``).  ``staged_jars(kind)`` is what the uploader puts
 on ``spark.jars``; nothing staged is a clear error naming the command, at the uploader's start,
 not a download.
+
+Each pom says which Spark its jars are built for, in its ``spark.minor`` property (the Delta and
+Iceberg artifacts carry it in their names): ``built_for(kind)`` reads it there, the one place it
+is written.  A JVM loading them into another Spark fails every job with a linkage error
+(``IncompatibleClassChangeError``, ``NoSuchMethodError``): a pyspark upgraded to 4.3 under jars
+for 4.1 was retried once a second, 390 ERROR lines in five minutes and nothing delivered.  So
+``check-config`` and the uploader's start compare the installed pyspark with it, and the
+uploader compares its JVM's ``spark.version`` once the session is up (``mismatch``): a
+difference is refused, naming both versions and the fix.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 POM_DIR = Path(__file__).with_name("maven")
@@ -45,6 +56,67 @@ def staged_jars(kind: str) -> list[str]:
         raise JarsMissing(f"the {kind} jars are not staged in {d}: run `python -m kdaemon.sinks.spark.jars {kind}` "
                           "(Maven resolves them from Maven Central, once; `make install` does it)")
     return jars
+
+
+def built_for(kind: str) -> str:
+    """The Spark version (major.minor, "4.1") ``kind``'s jars are built for: its pom's
+    ``spark.minor``."""
+    m = re.search(r"<spark\.minor>\s*([0-9]+\.[0-9]+)\s*</spark\.minor>", _pom(kind).read_text())
+    if m is None:
+        raise ValueError(f"{_pom(kind)} does not say which Spark its jars are built for (<spark.minor>)")
+    return m.group(1)
+
+
+def installed_pyspark() -> str | None:
+    """The version of the pyspark this interpreter imports (None: none).  It imports pyspark:
+    for ``check-config`` and the uploader, never a worker."""
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    return pyspark.__version__
+
+
+PYSPARK = "the installed pyspark"
+JVM = "the JVM's Spark (spark.version)"
+
+
+@dataclass(frozen=True)
+class SparkMismatch:
+    """``whose`` Spark (``PYSPARK`` or ``JVM``) is ``found``; ``kind``'s jars are built for
+    ``wanted``."""
+
+    kind: str
+    whose: str
+    found: str
+    wanted: str
+
+    @property
+    def problem(self) -> str:
+        return f"{self.whose} is {self.found}, but the staged {self.kind} jars are built for Spark {self.wanted}"
+
+    @property
+    def fix(self) -> str:
+        use = (f"install pyspark {self.wanted} (pip install 'pyspark=={self.wanted}.*', as kdaemon's spark extra "
+               "pins it)") if self.whose == PYSPARK else \
+            (f"run the uploader with Spark {self.wanted} (pyspark starts the Spark SPARK_HOME names: unset it for "
+             f"pyspark's own, or point it at a Spark {self.wanted})")
+        return (f"{use}, or stage {self.kind} jars built for Spark {_minor(self.found)} ({_pom(self.kind)}: its "
+                f"spark.minor and the {self.kind} version, then python -m kdaemon.sinks.spark.jars {self.kind})")
+
+    def line(self) -> str:
+        return f"{self.problem}; to fix: {self.fix}"
+
+
+def mismatch(kind: str, version: str, whose: str = PYSPARK) -> SparkMismatch | None:
+    """None if Spark ``version`` (``whose``) is one ``kind``'s staged jars are built for (the same
+    major.minor: Spark keeps binary compatibility within a minor), else what is wrong."""
+    wanted = built_for(kind)
+    return None if _minor(version) == wanted else SparkMismatch(kind, whose, version, wanted)
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
 
 
 def stage(kind: str) -> Path:

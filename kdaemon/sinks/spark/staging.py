@@ -27,8 +27,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from ...plugins.types import Record, TopicPartition
-from . import iceberg, staged, tables
+from ...plugins.types import Record, SinkRefused, TopicPartition
+from . import iceberg, jars, staged, tables
 from .jars import JarsMissing, staged_jars
 from .layout import BatchId
 from .staged import as_bytes
@@ -43,6 +43,28 @@ VALUE_FORMATS = ("binary", "string", "json")
 FORMATS = ("parquet", *tables.FORMATS)   # path mode's own Parquet layout, or a table (tables.py)
 PARTITION_COLUMNS = ("topic", "partition", "date", "timestamp_type")
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+
+
+def spark_mismatch(settings: dict, version: str | None = None, whose: str = jars.PYSPARK) -> jars.SparkMismatch | None:
+    """Whether Spark ``version`` (default: the installed pyspark's, which this imports) is one the
+    staged jars of the settings' table format are built for (``jars.mismatch``); None if so, or
+    when no staged jars are used (Parquet; a Spark Connect server has its own), or no pyspark.
+    ``check-config`` (``preflight_settings``) and the uploader ask, never a worker."""
+    fmt = settings.get("format", "parquet")
+    if fmt not in tables.FORMATS or str(settings.get("master", "local[*]")).startswith("sc://"):
+        return None
+    version = jars.installed_pyspark() if version is None else version
+    return None if version is None else jars.mismatch(fmt, version, whose)
+
+
+def preflight_settings(settings: dict) -> None:
+    """``check-config``'s look beyond the settings themselves: ``SinkRefused`` if the installed
+    pyspark is not the Spark the staged jars are built for (the uploader would refuse to start,
+    exit 6)."""
+    found = spark_mismatch(settings)
+    if found is not None:
+        raise SinkRefused(found.problem, target=f"the {settings.get('format')} output at {settings.get('path')}",
+                          fix=found.fix)
 
 
 def validate_settings(settings: dict) -> None:

@@ -30,6 +30,9 @@ exactly-once rules.  A job that fails is classified once (``failures.py``): a tr
 is answered "transient" (the workers keep their batches and send them again); one that fails
 the same way ``DETERMINISTIC_ATTEMPTS`` times in a row, or a JVM linkage error at once, is
 answered "refused" with the fix, and the workers stop the daemon instead of retrying for ever.
+A Spark the staged jars are not built for (the installed pyspark, checked first; the JVM's,
+once the session is up: ``jars.mismatch``) is refused before any job: the uploader exits with
+``EXIT_SINK_REFUSED`` and the supervisor stops the daemon instead of restarting it.
 A failure is logged when it starts or changes; the same one again is DEBUG, and the first job
 that succeeds after failures says so.
 """
@@ -52,11 +55,12 @@ from dataclasses import dataclass, field
 
 import pyarrow.parquet as pq
 
+from ...exit_codes import EXIT_SINK_REFUSED
 from . import layout, tables
 from .failures import DETERMINISTIC, DETERMINISTIC_ATTEMPTS, PERMANENT, classify
 from .layout import BatchId
 from . import staged
-from .writer import BadValues, SparkStartError, SparkWriter, first_line, wait_for_master
+from .writer import BadValues, SparkMismatchError, SparkStartError, SparkWriter, first_line, wait_for_master
 from .fresh import Fresh, inspect_batch, versions_of
 from .resume import resume_points
 from .session_start import SessionStart
@@ -131,6 +135,10 @@ class Uploader:
     def serve(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: self._request_stop())
         signal.signal(signal.SIGINT, lambda *_: self._request_stop())
+        try:
+            self.writer.check_spark()   # before anything: no restart changes the installed pyspark
+        except SparkMismatchError as exc:
+            return _cannot_start(exc)
         os.makedirs(os.path.dirname(self.socket_path), exist_ok=True)
         try:
             os.unlink(self.socket_path)
@@ -155,8 +163,7 @@ class Uploader:
             try:
                 self.writer.prepare_offline()
             except SparkStartError as exc:
-                log.error("the uploader cannot start: %s", exc)
-                return EXIT_CANNOT_START
+                return _cannot_start(exc)
             # With direct writes, jobs are served while Spark starts (``session_start.py``).
             self._starting = SessionStart(self.writer, lower_priority=self.writer.direct_writes)
             if not self.writer.direct_writes:   # every job needs the session: serve once it is up
@@ -164,8 +171,7 @@ class Uploader:
                     if not self._await_session(answer_questions=True):
                         return 0
                 except SparkStartError as exc:
-                    log.error("the uploader cannot start: %s", exc)
-                    return EXIT_CANNOT_START
+                    return _cannot_start(exc)
             self._remove_own_tmp()
             log.info("uploader listening on %s, writing to %s%s%s", self.socket_path, self.root,
                      f" (an {self.writer.format} table)" if self.writer.format in tables.FORMATS else "",
@@ -174,8 +180,7 @@ class Uploader:
                 self._turn(server, 0.5)
                 if warming is None and not self._starting.running:
                     if self._starting.failure() is not None:
-                        log.error("the uploader cannot start: %s", self._starting.failure())
-                        return EXIT_CANNOT_START
+                        return _cannot_start(self._starting.failure())
                     warming = threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True)
                     warming.start()
         finally:
@@ -603,6 +608,18 @@ class Uploader:
                 log.warning("removed %d file(s) of batch %s of %s: an upload that did not finish",
                             removed, batch.name, topic)
             layout.remove_durably(layout.pending_path(self.root, topic, batch))
+
+
+def _cannot_start(exc: SparkStartError) -> int:
+    """The one line and the exit code of an uploader that cannot start: ``EXIT_SINK_REFUSED``
+    for a Spark the staged jars are not built for (the supervisor stops the daemon: a restart
+    would refuse the same), else ``EXIT_CANNOT_START`` (restarted with backoff: a master may
+    come back)."""
+    if isinstance(exc, SparkMismatchError):
+        log.error("the uploader refuses to start: %s", exc)
+        return EXIT_SINK_REFUSED
+    log.error("the uploader cannot start: %s", exc)
+    return EXIT_CANNOT_START
 
 
 def _after_failed(batch: BatchId) -> str:

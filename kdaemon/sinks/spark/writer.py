@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -19,10 +20,10 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import arrow_rows, ddl, tables
+from . import arrow_rows, ddl, jars, tables
 from ...backoff import Backoff
 from ...durations import duration
-from .staging import validate_settings
+from .staging import spark_mismatch, validate_settings
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
@@ -77,6 +78,16 @@ _SCHEMA_ERRORS = ("DELTA_METADATA_MISMATCH", "DELTA_SCHEMA_MISMATCH", "DELTA_FAI
 
 class SparkStartError(Exception):
     """The SparkSession cannot be created with these settings; the message says why."""
+
+
+class SparkMismatchError(SparkStartError):
+    """This Spark (the installed pyspark, or the JVM's) is not the one the staged jars are built
+    for (``jars.mismatch``): no restart changes that, so the uploader refuses to start
+    (``EXIT_SINK_REFUSED``) instead of failing every job with a linkage error."""
+
+    def __init__(self, mismatch: jars.SparkMismatch) -> None:
+        super().__init__(mismatch.line())
+        self.mismatch = mismatch
 
 
 def check_master_reachable(master: str) -> None:
@@ -170,6 +181,7 @@ class SparkWriter:
         self._checkpoint_wanted = threading.Event()
         self._checkpointer: threading.Thread | None = None
         self._stopping = False
+        self._gateway = None   # the JVM gateway ``start`` launched (``stop_jvm``), not one it found
 
     def prepare_offline(self) -> None:
         """What the writer can know before its session starts: ``value_schema`` parsed by
@@ -191,9 +203,18 @@ class SparkWriter:
             except ImportError:
                 pass   # iceberg.append_files says so, and Spark writes the jobs
 
+    def check_spark(self) -> None:
+        """Raise ``SparkMismatchError`` if the installed pyspark is not the Spark the staged jars
+        of this table format are built for; before anything else, no JVM needed."""
+        found = spark_mismatch(self.settings)
+        if found is not None:
+            raise SparkMismatchError(found)
+
     def start(self) -> None:
         """Start the SparkSession (the JVM: seconds), then parse ``value_schema`` with Spark's
-        own parser: the reference for ``ddl.py``'s result, or the parse it could not make."""
+        own parser: the reference for ``ddl.py``'s result, or the parse it could not make.  A
+        JVM whose Spark is not the one the staged jars are built for (SPARK_HOME naming another
+        Spark) raises ``SparkMismatchError``."""
         check_master_reachable(self.master)
         from pyspark.sql import SparkSession
         builder = SparkSession.builder.appName("kdaemon-uploader")
@@ -219,12 +240,20 @@ class SparkWriter:
         conf = merged_conf(conf, self.settings.get("conf") or {})
         for k, v in conf.items():
             builder = builder.config(k, v)
+        from pyspark import SparkContext
+        found_gateway = SparkContext._gateway
         try:
             spark = builder.getOrCreate()
         except Exception as exc:
             raise SparkStartError(f"cannot start a SparkSession on master {self.master}: {first_line(exc)}") from None
+        finally:
+            if found_gateway is None:   # launched here (even for a session that then failed): ours to stop
+                self._gateway = SparkContext._gateway
         if not remote:
             spark.sparkContext.setLogLevel("WARN")
+            found = spark_mismatch(self.settings, spark.version, jars.JVM)
+            if found is not None:
+                raise SparkMismatchError(found)   # the session is stopped with the writer
         if self.value_schema:
             offline = self._value_struct
             self._value_struct = self._parse_value_schema(self.value_schema)
@@ -500,3 +529,43 @@ class SparkWriter:
                 self.spark.stop()
             except Exception:
                 pass
+        if self._gateway is not None:
+            stop_jvm(self._gateway)
+            self._gateway = None
+
+
+# How long the uploader waits for its JVM to exit once told to, before it kills it.
+JVM_EXIT_WAIT_S = 10.0
+
+
+def stop_jvm(gateway, wait_s: float = JVM_EXIT_WAIT_S) -> None:
+    """End the JVM behind pyspark's ``gateway`` (a child of the uploader, launched by its
+    session's start) before the uploader exits, and wait for it.
+
+    Left alone it exits once the uploader is gone (its gateway reads the stdin pyspark gave it
+    and exits at EOF, which the kernel delivers however the uploader died, a SIGKILL included;
+    about 4 s here): closing that stdin now ends it while the uploader waits, so a stopped
+    uploader leaves no JVM behind, and one that does not go within ``wait_s`` is killed.  Not a
+    parent-death signal: the JVM is launched by the session's start thread, and the kernel
+    sends that signal when the *thread* that forked it ends."""
+    from pyspark import SparkContext
+    proc = getattr(gateway, "proc", None)
+    try:
+        gateway.shutdown()
+    except Exception:
+        pass
+    if SparkContext._gateway is gateway:
+        SparkContext._gateway = SparkContext._jvm = None
+    if proc is None:
+        return
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        log.warning("the Spark JVM (pid %d) did not exit within %.0fs of being told to; killing it", proc.pid, wait_s)
+        proc.kill()
+        proc.wait()

@@ -256,3 +256,72 @@ def test_a_refused_upload_stops_the_worker_with_exit_sink_refused(tmp_path, capl
                      "[DELTA_TABLE_NOT_FOUND] (to fix: create the table)"]
     assert isinstance(worker.delivery.stop_error, SparkRefused) and isinstance(worker.delivery.stop_error, SinkRefused)
     _ = Record   # the worker's records are plugins.types.Record
+
+
+def test_a_jvm_linkage_error_in_a_job_stops_the_worker_with_exit_sink_refused_at_the_first_failure(tmp_path, caplog):
+    """Both ends at once: the uploader's classification (a linkage error refused at once, not
+    answered "transient") reaching a real worker over the real socket as its stop with
+    EXIT_SINK_REFUSED, after one job and one ERROR line from the uploader, nothing committed.
+    What ran for five minutes before, once a second: the same job, the same IncompatibleClassChangeError."""
+    import threading
+
+    from kdaemon.config import parse
+    from kdaemon.worker.build import PipelineParts
+    from kdaemon.worker.pipeline import Worker
+    from testkit.pipeline import TOPIC, ScriptedConsumer
+
+    path = tmp_path / "out"
+    u = Uploader({"type": "spark", "path": str(path), "socket": str(tmp_path / "up.sock")}, str(tmp_path / "state"))
+    jobs: list[int] = []
+
+    def linkage(requests):
+        jobs.append(len(requests))
+        raise java_error("java.lang.IncompatibleClassChangeError: class org.apache.iceberg.spark.SparkWrite "
+                         "has interface org.apache.spark.sql.connector.write.Write as super class")
+    u.upload = linkage
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(u.socket_path)
+    server.listen(4)
+    server.setblocking(False)
+    u._sel.register(server, __import__("selectors").EVENT_READ, None)
+    done = threading.Event()
+
+    def serve():
+        while not done.is_set():
+            u._turn(server, 0.05)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    config = parse({"kafka": {"bootstrap_servers": "127.0.0.1:1", "group_id": "g"},
+                    "daemon": {"topics": [TOPIC], "on_deserialize_error": "skip"},
+                    "sink": {"type": "null"}})
+
+    class Consumer(ScriptedConsumer):
+        def subscription(self):
+            return set()
+
+        def group_member_id(self):
+            return None
+
+    consumer = Consumer(10, set())
+    sink = SparkSink({"type": "spark", "path": str(path), "socket": u.socket_path, "max_records": 5},
+                     str(tmp_path / "state"))
+    identity = lambda t, h, b: b  # noqa: E731
+    worker = Worker(config, PipelineParts(None, identity, identity, [], sink, None), consumer, lambda c, w: None)
+    codes: list[int] = []
+    running = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
+    running.start()
+    try:
+        running.join(60)
+        if running.is_alive():   # retried instead: stop it, and fail
+            worker.request_stop()
+            running.join(30)
+            pytest.fail(f"the worker was still retrying after 60 s ({len(jobs)} jobs)")
+    finally:
+        done.set()
+        thread.join(10)
+        server.close()
+    assert codes == [EXIT_SINK_REFUSED] and consumer.commits == [] and jobs == [1]
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert [r.name for r in errors] == ["kdaemon.spark.uploader", "kdaemon.worker.pipeline"], errors
+    assert "IncompatibleClassChangeError" in errors[1].getMessage() and "stage the jars" in errors[1].getMessage()

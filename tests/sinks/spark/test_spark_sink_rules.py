@@ -46,6 +46,9 @@ class FakeWriter:
     def prepare_offline(self) -> None:
         pass
 
+    def check_spark(self) -> None:
+        pass   # Parquet: no staged jars to match
+
     def __init__(self) -> None:
         self.jobs = 0
         self.bad_value = False   # a value does not parse: a not-careful job fails, as Spark's check does
