@@ -9,7 +9,8 @@ that goes wrong says why instead of hanging.
 
 Log lines the tests rely on (the supervisor's and the workers' own):
 * ``started worker <i> (pid <p>)`` — a fork, supervisor;
-* ``worker <i> (pid <p>) has its assignment: generation <g>, [...]`` — readiness, supervisor;
+* ``worker <i> (pid <p>) has its assignment: generation <g>, [...]`` — readiness, and every
+  change of a ready worker's partitions after it (KIP-848 moves them without a rejoin), supervisor;
 * ``all <n> worker(s) have their assignment`` — the moment READY=1 is sent;
 * ``worker-<i> kdaemon.client.group.coordinator: group <g>: joined generation <n>`` — every
   JoinGroup a worker completes (a rebalance it took part in).

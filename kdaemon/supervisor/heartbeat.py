@@ -31,7 +31,8 @@ class HeldPartition:
 @dataclass(frozen=True)
 class WorkerHeartbeat:
     """One beat.  ``generation`` and ``partitions`` only come with the beat on which ``ready``
-    turns true (once per assignment): who holds what since when, for the supervisor's log.
+    turns true, or on which a ready worker's partitions changed (once per assignment): who
+    holds what since when, for the supervisor's log.
     ``member_id`` and ``group_protocol`` come whenever the member id is new, the first time
     before the worker joins when the protocol lets the client choose it (KIP-848)."""
 
