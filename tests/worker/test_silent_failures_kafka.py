@@ -91,8 +91,9 @@ def test_more_workers_than_partitions(kafka, tmp_path):
     config = daemon_config(tmp_path / "idle", kafka.bootstrap, topic, f"g-{uuid.uuid4().hex[:8]}", workers=3)
     sock, d = _run(tmp_path, config, "idle")
     with sock, d:
-        took = _warned(d, r"worker: group \S+: its 3 members share 2 partition\(s\) and this worker has none for "
-                          r"[\d.]+s; the group has more members than the topics have partitions: lower \[daemon\] workers")
+        took = _warned(d, r"worker: group \S+: its 3 members share 2 partition\(s\) and this worker has none "
+                          r"for [\d.]+s; the group has more members than the topics have partitions: lower "
+                          r"\[daemon\] workers")
         assert took <= WITHIN_S + 10, (took, d.log_tail())   # from the join's end, which takes a few seconds
         sock.wait_for(lambda n: "no assignment on 1 worker(s)" in n.message, 15, "STATUS= saying so")
         wait_for(lambda: _gauge(d, "no_assignment") == 1, 10, "kdaemon_worker_problems{no_assignment}", d.log_tail)
