@@ -8,7 +8,7 @@ which are fixture starts (an Apache Kafka cluster, a Schema Registry, a SparkSes
 test's own work is in its call; and the calls by what they wait on, from their names.
 
 ``--cpu`` adds what the tests computed: tests/conftest.py writes one JSON line per test
-(``{"nodeid", "wall_s", "cpu_s"}``: setup, call and teardown together; the CPU of the test process
+(``{"nodeid", "wall_s", "cpu_s", "end", "worker"}``: setup, call and teardown together; the CPU of the test process
 and of the children it reaped: daemons, JVM peers, tools; not the shared brokers') when
 ``KDAEMON_TEST_CPU=path`` is set.  Wall time with no CPU
 behind it is waiting: brokers' group timers, session timeouts, sleeps, polls.
@@ -68,7 +68,35 @@ def breakdown(entries: list[tuple[float, str, str]], cpu: list[dict] | None = No
         for r in cpu:
             waits[folder(r["nodeid"])] += r["wall_s"] - r["cpu_s"]
         lines += [""] + table("waiting (wall - CPU) by folder", dict(waits), wall - used)
+        lines += workers(cpu)
     return "\n".join(lines)
+
+
+def workers(cpu: list[dict]) -> list[str]:
+    """Each xdist worker's busy time and when it finished, and each group's (a lane, a module
+    with a cluster of its own) time and end, from the records' ``worker`` and ``end``: the run
+    ends with its last worker, so this is where an unbalanced lane shows."""
+    timed = [r for r in cpu if "end" in r and "worker" in r]
+    if not timed:
+        return []
+    t0 = min(r["end"] - r["wall_s"] for r in timed)
+    busy: dict[str, float] = defaultdict(float)
+    last: dict[str, float] = defaultdict(float)
+    groups: dict[str, list[float]] = {}
+    for r in timed:
+        busy[r["worker"]] += r["wall_s"]
+        last[r["worker"]] = max(last[r["worker"]], r["end"] - t0)
+        if "@" in r["nodeid"]:
+            g = groups.setdefault(r["nodeid"].rsplit("@", 1)[1], [0.0, float("inf"), 0.0])
+            g[0] += r["wall_s"]
+            g[1] = min(g[1], r["end"] - r["wall_s"] - t0)
+            g[2] = max(g[2], r["end"] - t0)
+    out = ["", f"{'worker':<48} {'busy s':>9} {'ends at':>8}"]
+    out += [f"{w:<48} {busy[w]:>9.0f} {last[w]:>8.0f}" for w in sorted(busy)]
+    out += ["", f"{'group (lane or module unit)':<48} {'busy s':>9} {'from':>6} {'to':>6}"]
+    for name, (b, start, end) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:20]:
+        out.append(f"{name:<48} {b:>9.0f} {start:>6.0f} {end:>6.0f}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

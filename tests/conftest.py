@@ -45,6 +45,9 @@ def _is_worker(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     """The run's owner (xdist's controller, or the one process) chooses where the shared servers
     are recorded; the workers it spawns inherit the choice through the environment."""
+    # xdist registers its marker only when loaded: a run with -p no:xdist (.ci/run's rerun of
+    # the failed tests) would otherwise stop at collection on the groups set below.
+    config.addinivalue_line("markers", "xdist_group(name): the scheduling unit (tests/conftest.py _group)")
     if _is_worker(config):
         return
     kept = os.environ.get(shared.ENV)
@@ -158,14 +161,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = groups[item] = _group(item, grouped)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    # The two long lanes first, so that two workers start on them at once; then the collected
+    # The lanes of FIRST_LANES first, each at once on a worker of its own; then the collected
     # order (make test passes --no-loadscope-reorder: xdist would otherwise hand out the units
     # with the most tests first, every group before any of the thousands of quick tests).
-    items.sort(key=lambda item: groups[item] not in FIRST_LANES)
+    items.sort(key=lambda item: FIRST_LANES.index(groups[item]) if groups[item] in FIRST_LANES else len(FIRST_LANES))
     return (yield)
 
 
-FIRST_LANES = ("lane-spark-slow", "lane-slow")
+# The Spark lanes start at once, one a worker (xdist hands a worker a second unit only once fewer
+# than three of its tests are left); the other slow tests' lane is next in the collected order
+# (tests/chaos), and the quick tests fill in beside them.  A lane handed out at its place in that
+# order instead (tests/sinks/spark comes late) started 700 s into the run and ended it.
+FIRST_LANES = ("lane-spark-slow-a", "lane-spark-slow-b", "lane-spark")
+# The slow Spark tests are two lanes of about 700 s each (one lane of 1,320 s was the run's
+# longest chain): the daemons under faults (the chaos and stall runs, the Spark cluster) in one,
+# the sink's end-to-end and failure suites in the other.  Modules stay whole: the cluster's
+# module fixture starts once.
+SPARK_SLOW_A = ("tests.chaos.", "tests.stall.", "tests.sinks.spark.test_spark_cluster")
 
 
 def _group(item: pytest.Item, grouped: set[str]) -> str | None:
@@ -180,7 +192,9 @@ def _group(item: pytest.Item, grouped: set[str]) -> str | None:
     workers once they are done."""
     module = item.module.__name__ if getattr(item, "module", None) is not None else None
     if item.get_closest_marker("spark") is not None:
-        return "lane-spark-slow" if item.get_closest_marker("slow") is not None else "lane-spark"
+        if item.get_closest_marker("slow") is None:
+            return "lane-spark"
+        return "lane-spark-slow-a" if (module or "").startswith(SPARK_SLOW_A) else "lane-spark-slow-b"
     if "schema_registry" in getattr(item, "fixturenames", ()):
         return "lane-registry"
     if module in grouped:
@@ -209,6 +223,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
     wall, cpu = time.monotonic(), _cpu_s()
     yield
     record = {"nodeid": item.nodeid, "wall_s": round(time.monotonic() - wall, 3),
-              "cpu_s": round(_cpu_s() - cpu, 3)}
+              "cpu_s": round(_cpu_s() - cpu, 3), "end": round(time.time(), 1),
+              "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
     with open(path, "a") as fh:   # one short line per test: appends from several workers stay whole
         fh.write(json.dumps(record) + "\n")

@@ -222,7 +222,7 @@ def test_offsets_shows_the_group_its_members_and_who_holds_each_partition(kafka,
     group = f"g-{uuid.uuid4().hex[:8]}"
     config = write_config(tmp_path, kafka.bootstrap, topic, group)
     member = KafkaConsumer(topic, bootstrap_servers=kafka.bootstrap, group_id=group, client_id="cli-test-member",
-                           enable_auto_commit=False)
+                           enable_auto_commit=False, session_timeout_ms=45000)   # heartbeats starved of CPU under load
     try:
         deadline = time.monotonic() + 60
         while not member.assignment() and time.monotonic() < deadline:

@@ -107,7 +107,7 @@ def test_a_join_held_by_a_member_that_stopped_polling(kafka, tmp_path):
     # Joined, then no poll(): its heartbeat thread keeps it in the group, and it rejoins only from
     # poll(), so a rebalance waits for it up to its max_poll_interval_ms.
     other = KafkaConsumer(topic, bootstrap_servers=kafka.bootstrap, group_id=group, max_poll_interval_ms=40_000,
-                          session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
+                          session_timeout_ms=30_000, heartbeat_interval_ms=1_000)   # 30 s: heartbeats starved under load
     try:
         deadline = time.monotonic() + 60
         while not other.assignment() and time.monotonic() < deadline:
