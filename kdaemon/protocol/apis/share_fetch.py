@@ -25,7 +25,7 @@ Things a share consumer must get right:
   limit rounded to batch boundaries; 1 record-limit: a hard one) and ``is_renew_ack`` (the
   acknowledgements include ACK_RENEW, which extends a lock instead of settling the record).
 * ``current_leader`` (not tagged, unlike Fetch's) and ``node_endpoints`` say where a partition
-  went when the answer is NOT_LEADER_OR_FOLLOWER.
+  went when the answer is NOT_LEADER_OR_FOLLOWER; otherwise Kafka leaves the leader at zeros.
 """
 
 from ..schema import (BOOL, INT8, INT16, INT32, INT64, RECORDS, STRING, UUID, Api, Array, Field,

@@ -7,10 +7,13 @@ per partition it has a *start offset* (SPSO, the share-partition start offset; b
 record is settled) kept by the share coordinator in ``__share_group_state``.
 
 * Describe v0-1: ``topics`` null asks for every partition the group has state for (Kafka's
-  default, an empty list, asks for none).  v1 (KIP-1226) adds each partition's ``lag`` (-1 when
-  unknown).  A partition the group has never read answers ``start_offset`` -1.
-* Alter v0 and Delete v0 work only on an empty group (NON_EMPTY_GROUP otherwise), like the
-  consumer group admin operations; Delete removes whole topics from the group's state.
+  default, an empty list, asks for none).  v1 (KIP-1226) adds each partition's ``lag``, the
+  records not yet settled (-1 when unknown).  A partition the group has not started reading
+  answers ``start_offset`` -1; a group nobody created answers no topics and no error.
+* Alter v0 and Delete v0 work only on an empty group (top-level NON_EMPTY_GROUP otherwise), like
+  the consumer group admin operations.  Alter on a group nobody created creates it, with those
+  start offsets; Delete removes whole topics from the group's state (an unknown topic is
+  UNKNOWN_TOPIC_OR_PARTITION, per topic).
 """
 
 from ..schema import INT16, INT32, INT64, STRING, UUID, Api, Array, Field, Struct
