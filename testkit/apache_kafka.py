@@ -348,6 +348,12 @@ def _properties(node: KafkaNode, cluster_nodes: list[KafkaNode], tls: Tls | None
         "transaction.state.log.replication.factor": str(n),
         "transaction.state.log.min.isr": "1",
         "transaction.state.log.num.partitions": "4",
+        # Share groups (KIP-932, on by default in 4.4) keep their state in __share_group_state.
+        # Its default of 3 replicas cannot be created on one node (INVALID_REPLICATION_FACTOR,
+        # and a ShareFetch then never answers); 4 partitions rather than 50, as above.
+        "share.coordinator.state.topic.replication.factor": str(n),
+        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.num.partitions": "4",
         "group.initial.rebalance.delay.ms": "0",
         "group.consumer.min.session.timeout.ms": "1000",
         "group.consumer.min.heartbeat.interval.ms": "500",

@@ -330,9 +330,9 @@ def fresh_jvm() -> None:
 
 
 def staged_request(directory: Path, topic: str, partition: int, offsets: range,
-                   values: list[bytes] | None = None):
+                   values: list[bytes | None] | None = None, keys: list[bytes | None] | None = None):
     """A worker's staged batch of ``offsets`` (written in the staging format) in ``directory``,
-    and the uploader request for it."""
+    and the uploader request for it; ``values`` and ``keys`` default to ``v<offset>`` and ``k``."""
     from kdaemon.sinks.spark import staged
     from kdaemon.sinks.spark.layout import BatchId
     from kdaemon.sinks.spark.uploader import Request
@@ -341,7 +341,7 @@ def staged_request(directory: Path, topic: str, partition: int, offsets: range,
     path = str(directory / f"{len(os.listdir(directory)):04d}-{batch.name}.staged")
     n = len(offsets)
     staged.write(path, topic, partition, list(offsets), [1_700_000_000_000 + o for o in offsets], [0] * n,
-                 [b"k"] * n, values or [b"v%d" % o for o in offsets], [[("h", b"x")]] * n)
+                 keys or [b"k"] * n, values or [b"v%d" % o for o in offsets], [[("h", b"x")]] * n)
     return Request(None, 1, path, topic, batch, n)
 
 

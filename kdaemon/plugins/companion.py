@@ -40,6 +40,9 @@ class SinkContext:
     :param kafka: the consumer's ``[kafka]`` options (secrets resolved; ``ConsumerConfig``
         names), for a sink that writes to the cluster the daemon reads (the ``kafka`` DLQ):
         it connects as the consumer does, bootstrap, TLS and SASL included.  Never in a repr.
+    :param on_sink_error: ``[daemon] on_sink_error`` ("stop", "retry", "dlq"), for a companion
+        that meets records refused for what they are where no worker sees them (the Spark
+        uploader, for rows a table refuses: "stop" stops there, the others dead-letter them).
     """
 
     state_dir: str
@@ -48,6 +51,7 @@ class SinkContext:
     log_level: str = "INFO"
     memory_budget_bytes: int = 0
     kafka: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    on_sink_error: str = "retry"
 
 
 @dataclass(frozen=True)

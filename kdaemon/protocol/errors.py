@@ -212,7 +212,7 @@ _TABLE: tuple[tuple[int, str, bool, str], ...] = (
     (121, "INVALID_RECORD_STATE", False, "The record state is invalid. The acknowledgement of delivery could not be completed."),
     (122, "SHARE_SESSION_NOT_FOUND", True, "The share session was not found."),
     (123, "INVALID_SHARE_SESSION_EPOCH", True, "The share session epoch is invalid."),
-    (124, "FENCED_STATE_EPOCH", False, "The share coordinator rejected the request because the share-group state epoch did not match."),
+    (124, "FENCED_STATE_EPOCH", False, "The coordinator rejected the request because the state epoch did not match."),
     (125, "INVALID_VOTER_KEY", False, "The voter key doesn't match the receiving replica's key."),
     (126, "DUPLICATE_VOTER", False, "The voter is already part of the set of voters."),
     (127, "VOTER_NOT_FOUND", False, "The voter is not part of the set of voters."),
@@ -328,3 +328,11 @@ class Errors:
     UNRELEASED_INSTANCE_ID = 111
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
+    # share groups (KIP-932)
+    INVALID_REQUEST = 42
+    NON_EMPTY_GROUP = 68
+    INVALID_RECORD_STATE = 121
+    SHARE_SESSION_NOT_FOUND = 122
+    INVALID_SHARE_SESSION_EPOCH = 123
+    FENCED_STATE_EPOCH = 124
+    SHARE_SESSION_LIMIT_REACHED = 133

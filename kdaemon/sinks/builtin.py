@@ -84,9 +84,11 @@ def kdaemon_sinks(context: SinkContext | None):
 @hookimpl
 def kdaemon_sink_companions(sink_type: str, settings: dict, context: SinkContext):
     """The spark sink's uploader: one process per daemon holding the SparkSession.  Its spec
-    carries the whole ``[sink]`` table, so a reload that changes any of it restarts the
-    uploader (which reads its settings only when it starts)."""
+    carries the whole ``[sink]`` table and ``[daemon] on_sink_error`` (what to do with rows a
+    table refuses), so a reload that changes any of them restarts the uploader (which reads its
+    settings only when it starts)."""
     if sink_type != "spark":
         return None
     return [CompanionSpec("spark-uploader", entry="kdaemon.sinks.spark.uploader:run",
-                          kwargs={"settings": settings, "state_dir": context.state_dir})]
+                          kwargs={"settings": settings, "state_dir": context.state_dir,
+                                  "on_sink_error": context.on_sink_error})]

@@ -1,13 +1,17 @@
 """Our codec against Apache Kafka 4.x, byte for byte, and the versions our client really sends.
 
-Three things are shown here against the reference broker (the session ``kafka`` fixture):
+Four things are shown here against the reference broker (the session ``kafka`` fixture):
 
 * **Every version of every API we implement that Kafka offers round-trips.**  For each API in
   ``kdaemon/protocol/apis`` and each version in the intersection of our range and Kafka's, a real
   request built with our codec goes to Kafka; its answer must decode strictly (no trailing
   bytes) and re-encode to exactly the bytes Kafka sent (``encode_response(decode(frame)) ==
-  frame``).  Group APIs get a real group (join, sync, commit ...); where Kafka answers with an
-  error (SASL on a PLAINTEXT listener) the error response is round-tripped just the same.
+  frame``).  Group APIs get a real group (join, sync, commit ...), share-group APIs (KIP-932) a
+  real share group: a member joins and is assigned the topic, ShareFetch acquires every record
+  (from a session opened at epoch 0) and its record sets decode to what was produced,
+  ShareAcknowledge accepts, releases (the records come again, delivered twice) and renews, the
+  start offsets are described, moved and deleted.  Where Kafka answers with an error (SASL on a
+  PLAINTEXT listener, NON_EMPTY_GROUP) the error response is round-tripped just the same.
   Versions we implement and Kafka 4 no longer offers (KIP-896) are sent too: Kafka must refuse
   them (it closes the connection), so the table of removed versions below is a fact, not a
   belief.
@@ -16,6 +20,7 @@ Three things are shown here against the reference broker (the session ``kafka`` 
   version Kafka 4 removed.  Every request is observed through ``NetworkClient.observers``.
 * **Fetch by topic id** (v13+): the consumer's Fetch requests carry Kafka's topic ids and no
   names, and Kafka's answers, which carry ids only, reach the right topic.
+* **Share groups are on** and Kafka offers exactly the share-API versions we declare.
 """
 
 from __future__ import annotations
@@ -36,7 +41,12 @@ from kdaemon.protocol.apis import (ALL_APIS, API_VERSIONS, CONSUMER_GROUP_DESCRI
                                    FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP,
                                    LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH,
                                    OFFSET_FOR_LEADER_EPOCH, SASL_AUTHENTICATE, SASL_HANDSHAKE,
-                                   SYNC_GROUP, PRODUCE, INIT_PRODUCER_ID, DESCRIBE_CONFIGS)
+                                   SYNC_GROUP, PRODUCE, INIT_PRODUCER_ID, DESCRIBE_CONFIGS,
+                                   SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH,
+                                   SHARE_ACKNOWLEDGE, DESCRIBE_SHARE_GROUP_OFFSETS,
+                                   ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS)
+from kdaemon.protocol.apis.share_fetch import ACK_ACCEPT, ACK_RELEASE, ACK_RENEW
+from kdaemon.protocol.records import decode_record_set
 from kdaemon.protocol.apis.describe_configs import RESOURCE_GROUP
 from kdaemon.protocol.builder import RecordSpec, build_batch
 from kdaemon.protocol.apis.consumer_protocol import encode_assignment, encode_subscription
@@ -220,6 +230,102 @@ def stable_member(env: Env, w: Wire, group: str) -> dict:
     return joined
 
 
+
+# -- share groups (KIP-932) ------------------------------------------------------------------------
+
+def share_join(env: Env, w: Wire, group: str, version: int = SHARE_GROUP_HEARTBEAT.max_version,
+               check=None) -> dict:
+    """Join share group ``group`` as a new member subscribed to the module's topic, and heartbeat
+    until the coordinator has assigned it every partition.  Returns the last answer; its
+    ``member_id`` is the one this member chose (a share member names itself).
+
+    ``check`` (round_trip or None) is applied to every exchange.  The assignment comes once the
+    share coordinator has initialized the group's state for the topic, a few heartbeats later."""
+    send = (lambda b: check(SHARE_GROUP_HEARTBEAT, version, w, b)) if check else \
+        (lambda b: w.exchange(SHARE_GROUP_HEARTBEAT, version, b)[1])
+    member_id = str(uuid.uuid4())
+    answer = until_loaded(send, {"group_id": group, "member_id": member_id, "member_epoch": 0,
+                                 "subscribed_topic_names": [env.topic]})
+    deadline = time.monotonic() + 60
+    while True:
+        assert answer["error_code"] == Errors.NONE, answer
+        assert answer["member_id"] == member_id, answer
+        if answer["assignment"] is not None and answer["assignment"]["topic_partitions"] == \
+                [{"topic_id": env.topic_id, "partitions": list(range(PARTITIONS))}]:
+            return answer
+        assert time.monotonic() < deadline, answer
+        time.sleep(0.2)
+        answer = send({"group_id": group, "member_id": member_id, "member_epoch": answer["member_epoch"]})
+
+
+def share_leave(w: Wire, group: str, member: dict) -> None:
+    left = w.exchange(SHARE_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT.max_version, {
+        "group_id": group, "member_id": member["member_id"], "member_epoch": -1})[1]
+    assert (left["error_code"], left["member_epoch"]) == (Errors.NONE, -1), left
+
+
+def share_group_from_start(env: Env, w: Wire, group: str) -> dict:
+    """A new share group whose start offsets are 0 on every partition of the module's topic.
+    A share group starts at the end of a partition (share.auto.offset.reset=latest) and the
+    module's records are already written; AlterShareGroupOffsets on a group nobody created
+    creates it with those start offsets (``kafka-share-groups.sh --reset-offsets`` does the same
+    to an empty group)."""
+    moved = until_loaded(lambda b: w.exchange(ALTER_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS.max_version, b)[1],
+                         share_start_offsets_body(env, group, 0))
+    assert moved["error_code"] == Errors.NONE, moved
+    assert all(p["error_code"] == Errors.NONE for t in moved["responses"] for p in t["partitions"]), moved
+    return moved
+
+
+def share_start_offsets_body(env: Env, group: str, offset: int) -> dict:
+    """AlterShareGroupOffsets: every partition of the module's topic starts at ``offset``."""
+    return {"group_id": group, "topics": [{"topic_name": env.topic, "partitions": [
+        {"partition_index": p, "start_offset": offset} for p in range(PARTITIONS)]}]}
+
+
+def share_fetch_body(env: Env, group: str, member: dict, epoch: int, *, partitions=True,
+                     acknowledge: dict | None = None, max_wait_ms: int = 5000) -> dict:
+    """A ShareFetch of the module's topic; ``acknowledge`` maps partition -> acknowledgement
+    batches.  Only a session's first request (epoch 0) must list the partitions."""
+    listed = set(range(PARTITIONS)) if partitions else set()
+    listed |= set(acknowledge or {})
+    topics = [{"topic_id": env.topic_id, "partitions": [
+        {"partition_index": p, "acknowledgement_batches": (acknowledge or {}).get(p, [])}
+        for p in sorted(listed)]}] if listed else []
+    return {"group_id": group, "member_id": member["member_id"], "share_session_epoch": epoch,
+            "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 500,
+            "batch_size": 500, "topics": topics}
+
+
+def acquired(answer: dict) -> dict[int, list[tuple[int, int, int]]]:
+    """{partition: [(first, last, delivery count)]} of a ShareFetch answer."""
+    return {p["partition_index"]: [(a["first_offset"], a["last_offset"], a["delivery_count"])
+                                   for a in p["acquired_records"]]
+            for t in answer["responses"] for p in t["partitions"] if p["acquired_records"]}
+
+
+def share_fetch_all(env: Env, w: Wire, group: str, member: dict, version: int = SHARE_FETCH.max_version,
+                    check=None) -> tuple[list[dict], int]:
+    """ShareFetch, opening a session (epoch 0), until every record of the module's topic is
+    acquired by this member.  Returns the answers and the session's next epoch."""
+    send = (lambda b: check(SHARE_FETCH, version, w, b)) if check else \
+        (lambda b: w.exchange(SHARE_FETCH, version, b)[1])
+    answers, got, epoch = [], {}, 0
+    deadline = time.monotonic() + 60
+    while sum(last - first + 1 for ranges in got.values() for first, last, _ in ranges) < 5 * PARTITIONS:
+        assert time.monotonic() < deadline, answers
+        answers.append(send(share_fetch_body(env, group, member, epoch, partitions=epoch == 0)))
+        assert answers[-1]["error_code"] == Errors.NONE, answers[-1]
+        for p, ranges in acquired(answers[-1]).items():
+            got.setdefault(p, []).extend(ranges)
+        epoch += 1
+    return answers, epoch
+
+
+def ack(first: int, last: int, kind: int) -> list[dict]:
+    return [{"first_offset": first, "last_offset": last, "acknowledge_types": [kind]}]
+
+
 def exercise(env: Env, api, version: int) -> list[dict]:
     """Send ``api`` at ``version`` the way a client would; every answer is round-tripped.
     Returns the decoded answers so the caller can check what matters for the API."""
@@ -382,6 +488,73 @@ def exercise(env: Env, api, version: int) -> list[dict]:
             rt(api, version, w, {"resources": [{"resource_type": RESOURCE_GROUP, "resource_name": group,
                                                 "configuration_keys": None}],
                                  "include_synonyms": True, "include_documentation": version >= 3})
+    elif api is SHARE_GROUP_HEARTBEAT:
+        with env.coordinator(group) as w:
+            member = share_join(env, w, group, version, check=rt)
+            rt(api, version, w, {"group_id": group, "member_id": member["member_id"], "member_epoch": -1})   # leave
+    elif api is SHARE_GROUP_DESCRIBE:
+        # A share group with one member, a classic group and one nobody created, in one request.
+        with env.coordinator(group) as w:
+            share_join(env, w, group)
+            stable_member(env, w, f"{group}-classic")
+            rt(api, version, w, {"group_ids": [group, f"{group}-classic", f"{group}-none"],
+                                 "include_authorized_operations": True})
+    elif api is SHARE_FETCH:
+        with env.coordinator(group) as w:
+            share_group_from_start(env, w, group)
+            member = share_join(env, w, group)
+        with env.wire() as w:   # the partitions' leader
+            share_fetch_all(env, w, group, member, version, check=rt)
+    elif api is SHARE_ACKNOWLEDGE:
+        with env.coordinator(group) as w:
+            share_group_from_start(env, w, group)
+            member = share_join(env, w, group)
+        with env.wire() as w:
+            _, epoch = share_fetch_all(env, w, group, member)
+
+            def acknowledge(epoch: int, batches: dict, renew: bool = False) -> dict:
+                return rt(api, version, w, {
+                    "group_id": group, "member_id": member["member_id"], "share_session_epoch": epoch,
+                    "is_renew_ack": renew, "topics": [{"topic_id": tid, "partitions": [
+                        {"partition_index": p, "acknowledgement_batches": b} for p, b in batches.items()]}]})
+            # Partition 0 accepted, 1 released: delivered again by the next ShareFetch, 2 still held.
+            acknowledge(epoch, {0: ack(0, 4, ACK_ACCEPT), 1: ack(0, 4, ACK_RELEASE)})
+            rt(SHARE_FETCH, SHARE_FETCH.max_version, w,
+               share_fetch_body(env, group, member, epoch + 1, partitions=False))
+            epoch += 2
+            if version >= 2:   # KIP-1222: partition 2's lock renewed, not settled
+                acknowledge(epoch, {2: ack(0, 4, ACK_RENEW)}, renew=True)
+                epoch += 1
+            acknowledge(-1, {1: ack(0, 4, ACK_ACCEPT), 2: ack(0, 4, ACK_ACCEPT)})   # and close the session
+            acknowledge(0, {})   # a ShareAcknowledge never opens a session
+        with env.coordinator(group) as w:   # every record settled: no lag left
+            rt(DESCRIBE_SHARE_GROUP_OFFSETS, DESCRIBE_SHARE_GROUP_OFFSETS.max_version, w,
+               {"groups": [{"group_id": group, "topics": None}]})
+    elif api is DESCRIBE_SHARE_GROUP_OFFSETS:
+        with env.coordinator(group) as w:
+            share_group_from_start(env, w, group)
+            rt(api, version, w, {"groups": [{"group_id": group, "topics": None},   # null: every topic
+                                            {"group_id": f"{group}-none", "topics": None}]})
+            rt(api, version, w, {"groups": [{"group_id": group, "topics": [
+                {"topic_name": topic, "partitions": [1]}]}]})
+    elif api is ALTER_SHARE_GROUP_OFFSETS:
+        with env.coordinator(group) as w:
+            until_loaded(lambda b: rt(api, version, w, b), share_start_offsets_body(env, group, 0))   # creates the group
+            member = share_join(env, w, group)
+            rt(api, version, w, share_start_offsets_body(env, group, 2))   # NON_EMPTY_GROUP
+            share_leave(w, group, member)
+            rt(api, version, w, share_start_offsets_body(env, group, 3))
+            rt(DESCRIBE_SHARE_GROUP_OFFSETS, DESCRIBE_SHARE_GROUP_OFFSETS.max_version, w,
+               {"groups": [{"group_id": group, "topics": None}]})
+    elif api is DELETE_SHARE_GROUP_OFFSETS:
+        with env.coordinator(group) as w:
+            share_group_from_start(env, w, group)
+            member = share_join(env, w, group)
+            rt(api, version, w, {"group_id": group, "topics": [{"topic_name": topic}]})   # NON_EMPTY_GROUP
+            share_leave(w, group, member)
+            rt(api, version, w, {"group_id": group, "topics": [{"topic_name": topic}, {"topic_name": f"{topic}-none"}]})
+            rt(DESCRIBE_SHARE_GROUP_OFFSETS, DESCRIBE_SHARE_GROUP_OFFSETS.max_version, w,
+               {"groups": [{"group_id": group, "topics": None}]})
     else:
         raise AssertionError(f"no request written for {api.name}: add one to exercise()")
     return answers
@@ -508,6 +681,96 @@ def check_answers(env: Env, api, version: int, answers: list[dict]) -> None:
         if version >= 3:
             assert every["consumer.session.timeout.ms"]["documentation"], every["consumer.session.timeout.ms"]
 
+    elif api is SHARE_GROUP_HEARTBEAT:
+        joined = [a for a in answers if a["error_code"] not in COORDINATOR_LOADING]
+        first = joined[0]
+        assert first["error_code"] == 0 and first["member_epoch"] >= 1 and first["heartbeat_interval_ms"] > 0, first
+        uuid.UUID(first["member_id"])   # the id the member chose, echoed
+        assert all(a["member_id"] == first["member_id"] for a in joined), joined
+        assert joined[-2]["assignment"]["topic_partitions"] == \
+            [{"topic_id": env.topic_id, "partitions": list(range(PARTITIONS))}], joined[-2]
+        assert (joined[-1]["error_code"], joined[-1]["member_epoch"]) == (0, -1), joined[-1]
+    elif api is SHARE_GROUP_DESCRIBE:
+        share, classic, none = sorted(first["groups"], key=lambda g: (g["group_id"].endswith("-classic"),
+                                                                      g["group_id"].endswith("-none")))
+        assert (share["error_code"], share["error_message"], share["group_state"], share["assignor_name"]) == \
+            (0, None, "Stable", "simple"), share
+        assert share["group_epoch"] >= 1 and share["assignment_epoch"] == share["group_epoch"], share
+        assert share["authorized_operations"] not in (0, -2147483648), share   # asked for; no ACLs here
+        (m,) = share["members"]
+        uuid.UUID(m["member_id"])
+        assert (m["client_id"], m["client_host"], m["rack_id"], m["member_epoch"]) == \
+            (CLIENT_ID, "/127.0.0.1", None, share["group_epoch"]), m
+        assert m["subscribed_topic_names"] == [env.topic], m
+        assert m["assignment"]["topic_partitions"] == \
+            [{"topic_id": env.topic_id, "topic_name": env.topic, "partitions": list(range(PARTITIONS))}], m
+        for other in (classic, none):   # not a share group, or none at all: GROUP_ID_NOT_FOUND
+            assert (other["error_code"], other["group_state"], other["members"]) == (69, "", []), other
+    elif api is SHARE_FETCH:
+        # The session's first request (epoch 0) already acquires; by the end this member holds
+        # every record, each delivered once, and the record sets decode to what was produced.
+        assert acquired(first), first
+        held: dict[int, list] = {}
+        for a in answers:
+            assert a["error_code"] == 0 and a["acquisition_lock_timeout_ms"] > 0, a
+            for t in a["responses"]:
+                assert t["topic_id"] == env.topic_id, t
+                for p in t["partitions"]:
+                    assert (p["error_code"], p["acknowledge_error_code"]) == (0, 0), p
+                    if not p["acquired_records"]:
+                        continue
+                    assert all(r["delivery_count"] == 1 for r in p["acquired_records"]), p
+                    mine = {o for r in p["acquired_records"] for o in range(r["first_offset"], r["last_offset"] + 1)}
+                    records, _ = decode_record_set(p["records"], topic=env.topic, partition=p["partition_index"],
+                                                   fetch_offset=min(mine))
+                    held.setdefault(p["partition_index"], []).extend(
+                        (r.offset, r.key, r.value, list(r.headers)) for r in records if r.offset in mine)
+        assert held == {p: [(i, b"k%d" % i, b"v%d-%d" % (p, i), [("h", b"x")]) for i in range(5)]
+                        for p in range(PARTITIONS)}, held
+    elif api is SHARE_ACKNOWLEDGE:
+        # answers: accept 0 + release 1, the ShareFetch after it, (v2) renew 2, close, epoch 0, lag
+        again, no_session, offsets = answers[1], answers[-2], answers[-1]
+        acks = [answers[0]] + answers[2:-2]
+        for a in acks:   # every acknowledgement taken, partition by partition
+            assert a["error_code"] == 0 and a["responses"], a
+            assert all(p["error_code"] == 0 for t in a["responses"] for p in t["partitions"]), a
+        if version >= 2:
+            assert acks[1]["acquisition_lock_timeout_ms"] > 0, acks[1]   # the renewed lock's time
+        assert acquired(again) == {1: [(0, 4, 2)]}, again   # released, so delivered again
+        assert no_session["error_code"] == Errors.INVALID_SHARE_SESSION_EPOCH, no_session
+        lag = [(p["partition_index"], p["start_offset"], p["lag"])
+               for t in offsets["groups"][0]["topics"] for p in t["partitions"]]
+        assert sorted(lag) == [(p, 0, 0) for p in range(PARTITIONS)], offsets
+    elif api is DESCRIBE_SHARE_GROUP_OFFSETS:
+        mine, none = sorted(first["groups"], key=lambda g: g["group_id"].endswith("-none"))
+        assert (mine["error_code"], mine["error_message"]) == (0, None), mine
+        (t,) = mine["topics"]
+        assert (t["topic_name"], t["topic_id"]) == (env.topic, env.topic_id), t
+        lag = 5 if version >= 1 else -1   # v1 (KIP-1226): the records not yet settled
+        assert sorted((p["partition_index"], p["start_offset"], p["leader_epoch"], p["lag"], p["error_code"])
+                      for p in t["partitions"]) == [(p, 0, 0, lag, 0) for p in range(PARTITIONS)], t
+        assert (none["error_code"], none["topics"]) == (0, []), none   # a group nobody created has no offsets
+        (t,) = answers[1]["groups"][0]["topics"]
+        assert [p["partition_index"] for p in t["partitions"]] == [1], t
+    elif api is ALTER_SHARE_GROUP_OFFSETS:
+        created, refused, moved, described = answers[-4:]   # before them: answers while loading
+        for a in (created, moved):
+            (t,) = a["responses"]
+            assert (a["error_code"], t["topic_name"], t["topic_id"]) == (0, env.topic, env.topic_id), a
+            assert [(p["partition_index"], p["error_code"]) for p in t["partitions"]] == \
+                [(p, 0) for p in range(PARTITIONS)], a
+        assert (refused["error_code"], refused["responses"]) == (Errors.NON_EMPTY_GROUP, []), refused
+        (t,) = described["groups"][0]["topics"]
+        assert sorted((p["partition_index"], p["start_offset"], p["lag"]) for p in t["partitions"]) == \
+            [(p, 3, 2) for p in range(PARTITIONS)], t
+    elif api is DELETE_SHARE_GROUP_OFFSETS:
+        refused, deleted, described = answers
+        assert (refused["error_code"], refused["responses"]) == (Errors.NON_EMPTY_GROUP, []), refused
+        assert deleted["error_code"] == 0, deleted
+        assert [(t["topic_name"], t["topic_id"], t["error_code"]) for t in deleted["responses"]] == \
+            [(env.topic, env.topic_id, 0), (f"{env.topic}-none", ZERO_UUID, Errors.UNKNOWN_TOPIC_OR_PARTITION)], deleted
+        assert described["groups"][0]["topics"] == [], described
+
 
 # -- the tests -----------------------------------------------------------------------------------
 
@@ -546,6 +809,21 @@ def test_every_offered_version_round_trips(env, kafka, api, version):
     answers = exercise(env, api, version)
     assert answers, f"{api.name} v{version}: nothing was exchanged"
     check_answers(env, api, version, answers)
+
+
+def test_kafka_offers_the_share_apis_as_declared(kafka):
+    """Share groups (KIP-932) are on in Kafka 4.4 as the tests start it (the share.version
+    feature is finalized at format time), and it offers exactly the versions our specs declare:
+    v0 of the first four was 4.0's early access, removed in 4.1."""
+    share = (SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE,
+             DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS)
+    assert {api.key: offered(kafka, api) for api in share} == \
+        {api.key: (api.min_version, api.max_version) for api in share}
+    with Wire(kafka.host, kafka.port) as w:
+        body = w.exchange(API_VERSIONS, API_VERSIONS.max_version, {"client_software_name": "kdaemon-tests",
+                                                                  "client_software_version": "1.0"})[1]
+    features = {f["name"]: f["max_version_level"] for f in body["finalized_features"]}
+    assert features.get("share.version", 0) >= 1, features
 
 
 def test_removed_versions_are_exactly_the_documented_ones(kafka):

@@ -16,12 +16,8 @@ Five kinds of check:
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import re
 import struct
 import uuid
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -47,6 +43,7 @@ from kdaemon.protocol.apis.sync_group import SYNC_GROUP
 from kdaemon.protocol.errors import DecodeError, EncodeError
 from kdaemon.protocol.primitives import Reader
 from kdaemon.protocol.schema import Array, Primitive, Struct, Versions
+from tests.protocol.kafka_json import compare_struct, kafka_python_json_dir, load_kafka_json
 from tests.protocol.spec_values import sample_value
 from tests.protocol.hand_bytes import cstr as _cstr, str16 as _str16
 
@@ -641,106 +638,25 @@ def test_arbitrary_bytes_in_any_group_message_raise_decode_error_only(data, case
 # --------------------------------------------------------------------------------------------
 # Field-by-field comparison with Kafka's own JSON message definitions.  kafka-python 3 (a test
 # dependency of the benchmarks, not of kdaemon) ships a copy of them; only its JSON files are
-# read, none of its code runs.  Skipped when it is not installed.
-
-def _kafka_json_dir() -> Path | None:
-    spec = importlib.util.find_spec("kafka")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "protocol" / "schemas" / "resources"
-    return path if path.is_dir() else None
-
-
-def _load_kafka_json(path: Path) -> dict:
-    """Kafka's JSON files carry // comments; drop them (outside strings) before parsing."""
-    out = []
-    for line in path.read_text().splitlines():
-        in_string = False
-        cut = len(line)
-        for i, ch in enumerate(line):
-            if ch == '"' and (i == 0 or line[i - 1] != "\\"):
-                in_string = not in_string
-            elif not in_string and line.startswith("//", i):
-                cut = i
-                break
-        out.append(line[:cut])
-    return json.loads("\n".join(out))
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
-
-
-_JSON_ZERO = {"int8": 0, "int16": 0, "uint16": 0, "int32": 0, "uint32": 0, "int64": 0,
-              "float64": 0.0, "bool": False, "string": "", "bytes": b"", "uuid": uuid.UUID(int=0)}
-
-
-def _json_default(kind: str, text):
-    if text == "null":
-        return None
-    if kind == "bool":
-        return str(text).lower() == "true"
-    if kind in ("string",):
-        return text
-    return int(str(text), 0)
-
-
-def _compare_struct(ours: Struct, json_fields: list, common: dict, where: str) -> None:
-    assert [f.name for f in ours.fields] == [_snake(j["name"]) for j in json_fields], where
-    for f, j in zip(ours.fields, json_fields):
-        here = f"{where}.{f.name}"
-        assert f.versions == Versions.parse(j["versions"]), here
-        assert f.nullable == Versions.parse(j.get("nullableVersions", "none")), here
-        if "taggedVersions" in j:
-            assert f.tag == j["tag"] and f.versions == Versions.parse(j["taggedVersions"]), here
-        else:
-            assert f.tag is None, here
-        jtype = j["type"]
-        is_array = jtype.startswith("[]")
-        inner = jtype[2:] if is_array else jtype
-        sub_fields = j.get("fields") or (common[inner]["fields"] if inner in common else None)
-        t = f.type
-        if is_array:
-            assert isinstance(t, Array), here
-            t = t.of
-        if sub_fields is not None:
-            assert isinstance(t, Struct), here
-            _compare_struct(t, sub_fields, common, here)
-            if not is_array:
-                assert f.default_value() is None and j.get("default") == "null", here
-            else:
-                assert f.default_value() in ([], None), here
-            continue
-        assert isinstance(t, Primitive) and t.kind == inner, here
-        if is_array:
-            expected = None if j.get("default") == "null" else []
-            assert f.default_value() == expected or (f.nullable.lo is not None and f.default_value() is None), here
-        elif "default" in j:
-            assert f.default_value() == _json_default(inner, j["default"]), here
-        else:
-            # No default in the JSON: Kafka's generated code uses the type's zero value; our DSL
-            # uses None for a nullable field unless told otherwise.  Either is accepted here.
-            assert f.default_value() == _JSON_ZERO[inner] or (
-                f.nullable.lo is not None and f.default_value() is None), here
-
+# read, none of its code runs (tests/protocol/kafka_json.py).  Skipped when it is not installed.
 
 _JSON_CASES = [(api, side) for api in GROUP_APIS for side in ("request", "response")]
 
 
 @pytest.mark.parametrize("api, side", _JSON_CASES, ids=[f"{a.name}-{s}" for a, s in _JSON_CASES])
 def test_specs_match_kafka_json_definitions(api, side):
-    directory = _kafka_json_dir()
+    directory = kafka_python_json_dir()
     path = directory / f"{api.name}{side.capitalize()}.json" if directory else None
     if path is None or not path.exists():
         pytest.skip(f"{path.name if path else 'Kafka JSON'} is not shipped by the installed kafka-python")
-    spec = _load_kafka_json(path)
+    spec = load_kafka_json(path)
     assert spec["apiKey"] == api.key
     lo, hi = Versions.parse(spec["validVersions"]).lo, Versions.parse(spec["validVersions"]).hi
     # We may implement versions below Kafka's current baseline (KIP-896 removed some), never above.
     assert api.max_version == hi and api.min_version <= lo
     assert api.flexible == Versions.parse(spec["flexibleVersions"])
     common = {c["name"]: c for c in spec.get("commonStructs", [])}
-    _compare_struct(getattr(api, side), spec["fields"], common, f"{api.name}.{side}")
+    compare_struct(getattr(api, side), spec["fields"], common, f"{api.name}.{side}")
 
 
 @pytest.mark.parametrize("struct_, name, versions", [
@@ -748,12 +664,12 @@ def test_specs_match_kafka_json_definitions(api, side):
     (CONSUMER_PROTOCOL_ASSIGNMENT, "ConsumerProtocolAssignment", (0, 3)),
 ])
 def test_consumer_protocol_matches_kafka_json_definitions(struct_, name, versions):
-    directory = _kafka_json_dir()
+    directory = kafka_python_json_dir()
     path = directory / f"{name}.json" if directory else None
     if path is None or not path.exists():
         pytest.skip(f"{path.name if path else 'Kafka JSON'} is not shipped by the installed kafka-python")
-    spec = _load_kafka_json(path)
+    spec = load_kafka_json(path)
     parsed = Versions.parse(spec["validVersions"])
     assert (parsed.lo, parsed.hi) == versions
     assert spec["flexibleVersions"] == "none"
-    _compare_struct(struct_, spec["fields"], {}, name)
+    compare_struct(struct_, spec["fields"], {}, name)

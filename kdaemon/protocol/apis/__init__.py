@@ -19,6 +19,12 @@ from .offset_fetch import OFFSET_FETCH
 from .offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from .produce import PRODUCE
 from .sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from .share_acknowledge import SHARE_ACKNOWLEDGE
+from .share_fetch import SHARE_FETCH
+from .share_group_describe import SHARE_GROUP_DESCRIBE
+from .share_group_heartbeat import SHARE_GROUP_HEARTBEAT
+from .share_group_offsets import (ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS,
+                                  DESCRIBE_SHARE_GROUP_OFFSETS)
 from .sync_group import SYNC_GROUP
 
 ALL_APIS: tuple[Api, ...] = (
@@ -27,6 +33,9 @@ ALL_APIS: tuple[Api, ...] = (
     CONSUMER_GROUP_HEARTBEAT, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_GROUPS, CONSUMER_GROUP_DESCRIBE,
     PRODUCE, INIT_PRODUCER_ID,   # the DLQ's idempotent producer (client/producer.py)
     DESCRIBE_CONFIGS,            # a group's session timeout, for kdaemon offsets --reset-offsets
+    # share groups (KIP-932)
+    SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE,
+    DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS,
 )
 
 API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}

@@ -18,7 +18,14 @@ uploader (``uploader.Uploader._run_job``):
 * PERMANENT — a JVM linkage error (``LinkageError`` and its kin: ``NoSuchMethodError``,
   ``NoClassDefFoundError``, ``IncompatibleClassChangeError``, ``UnsupportedClassVersionError``,
   ...): the jars on ``spark.jars`` were built for another Spark, Scala or Java, and no retry
-  changes the classes a JVM has loaded.  Refused at once.
+  changes the classes a JVM has loaded.  Refused at once.  So is a row the table refuses for
+  what it holds under ``daemon.on_sink_error = "stop"`` (``uploader.StoppedAtRefusedRows``):
+  the policy says to stop at it, and the record never changes.
+
+A row the table refuses under the other policies is no failure of the job: the uploader writes
+it to the output's dead letters and appends the rest (``refused_rows``).  Only when that cannot
+keep it out (a refusal it has no condition for) does the job fail, as ``RowsRefused``:
+deterministic.
 
 A refusal reaches the worker as the sinks' one permanent error (``SinkRefused``), and it stops
 the daemon naming the output and the fix (``EXIT_SINK_REFUSED``).
@@ -50,7 +57,10 @@ _DETERMINISTIC = frozenset({
     "ClassNotFoundException", "SparkUpgradeException", "NoSuchTableException", "NoSuchNamespaceException",
     "InvariantViolationException", "DeltaInvariantViolationException", "DeltaAnalysisException",
     "DeltaIllegalArgumentException", "DeltaUnsupportedOperationException", "PySparkValueError",
-    "PySparkTypeError", "PySparkAttributeError", "SchemaMismatch", "OutputNotShared", "Py4JException"})
+    "PySparkTypeError", "PySparkAttributeError", "SchemaMismatch", "OutputNotShared", "Py4JException",
+    "RowsRefused"})
+# kdaemon's: a row the table refuses, and daemon.on_sink_error says to stop at it.
+_STOP_POLICY = frozenset({"StoppedAtRefusedRows"})
 # A Py4J error with one of these is the JVM's connection going away, not the job.
 _CONNECTION_LOST = ("Answer from Java side is empty", "Error while receiving", "Error while sending",
                     "Error while obtaining a new communication channel", "Connection refused",
@@ -61,6 +71,10 @@ _LINKAGE_FIX = ("the JVM's classes do not match their jars (a Delta or Iceberg j
                 "or Java version on spark.jars, or in [sink] conf): stage the jars pinned for this pyspark "
                 "(python -m kdaemon.sinks.spark.jars delta|iceberg) and remove any other, then start the daemon "
                 "again")
+_STOP_POLICY_FIX = ("the table refuses a row for what it holds (a CHECK constraint, a NOT NULL column) and "
+                    "daemon.on_sink_error = \"stop\": set on_sink_error to \"retry\" or \"dlq\" to write such rows to "
+                    "the output's _kdaemon/dlq and append the rest, or drop or change the table's constraint; then "
+                    "start the daemon again (it reads on from the last commit)")
 _DETERMINISTIC_FIX = ("the job fails the same way every time: fix what the error names (the table, its schema, "
                       "[sink] value_schema, partition_by or path), then start the daemon again; it reads on "
                       "from the last commit")
@@ -81,6 +95,9 @@ def classify(exc: BaseException) -> Failure:
         return Failure(PERMANENT, linkage, _LINKAGE_FIX)
     if _connection_lost(exc):
         return Failure(TRANSIENT, names)
+    stop = tuple(n for n in names if n in _STOP_POLICY)
+    if stop:
+        return Failure(PERMANENT, stop, _STOP_POLICY_FIX)
     found = tuple(n for n in names if n in _DETERMINISTIC)
     if found:
         return Failure(DETERMINISTIC, found, _DETERMINISTIC_FIX)

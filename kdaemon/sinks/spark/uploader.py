@@ -30,6 +30,9 @@ exactly-once rules.  A job that fails is classified once (``failures.py``): a tr
 is answered "transient" (the workers keep their batches and send them again); one that fails
 the same way ``DETERMINISTIC_ATTEMPTS`` times in a row, or a JVM linkage error at once, is
 answered "refused" with the fix, and the workers stop the daemon instead of retrying for ever.
+A job a table refuses rows of for what they hold (``refused_rows``) follows the daemon's
+``on_sink_error`` instead (``_rows_refused``): written again with those rows dead-lettered, or
+refused at once under "stop".
 A Spark the staged jars are not built for (the installed pyspark, checked first; the JVM's,
 once the session is up: ``jars.mismatch``) is refused before any job: the uploader exits with
 ``EXIT_SINK_REFUSED`` and the supervisor stops the daemon instead of restarting it.
@@ -56,11 +59,12 @@ from dataclasses import dataclass, field
 import pyarrow.parquet as pq
 
 from ...exit_codes import EXIT_SINK_REFUSED
-from . import layout, tables
+from . import layout, refused_rows, tables
 from .failures import DETERMINISTIC, DETERMINISTIC_ATTEMPTS, PERMANENT, classify
 from .layout import BatchId
 from . import staged
-from .writer import BadValues, SparkMismatchError, SparkStartError, SparkWriter, first_line, wait_for_master
+from .writer import (BadValues, RowsRefused, SparkMismatchError, SparkStartError, SparkWriter, first_line,
+                     wait_for_master)
 from .fresh import Fresh, inspect_batch, versions_of
 from .resume import resume_points
 from .session_start import SessionStart
@@ -73,8 +77,9 @@ log = logging.getLogger("kdaemon.spark.uploader")
 COALESCE_S = 0.2
 DIRECT_COALESCE_S = 0.05
 MAX_REQUESTS_PER_JOB = 256
-# After a job met a value that does not parse, this many more run with the dead-letter pass
-# (bad values tend to come in runs; each one found the optimistic way costs a failed write).
+# After a job met a value that does not parse, or a row the table refuses, this many more run
+# with the dead-letter pass (bad values tend to come in runs; each one found the optimistic way
+# costs a failed write).
 CAREFUL_JOBS_AFTER_BAD_VALUE = 10
 EXIT_CANNOT_START = 1
 EXIT_BAD_SETTINGS = 2
@@ -82,6 +87,12 @@ EXIT_BAD_SETTINGS = 2
 
 class OutputNotShared(Exception):
     """Spark wrote a job's files where the uploader does not see them: a setting to fix."""
+
+
+class StoppedAtRefusedRows(Exception):
+    """The table refused a row of the job for what it holds, and ``daemon.on_sink_error =
+    "stop"``: the job is refused at once (``failures``: permanent), nothing of it committed,
+    and the daemon stops with the table's line instead of dead-lettering the row."""
 
 
 
@@ -100,8 +111,11 @@ class Request:
 
 
 class Uploader:
-    def __init__(self, settings: dict, state_dir: str) -> None:
+    def __init__(self, settings: dict, state_dir: str, on_sink_error: str = "retry") -> None:
         self.settings = settings
+        # ``[daemon] on_sink_error``, for the rows a table refuses (``_rows_refused``): the
+        # workers' policy for records a sink refuses for what they are.
+        self.on_sink_error = on_sink_error
         self.writer = SparkWriter(settings)
         self.root = settings["path"]
         self.socket_path = socket_path(settings, state_dir)
@@ -517,7 +531,8 @@ class Uploader:
         """The rows of every fresh batch into the output: written by the uploader itself where
         the writer can (``SparkWriter.append_direct``), else one Spark job, without the
         dead-letter pass (``SparkWriter.prepare``) unless a recent job met values that do not
-        parse: such a job fails before anything is committed, and runs again carefully at once."""
+        parse or rows the table refuses: such a job fails before anything is committed, and
+        runs again carefully at once (for refused rows, as ``on_sink_error`` says)."""
         careful = self._careful_jobs > 0
         if not careful and self.writer.direct_writes:
             versions = versions_of(fresh)
@@ -538,7 +553,33 @@ class Uploader:
                         "kept for the next %d jobs", CAREFUL_JOBS_AFTER_BAD_VALUE)
             self._careful_jobs = CAREFUL_JOBS_AFTER_BAD_VALUE + 1
             self._write_rows_once(fresh, careful=True)
+        except RowsRefused as exc:
+            self._rows_refused(fresh, careful, exc)
         self._careful_jobs = max(0, self._careful_jobs - 1)
+
+    def _rows_refused(self, fresh: list[Fresh], careful: bool, exc: RowsRefused) -> None:
+        """The table refused rows of the job for what they hold (``refused_rows``): the
+        records are what they are, so sending the job again cannot help.  ``on_sink_error``
+        decides, as the workers do for records a sink refuses for what they are: "stop" refuses
+        the job at once (the daemon stops naming the constraint, nothing committed); "retry" and
+        "dlq" write the job again with the dead-letter pass, which sends such rows to the
+        output's own dead letters (``_kdaemon/dlq``, always there, beside the values that do not
+        parse) and appends the rest, so the batch is confirmed and the partition goes on.
+
+        Where that pass cannot keep the refused rows out (the job was careful already, or the
+        table has no condition ``refused_rows`` reads), the failure stands: deterministic, as
+        any job that fails the same way every time."""
+        fmt = self.writer.format
+        if self.on_sink_error == "stop":
+            raise StoppedAtRefusedRows(f"the table refuses a row for what it holds, and daemon.on_sink_error = "
+                                       f"\"stop\": {exc}") from exc
+        if careful or not refused_rows.conditions(fmt, self.root):
+            raise exc
+        log.warning("the %s table at %s refuses rows of this job (%s): nothing was committed; writing the job "
+                    "again with the dead-letter pass, which sends such rows to %s, kept for the next %d jobs",
+                    fmt, self.root, exc, layout.dlq_root(self.root), CAREFUL_JOBS_AFTER_BAD_VALUE)
+        self._careful_jobs = CAREFUL_JOBS_AFTER_BAD_VALUE + 1
+        self._write_rows_once(fresh, careful=True)
 
     def _write_rows_once(self, fresh: list[Fresh], careful: bool) -> None:
         """Path mode moves the job's files into place under their batch names; table mode
@@ -636,13 +677,14 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
-def run(settings: dict, state_dir: str) -> int:
+def run(settings: dict, state_dir: str, on_sink_error: str = "retry") -> int:
     """The uploader process: serve until SIGTERM.  The spark sink's ``CompanionSpec`` names
     this function (``kdaemon.sinks.builtin``); the supervisor's companion runner calls it in a
-    fresh interpreter with the ``[sink]`` table and the daemon's state directory, so this
-    layer never reads the configuration file."""
+    fresh interpreter with the ``[sink]`` table, the daemon's state directory and ``[daemon]
+    on_sink_error`` (for the rows a table refuses), so this layer never reads the
+    configuration file."""
     try:
-        uploader = Uploader(settings, state_dir)
+        uploader = Uploader(settings, state_dir, on_sink_error)
     except ValueError as exc:
         log.error("bad spark sink settings: %s", exc)
         return EXIT_BAD_SETTINGS

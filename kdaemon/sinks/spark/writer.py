@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import arrow_rows, ddl, jars, tables
+from . import arrow_rows, ddl, jars, refused_rows, tables
 from ...backoff import Backoff
 from ...durations import duration
 from .staging import spark_mismatch, validate_settings
@@ -28,6 +28,12 @@ from .staging import spark_mismatch, validate_settings
 log = logging.getLogger("kdaemon.spark.uploader")
 
 _CORRUPT = "_kdaemon_corrupt"   # from_json puts a value that does not parse here
+# A job's rows (the output's columns and the batch each came from), and its dead letters': the
+# raw value, and what was wrong with the row.
+_ROW_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers", "date",
+                "_batch")
+_DEAD_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers", "date",
+                 "_batch", "error")
 _BATCH_IN_FILE = r"(p\d+-\d{19}-\d{19})\.parquet$"
 _MASTER_CONNECT_TIMEOUT_S = 3.0
 _LISTS = ("spark.jars", "spark.sql.extensions")   # comma-separated settings the sink contributes to
@@ -69,6 +75,13 @@ def raise_bad_values(exc: BaseException) -> None:
 
 class SchemaMismatch(Exception):
     """The rows of a job do not fit the table's schema; the message names the fix."""
+
+
+class RowsRefused(Exception):
+    """The table refused rows of a job for what they hold (``refused_rows``: a CHECK
+    constraint, a NOT NULL column); nothing of the job was committed.  The message is the
+    table's line, naming the constraint or column.  The uploader runs the job again with the
+    dead-letter pass, which keeps such rows out (``SparkWriter.prepare``)."""
 
 
 # The error classes of Spark, Delta and Iceberg for rows that do not fit a table's columns.
@@ -441,16 +454,19 @@ class SparkWriter:
     def prepare(self, batches: list[tuple[str, str, list[tuple[int, int]]]], tmp_dir: str,
                 careful: bool = True) -> "Job":
         """The DataFrame of one job: ``batches`` are (held file, batch name, offset ranges to
-        drop).  With a JSON ``value_format``, values that do not parse as ``value_schema`` go to
-        the dead letters:
+        drop).  Two kinds of rows go to the dead letters instead of the output: with a JSON
+        ``value_format``, values that do not parse as ``value_schema``; in a table, rows it
+        refuses for what they hold (``refused_rows.conditions``: its CHECK constraints and NOT
+        NULL columns).
 
-        * ``careful``: the parsed rows are persisted and the bad values written at once, as
-          Parquet partitioned by topic and ``_batch`` under ``tmp_dir/dlq`` (``Job.dlq_dir``):
-          an extra Spark job, and the persist, on every upload;
+        * ``careful``: the dead-letter pass.  The rows are persisted, and the dead letters
+          written at once, as Parquet partitioned by topic and ``_batch`` under
+          ``tmp_dir/dlq`` (``Job.dlq_dir``), each with the raw value and an ``error`` naming
+          what was wrong: an extra Spark job, and the persist, on every upload;
         * not ``careful``: no dead-letter pass; a bad value fails the job's write with
-          ``BadValues`` (``raise_error`` on the very condition the careful pass uses), and the
-          uploader runs the job again carefully.  Values that do not parse are rare, so most
-          jobs read their rows once.
+          ``BadValues`` (``raise_error`` on the very condition the careful pass uses), a row the
+          table refuses with ``RowsRefused`` (the table's own check), and the uploader runs the
+          job again carefully.  Both are rare, so most jobs read their rows once.
 
         The rows stay to be written by ``write_parquet`` or ``append_table``, then ``finish``."""
         from pyspark.sql import functions as F
@@ -460,6 +476,10 @@ class SparkWriter:
         df = df.withColumn("date", F.coalesce(F.to_date("timestamp"), F.lit("1970-01-01").cast("date")).cast("string"))
         df = df.withColumn("headers", F.map_from_entries("headers"))
         job = Job(df=None, tmp_dir=tmp_dir)
+        dead = []   # the dead letters: _DEAD_COLUMNS, the raw value
+        refusals = refused_rows.conditions(self.format, self.path) if careful and self.format in tables.FORMATS else []
+        if refusals:
+            df = df.withColumn("_raw", F.col("value"))
         if self.value_format == "string":
             df = df.withColumn("value", F.col("value").cast("string"))
         elif self.value_format == "json":
@@ -472,16 +492,32 @@ class SparkWriter:
             value = F.col("_parsed").dropFields(_CORRUPT)
             if careful:
                 job.cached = df = df.persist()
-                bad = df.where(is_bad).drop("_parsed")
-                job.dlq_dir = os.path.join(tmp_dir, "dlq")
-                (bad.withColumn("error", F.lit(f"value does not parse as {self.value_schema}"))
-                 .write.mode("overwrite").partitionBy("topic", "_batch").parquet(job.dlq_dir))
+                dead.append(df.where(is_bad).withColumn("error", F.lit(f"value does not parse as {self.value_schema}"))
+                            .select(*_DEAD_COLUMNS))
                 df = df.where(~is_bad)
             else:
                 value = F.when(is_bad, F.raise_error(F.lit(_BAD_VALUE))).otherwise(value)
             df = df.withColumn("value", value).drop("_parsed")
-        job.df = df.select("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
-                           "date", "_batch")
+        df = df.select(*_ROW_COLUMNS, *(["_raw"] if refusals else []))
+        if refusals:
+            # The conditions are over the table's columns, which the rows have by now.  A row
+            # fails a condition unless it holds (TRUE): what each names is its dead letter's error.
+            failed = F.concat_ws("; ", *[F.when(~F.coalesce(F.expr(c.holds), F.lit(False)), F.lit(c.what))
+                                         for c in refusals])
+            df = df.withColumn("_refused", failed)
+            if job.cached is None:
+                job.cached = df = df.persist()
+            refused = df.where(F.col("_refused") != "")
+            why = F.concat(F.lit(f"the {self.format} table at {self.path} refuses the row: "), F.col("_refused"))
+            dead.append(refused.withColumn("value", F.col("_raw")).withColumn("error", why).select(*_DEAD_COLUMNS))
+            df = df.where(F.col("_refused") == "").select(*_ROW_COLUMNS)
+        if dead:
+            job.dlq_dir = os.path.join(tmp_dir, "dlq")
+            letters = dead[0]
+            for more in dead[1:]:
+                letters = letters.unionByName(more)
+            letters.write.mode("overwrite").partitionBy("topic", "_batch").parquet(job.dlq_dir)
+        job.df = df
         return job
 
     def write_parquet(self, job: "Job") -> str:
@@ -508,6 +544,8 @@ class SparkWriter:
                                                merge_schema=merge)
         except Exception as exc:
             raise_bad_values(exc)
+            if refused_rows.refuses_rows(exc):
+                raise RowsRefused(refused_rows.refusal_line(exc) or first_line(exc)) from exc
             if not any(marker in str(exc) for marker in _SCHEMA_ERRORS):
                 raise
             fix = ("the change is not one merge_schema can make (only new fields are added): alter the table "
