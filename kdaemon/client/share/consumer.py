@@ -237,9 +237,11 @@ class ShareConsumer:
                 if remaining <= 0:
                     self._run_callbacks()
                     return {}
+                # With a request out, its answer (or a new assignment) ends the wait; with none,
+                # something it waits for (metadata, a connection, a join, an assignment) does
+                # not wake this select: look again after retry_backoff_ms.
                 membership, version = self._membership, self._membership.target_version
-                self._network.poll(min(remaining, self.config.retry_backoff_ms / 1000)
-                                   if self._waiting_for_something() else remaining,
+                self._network.poll(remaining if self._busy else min(remaining, self.config.retry_backoff_ms / 1000),
                                    until=lambda: bool(self._answered) or membership.target_version != version)
 
     def acknowledge(self, record: ShareRecord, kind: AcknowledgeType | int = AcknowledgeType.ACCEPT) -> None:
@@ -344,11 +346,6 @@ class ShareConsumer:
         self.close()
 
     # -- internals: fetching ------------------------------------------------------------------
-
-    def _waiting_for_something(self) -> bool:
-        """No request could go out for lack of metadata or a connection: look again soon."""
-        return not self._metadata.version or any(n not in self._busy and not self._network.is_ready(n)
-                                                 for n in self._wanted_by_node())
 
     def _wanted_by_node(self) -> dict[int, dict[TopicPartition, uuid.UUID]]:
         assigned, unresolved = self._membership.assignment()
