@@ -15,7 +15,9 @@ lag 0 means every record was accepted, rejected or settled as a gap, nothing hel
 * an acquisition lock that runs out: the record goes to another member with delivery count 2,
   and the late verdict of the first is not sent as if it still held it (InvalidRecordStateError
   in ``commit_sync``'s result and in the callback);
-* the header filter: dropped records are accepted, never returned.
+* the header filter: dropped records are accepted, never returned;
+* a mixed group: Java's KafkaShareConsumer (testkit/java_peer.py) and ours share one partition,
+  each record to exactly one of them.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from kdaemon.client.types import TopicPartition
 from kdaemon.protocol.apis import SHARE_ACKNOWLEDGE, SHARE_FETCH
 from kdaemon.protocol.header_match import HeaderRule, HeaderRules
 from testkit.produce import create_topic, produce
-from testkit.share_groups import set_group_configs, share_lag
+from testkit.java_peer import JavaShareConsumerProcess
+from testkit.share_groups import set_group_configs, share_lag, share_members
 
 pytestmark = pytest.mark.kafka
 
@@ -209,7 +212,8 @@ def test_implicit_mode_accepts_the_last_polls_records_on_the_next_poll(kafka):
     c.subscribe([topic])
     got = poll_until(c, lambda got: len(got) >= 5)
     assert keys(got) == [(0, i) for i in range(5)]
-    assert share_lag(kafka.host, kafka.port, group)[(topic, 0)][1] == 5   # held, not settled
+    # Held, not settled: lag 5, or -1 (unknown) while Kafka has not written the partition's state yet.
+    assert share_lag(kafka.host, kafka.port, group)[(topic, 0)][1] in (5, -1)
     with pytest.raises(AcknowledgementError, match="explicit"):
         c.acknowledge(got[0], AcknowledgeType.ACCEPT)
     assert done == []
@@ -294,3 +298,40 @@ def test_records_the_header_filter_drops_are_accepted_and_never_returned(kafka):
     c.poll(200)                                   # accepts what the last poll returned
     wait_lag(kafka, group, topic, 2)              # and the dropped ones were accepted with the first fetch
     c.close()
+
+
+# -- 7. a mixed group with Java's KafkaShareConsumer -------------------------------------------
+
+def test_a_share_group_of_java_and_kdaemon_members_splits_the_records(kafka):
+    topic = f"share-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    group = new_group(kafka)
+    limit = {"share.acquire.mode": "record_limit", "max.poll.records": "5"}
+    java = JavaShareConsumerProcess(kafka.bootstrap, group, [topic], mode="explicit", sets=limit)
+    try:
+        ours = consumer(kafka, group, share_acknowledgement_mode="explicit", share_acquire_mode="record_limit",
+                        max_poll_records=5)
+        ours.subscribe([topic])
+        deadline = time.monotonic() + WAIT
+        while True:   # both members hold the partition
+            members = share_members(kafka.host, kafka.port, group)
+            if len(members) == 2 and all(parts == {(topic, 0)} for _, parts in members.values()):
+                break
+            assert time.monotonic() < deadline and java.proc.poll() is None, (members, java.stderr[-2000:])
+            ours.poll(100)
+        assert ours.member_id in members
+        produce(kafka.bootstrap, topic, [(None, b"r%d" % i, []) for i in range(200)], partition=0)
+        mine = poll_until(ours, lambda got: len(got) + len(java.records) >= 200,
+                          on_records=lambda rs: [ours.acknowledge(r, AcknowledgeType.ACCEPT) for r in rs])
+        ours.commit_sync()
+        end = java.stop()
+    finally:
+        java.kill()
+    theirs = {(r.partition, r.offset) for r in java.records}
+    assert mine and theirs, (len(mine), len(theirs))
+    assert not set(keys(mine)) & theirs, sorted(set(keys(mine)) & theirs)
+    assert set(keys(mine)) | theirs == {(0, i) for i in range(200)}
+    assert {r.delivery_count for r in mine} == {1} and {r.delivery_count for r in java.records} == {1}
+    assert end["count"] == len(java.records)
+    wait_lag(kafka, group, topic, 1)
+    ours.close()
