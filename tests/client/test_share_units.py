@@ -418,3 +418,18 @@ def test_a_fetch_answer_buffers_the_members_records_and_settles_the_rest(offline
     assert [(r.offset, r.delivery_count) for r in b.records] == [(1, 2), (3, 2)]
     taken = c._inflight.take(1, now)
     assert taken.acks == {A0: [(2, ACCEPT)]} and taken.shown == {}   # dropped: accepted, unreported
+
+
+def test_poll_needs_a_subscription_and_wakeup_interrupts_it(offline):
+    from kdaemon.client.errors import AcknowledgementError, WakeupError
+    c, _ = offline
+    with pytest.raises(ValueError, match="subscribe"):
+        c.poll(0)
+    c.subscribe(["a"])
+    c.wakeup()
+    with pytest.raises(WakeupError):
+        c.poll(10_000)
+    with pytest.raises(AcknowledgementError, match="cannot be acknowledged"):
+        c.acknowledge(rec(A0, 0), AcknowledgeType.ACCEPT)
+    with pytest.raises(ValueError, match="non-empty"):
+        c.subscribe(["a", ""])
