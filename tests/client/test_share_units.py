@@ -320,7 +320,8 @@ def test_share_settings_are_typed_and_what_a_share_group_decides_is_refused():
 import time  # noqa: E402
 
 from kdaemon.client.errors import InvalidRecordStateError  # noqa: E402
-from kdaemon.client.share.consumer import ShareConsumer, _Buffered, _Sent  # noqa: E402
+from kdaemon.client.share.consumer import ShareConsumer  # noqa: E402
+from kdaemon.client.share.exchange import Buffered, Sent  # noqa: E402
 from kdaemon.protocol.apis import SHARE_ACKNOWLEDGE, SHARE_FETCH  # noqa: E402
 from kdaemon.protocol.errors import BrokerError  # noqa: E402
 
@@ -335,17 +336,17 @@ def offline():
     c._network.close()
 
 
-def acknowledged(c: ShareConsumer, kind, offsets=(0,), deadline=None) -> _Sent:
+def acknowledged(c: ShareConsumer, kind, offsets=(0,), deadline=None) -> Sent:
     """Offsets of A0 delivered from node 1, given ``kind``, taken into a ShareAcknowledge."""
     now = time.monotonic()
     c._inflight.deliver(A0, [rec(A0, o) for o in offsets], 1, ID_A, now + 30 if deadline is None else deadline)
     for o in offsets:
         c._inflight.acknowledge(A0, o, kind)
-    session = c._sessions.setdefault(1, ShareSession(1))
+    session = c._exchange._sessions.setdefault(1, ShareSession(1))
     session.build_fetch({A0: ID_A}, {}, {})
     session.handled(Errors.NONE)
     taken = c._inflight.take(1, now)
-    return _Sent(SHARE_ACKNOWLEDGE, 1, session.build_acknowledge(taken.acks, taken.topic_ids), taken, now, {})
+    return Sent(SHARE_ACKNOWLEDGE, 1, session.build_acknowledge(taken.acks, taken.topic_ids), taken, now, {})
 
 
 def ack_answer(code: int = 0, top: int = 0, lock_ms: int = 0) -> tuple[int, dict]:
@@ -359,9 +360,9 @@ def ack_answer(code: int = 0, top: int = 0, lock_ms: int = 0) -> tuple[int, dict
 def test_a_fetched_record_whose_lock_ran_out_is_never_returned(offline):
     c, _ = offline
     now = time.monotonic()
-    c._buffer.append(_Buffered(A0, 1, ID_A, now - 0.001, [rec(A0, 0), rec(A0, 1)]))
-    c._buffer.append(_Buffered(B0, 1, ID_B, now + 30, [rec(B0, 5)]))
-    assert {tp: [r.offset for r in rs] for tp, rs in c._collect(now).items()} == {B0: [5]}
+    c._exchange.buffer.append(Buffered(A0, 1, ID_A, now - 0.001, [rec(A0, 0), rec(A0, 1)]))
+    c._exchange.buffer.append(Buffered(B0, 1, ID_B, now + 30, [rec(B0, 5)]))
+    assert {tp: [r.offset for r in rs] for tp, rs in c._exchange.collect(now).items()} == {B0: [5]}
     assert set(c._inflight.delivered) == {B0}
 
 
@@ -370,51 +371,51 @@ def test_a_renewed_record_comes_back_from_the_next_poll_under_its_new_lock(offli
     sent = acknowledged(c, AcknowledgeType.RENEW)
     assert sent.taken.renew
     sent.value = ack_answer(lock_ms=5000)
-    c._apply(sent)
+    c._exchange.apply(sent)
     assert seen == []                   # callbacks run in the application's next call
     c._run_callbacks()
     assert sent.results == {A0: None} and seen == [({A0: {0}}, None)]
-    (b,) = c._buffer
+    (b,) = c._exchange.buffer
     assert [r.offset for r in b.records] == [0] and b.deadline == pytest.approx(sent.sent_at + 5)
-    assert [r.offset for r in c._collect(time.monotonic())[A0]] == [0]
+    assert [r.offset for r in c._exchange.collect(time.monotonic())[A0]] == [0]
 
 
 def test_invalid_record_state_is_reported_per_partition(offline):
     c, seen = offline
     sent = acknowledged(c, AcknowledgeType.ACCEPT, offsets=(3, 4))
     sent.value = ack_answer(code=Errors.INVALID_RECORD_STATE)
-    c._apply(sent)
+    c._exchange.apply(sent)
     c._run_callbacks()
     assert isinstance(sent.results[A0], InvalidRecordStateError) and "3-4" in str(sent.results[A0])
     assert seen[0][0] == {A0: {3, 4}} and seen[0][1] is sent.results[A0]
-    assert c._sessions[1].epoch == 2
+    assert c._exchange._sessions[1].epoch == 2
 
 
 def test_a_session_error_fails_the_acknowledgements_and_opens_a_new_session(offline):
     c, seen = offline
     sent = acknowledged(c, AcknowledgeType.ACCEPT)
     sent.value = ack_answer(top=Errors.INVALID_SHARE_SESSION_EPOCH)
-    c._apply(sent)
-    assert isinstance(sent.results[A0], BrokerError) and c._sessions[1].epoch == 0
+    c._exchange.apply(sent)
+    assert isinstance(sent.results[A0], BrokerError) and c._exchange._sessions[1].epoch == 0
 
 
 def test_a_fetch_answer_buffers_the_members_records_and_settles_the_rest(offline):
     c, _ = offline
     c._metadata.topic_names[ID_A] = "a"
     now = time.monotonic()
-    session = c._sessions.setdefault(1, ShareSession(1))
+    session = c._exchange._sessions.setdefault(1, ShareSession(1))
     request = session.build_fetch({A0: ID_A}, {}, {})
-    sent = _Sent(SHARE_FETCH, 1, request, c._inflight.take(1, now), now, None)
+    sent = Sent(SHARE_FETCH, 1, request, c._inflight.take(1, now), now, None)
     data = build_batch(specs(4, dropped={2}), base_offset=0)
     sent.value = (2, {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
                       "acquisition_lock_timeout_ms": 15000, "node_endpoints": [],
                       "responses": [{"topic_id": ID_A, "partitions": [dict(
                           answer(data, [(1, 3, 2)]), acknowledge_error_code=0, acknowledge_error_message=None,
                           error_message=None, current_leader={"leader_id": -1, "leader_epoch": -1})]}]})
-    c.config = c.config.replace(header_filter=DROP)
-    c._apply(sent)
+    c._exchange.config = c.config.replace(header_filter=DROP)
+    c._exchange.apply(sent)
     assert c.acquisition_lock_timeout_ms() == 15000 and session.epoch == 1
-    (b,) = c._buffer
+    (b,) = c._exchange.buffer
     assert [(r.offset, r.delivery_count) for r in b.records] == [(1, 2), (3, 2)]
     taken = c._inflight.take(1, now)
     assert taken.acks == {A0: [(2, ACCEPT)]} and taken.shown == {}   # dropped: accepted, unreported

@@ -4,7 +4,8 @@ One module per concern, lowest first: ``types`` (ShareRecord, AcknowledgeType, t
 ``config`` (the typed settings), ``state`` (the member's state table), ``membership``
 (ShareGroupHeartbeat), ``session`` (share sessions per node, pure), ``acknowledgements`` (held
 records, verdicts and lock deadlines, pure), ``fetch`` (one partition's ShareFetch answer,
-decoded filter-first, pure) and ``consumer`` (the public client, the only one doing I/O).
+decoded filter-first, pure), ``exchange`` (the requests on the share sessions and their
+answers) and ``consumer`` (the public client).
 """
 
 from .consumer import ShareConsumer
