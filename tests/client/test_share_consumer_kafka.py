@@ -116,7 +116,9 @@ def test_one_member_reads_every_record_once_in_share_sessions(kafka):
     assert {(r.partition, r.offset, r.value) for r in got} == {(p, i, b"v%d-%d" % (p, i)) for p in range(3) for i in range(10)}
     c.poll(200)   # implicit: accepts them all, on the ShareFetch this poll sends
     wait_lag(kafka, group, topic, 3)
+    assert set(share_members(kafka.host, kafka.port, group)) == {c.member_id}
     c.close()
+    assert share_members(kafka.host, kafka.port, group) == {}   # it left
 
     # The share session: epoch 0 opens it (listing the partitions), +1 a request, -1 closes it;
     # the acceptances rode on a ShareFetch.
@@ -248,6 +250,10 @@ def test_commit_sync_answers_for_every_partition_it_acknowledged(kafka):
     assert {tp for a in answers for tp in a} == {TopicPartition(topic, 0), TopicPartition(topic, 1)}
     assert c.commit_sync() == {}                # nothing pending
     wait_lag(kafka, group, topic, 2)
+    c.unsubscribe()                              # closes its share session and leaves
+    assert share_members(kafka.host, kafka.port, group) == {}
+    with pytest.raises(ValueError, match="subscription"):
+        c.poll(0)
     c.close()
 
 
