@@ -354,6 +354,12 @@ def _properties(node: KafkaNode, cluster_nodes: list[KafkaNode], tls: Tls | None
         "share.coordinator.state.topic.replication.factor": str(n),
         "share.coordinator.state.topic.min.isr": "1",
         "share.coordinator.state.topic.num.partitions": "4",
+        # Share-group tests hold a record past its acquisition lock (share.record.lock.duration.ms,
+        # a group config no lower than this bound, 15 s by default) and wait for assignments,
+        # which come with heartbeats (every 5 s by default): both made short, as for consumer groups.
+        "group.share.min.record.lock.duration.ms": "1000",
+        "group.share.min.heartbeat.interval.ms": "500",
+        "group.share.heartbeat.interval.ms": "1000",
         "group.initial.rebalance.delay.ms": "0",
         "group.consumer.min.session.timeout.ms": "1000",
         "group.consumer.min.heartbeat.interval.ms": "500",

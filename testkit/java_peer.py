@@ -12,6 +12,8 @@ and returns the ``java`` command line that runs it.  Tests and benchmarks use:
   a broker-side RE2J ``regex``, ``stop()`` by SIGTERM (the peer commits if asked and closes, leaving
   the group; ``close_membership`` "leave" / "remain" closes with Java's
   ``CloseOptions.groupMembershipOperation`` LEAVE_GROUP / REMAIN_IN_GROUP); with ``commands=True`` its ``committed()`` and ``commit()`` run on the live consumer;
+* ``JavaShareConsumerProcess`` for a member of a share group (KIP-932): its records carry
+  ``delivery_count``;
 * ``java_offsets_for_times(bootstrap, [(t, p, ts)])``;
 * ``java_produce(bootstrap, topic, ops)``: records and transaction markers through the Java
   producer, returning the acknowledgements in input order.
@@ -104,12 +106,13 @@ class JavaRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+    delivery_count: int | None = None   # a share consumer's (KafkaShareConsumer) records only
 
     @classmethod
     def from_json(cls, o: dict) -> "JavaRecord":
         return cls(o["topic"], o["partition"], o["offset"], o["timestamp"], o["timestamp_type"],
                    o["leader_epoch"], _unb64(o["key"]), _unb64(o["value"]),
-                   tuple((k, _unb64(v)) for k, v in o["headers"]))
+                   tuple((k, _unb64(v)) for k, v in o["headers"]), o.get("delivery_count"))
 
 
 @dataclass
@@ -204,8 +207,11 @@ class JavaConsumerProcess:
 
     def __init__(self, bootstrap: str, **options) -> None:
         options.setdefault("print_records", True)
-        self._commands = options.get("commands", False)
-        self.proc = subprocess.Popen(peer_command() + _consume_args(bootstrap, **options),
+        self._start(_consume_args(bootstrap, **options), options.get("commands", False))
+
+    def _start(self, args: list[str], commands: bool) -> None:
+        self._commands = commands
+        self.proc = subprocess.Popen(peer_command() + args,
                                      stdin=subprocess.PIPE if self._commands else subprocess.DEVNULL,
                                      stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -283,6 +289,22 @@ class JavaConsumerProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+class JavaShareConsumerProcess(JavaConsumerProcess):
+    """Java's KafkaShareConsumer (KIP-932) in share group ``group``, in the background: its records
+    (with ``delivery_count``) on ``records``; ``stop()`` commits its acknowledgements and closes.
+    Explicit mode acknowledges each record ACCEPT as it prints it; implicit leaves it to the next
+    poll, as Java does."""
+
+    def __init__(self, bootstrap: str, group: str, topics: Sequence[str], *, mode: str = "implicit",
+                 max_records: int | None = None, sets: dict[str, str] | None = None) -> None:
+        args = ["share", "--bootstrap", bootstrap, "--group", group, "--topics", ",".join(topics), "--mode", mode]
+        if max_records is not None:
+            args += ["--max-records", str(max_records)]
+        for k, v in (sets or {}).items():
+            args += ["--set", f"{k}={v}"]
+        self._start(args, False)
 
 
 def java_offsets_for_times(bootstrap: str, queries: Iterable[tuple[str, int, int]], *,

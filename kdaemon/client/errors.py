@@ -244,3 +244,19 @@ class FencedInstanceIdError(KafkaClientError):
 class GroupError(KafkaClientError):
     """The group refused this member for a reason retrying will not fix (authorization,
     inconsistent protocols, invalid session timeout, group full)."""
+
+
+class InvalidRecordStateError(KafkaClientError):
+    """An acknowledgement of a share group's record could not be applied (Java's
+    ``InvalidRecordStateException``): the record is no longer held by this member.  Either the
+    broker said so (INVALID_RECORD_STATE: the acquisition lock had run out and the record went
+    back to the group, maybe to another member), or the lock was known to have run out before
+    the acknowledgement was sent, and it was not sent.  Whoever holds the record now settles
+    it; this member's verdict is not applied."""
+
+
+class AcknowledgementError(KafkaClientError):
+    """A share consumer's acknowledgements were used against its mode or its records (Java's
+    ``IllegalStateException``): ``acknowledge`` under implicit acknowledgement, of a record not
+    delivered by the last ``poll``; ``poll`` in explicit mode with records of the last poll
+    still unacknowledged (they can still be acknowledged)."""

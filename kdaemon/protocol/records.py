@@ -153,7 +153,7 @@ class RecordSetReader:
 
     __slots__ = ("_data", "_pos", "_end", "topic", "partition", "fetch_offset", "_filter",
                  "_v2_filter", "_check_crcs", "_aborted", "_max_uncompressed", "next_offset", "truncated",
-                 "filtered", "control", "aborted", "batches", "last_batch")
+                 "filtered", "control", "aborted", "batches", "last_batch", "last_batch_span")
 
     def __init__(self, data, *, topic: str, partition: int, fetch_offset: int,
                  header_filter: HeaderFilter | None = None, check_crcs: bool = True,
@@ -181,6 +181,10 @@ class RecordSetReader:
         self.aborted = 0
         self.batches = 0
         self.last_batch: BatchInfo | None = None
+        # Where the batch the last read_batch() read lies in the record set (start, end): a
+        # share consumer looks at its offsets again when the filter dropped records of a batch
+        # with holes (batch_record_offsets), to tell a dropped record from a compacted-away one.
+        self.last_batch_span: tuple[int, int] | None = None
 
     def read_all(self) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
@@ -209,6 +213,7 @@ class RecordSetReader:
         magic = data[pos + 16]
         self._pos = batch_end
         self.batches += 1
+        self.last_batch_span = (pos, batch_end)
         try:
             if magic == 2:
                 return self._read_v2(data, pos, batch_end, base_offset, length)
@@ -423,6 +428,34 @@ def record_set_end_offset(data) -> int | None:
             last = base_offset + 1
         pos = batch_end
     return last
+
+
+def batch_record_offsets(data, start: int, end: int,
+                         max_uncompressed_batch_bytes: int = compression.DEFAULT_MAX_UNCOMPRESSED) -> list[int]:
+    """The offsets of the records of the v2 batch at ``data[start:end]``, in order, and nothing
+    else of them: each record's length, attributes, timestamp delta and offset delta are read,
+    the rest is skipped.  A batch may have holes (compaction removed records; its last offset
+    stays), so its offsets are not always ``base..last``.  The batch was read by a
+    ``RecordSetReader`` already (CRC and layout checked); a record that does not fit raises
+    ``CorruptRecordError``."""
+    (base_offset, _, _, _, _, attributes, _, _, _, _, _, _, count) = _BATCH_HEADER.unpack_from(data, start)
+    codec = attributes & _ATTR_CODEC
+    body = data[start + BATCH_HEADER_SIZE:end]
+    payload = compression.decompress(codec, body, max_uncompressed_batch_bytes) if codec else bytes(body)
+    offsets, pos = [], 0
+    try:
+        for _ in range(count):
+            length, pos = decode_varint(payload, pos)
+            record_end = pos + length
+            _, p = decode_varlong(payload, pos + 1)      # attributes, then the timestamp delta
+            delta, _ = decode_varint(payload, p)
+            if length < 0 or record_end > len(payload):
+                raise DecodeError(f"record of {length} bytes runs past the batch")
+            offsets.append(base_offset + delta)
+            pos = record_end
+    except (IndexError, DecodeError) as exc:
+        raise CorruptRecordError(f"record offsets of the batch: {exc}", offset=base_offset) from None
+    return offsets
 
 
 def decode_record_set(data, *, topic: str, partition: int, fetch_offset: int, **options) -> tuple[list[ConsumerRecord], RecordSetReader]:

@@ -26,6 +26,12 @@
 //     "offsets":[[t,p,offset,metadata],...]} (offset -1 and metadata null when none), and
 //     {"op":"commit","offsets":[[t,p,offset,metadata],...]} commits them (commitSync) and prints
 //     {"event":"commit_done"}.
+//   share    --bootstrap B --group G --topics t,... [--mode implicit|explicit] [--max-records N]
+//            [--set key=value ...]
+//     A KafkaShareConsumer (KIP-932) in share group G.  Prints {"event":"building"}, each record as
+//     consume --print does plus "delivery_count" (explicit mode: each acknowledged ACCEPT at once;
+//     implicit: the next poll accepts them), {"event":"end","count"} once N records came or on
+//     SIGTERM (after commitSync), then {"event":"closing"} and closes.
 //   times    --bootstrap B --query t:p:timestamp,...  [--isolation ...]
 //     Prints {"topic","partition","timestamp","offset","leader_epoch","found_timestamp"} per query
 //     (offset null when nothing is at or after the timestamp), then beginning and end offsets.
@@ -80,6 +86,7 @@ public final class KafkaPeer {
         Map<String, List<String>> args = parse(Arrays.copyOfRange(argv, 1, argv.length));
         switch (argv[0]) {
             case "consume": consume(args); break;
+            case "share": share(args); break;
             case "times": times(args); break;
             case "produce": produce(args); break;
             case "bench": bench(args); break;
@@ -323,6 +330,60 @@ public final class KafkaPeer {
             emit(event("closing"));   // bench/groups times a member's leave from here
             consumer.close(CloseOptions.timeout(Duration.ofSeconds(30))
                     .withGroupMembershipOperation(membership(opt(a, "close-membership", "default"))));
+        }
+    }
+
+    // --- share ---------------------------------------------------------------------------------
+
+    private static void share(Map<String, List<String>> a) throws Exception {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", req(a, "bootstrap"));
+        props.put("group.id", req(a, "group"));
+        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        boolean explicit = opt(a, "mode", "implicit").equals("explicit");
+        props.put("share.acknowledgement.mode", explicit ? "explicit" : "implicit");
+        applySets(a, props);
+        long maxRecords = Long.parseLong(opt(a, "max-records", "-1"));
+        emit(event("building"));
+        KafkaShareConsumer<byte[], byte[]> consumer = new KafkaShareConsumer<>(props);
+        AtomicBoolean stopping = new AtomicBoolean(false);
+        Thread main = Thread.currentThread();
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            stopping.set(true);
+            consumer.wakeup();
+            try { main.join(30_000); } catch (InterruptedException ignored) { }
+        }));
+        consumer.subscribe(Arrays.asList(req(a, "topics").split(",")));
+        long count = 0;
+        try {
+            while (!stopping.get() && (maxRecords < 0 || count < maxRecords)) {
+                ConsumerRecords<byte[], byte[]> recs;
+                try {
+                    recs = consumer.poll(Duration.ofMillis(200));
+                } catch (WakeupException e) {
+                    break;
+                }
+                for (ConsumerRecord<byte[], byte[]> r : recs) {
+                    count++;
+                    ObjectNode o = recordJson(r);
+                    if (r.deliveryCount().isPresent()) o.put("delivery_count", r.deliveryCount().get());
+                    else o.putNull("delivery_count");
+                    emit(o);
+                    if (explicit) consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                }
+            }
+            try {
+                consumer.commitSync(Duration.ofSeconds(30));
+            } catch (WakeupException ignored) {
+                // stopping: close() still sends what is pending
+            }
+            ObjectNode done = event("end");
+            done.put("count", count);
+            emit(done);
+        } finally {
+            emit(event("closing"));
+            consumer.close(Duration.ofSeconds(30));
         }
     }
 
