@@ -1,10 +1,10 @@
 """KIP-848 on the wire: kdaemon's group requests field by field against the Java KafkaConsumer's.
 
 The group suites compare outcomes (disjoint, complete assignments; records exactly once).  This
-one compares the requests themselves.  One scenario runs twice on one Apache Kafka 4.4 broker
-(``group.consumer.heartbeat.interval.ms`` = 1 s), with member A behind a capturing proxy
-(testkit/kafka_capture.py, which points the Metadata and FindCoordinator answers at itself,
-so every byte A sends is seen): once A is the kdaemon Consumer (``group_protocol="consumer"``),
+one compares the requests themselves.  One scenario runs twice on the run's Apache Kafka 4.4
+broker (the group config ``consumer.heartbeat.interval.ms`` = 1 s), with member A behind a
+capturing proxy (testkit/kafka_capture.py, which points the Metadata and FindCoordinator
+answers at itself, so every byte A sends is seen): once A is the kdaemon Consumer (``group_protocol="consumer"``),
 once the Java consumer (testkit/java/KafkaPeer.java, ``group.protocol=consumer``).  Both have
 auto-commit on with a 60 s interval, so the only commits are the ones the protocol makes (before
 a revocation, on close) and no timer decides what the sequence looks like.
@@ -79,7 +79,7 @@ from confluent_kafka import TopicPartition as RdTopicPartition
 
 from kdaemon.protocol.apis import CONSUMER_GROUP_HEARTBEAT, METADATA, OFFSET_COMMIT, OFFSET_FETCH
 from testkit.group_members import JavaMember, KdMember, RdMember, all_partitions, group_log, wait_until
-from testkit.apache_kafka import start_or_fail
+from testkit.share_groups import set_group_configs
 from testkit.kafka_capture import Exchange, KafkaCapture
 from testkit.produce import create_topic, produce
 
@@ -96,13 +96,12 @@ OPTIONAL = ("instance_id", "rack_id", "rebalance_timeout_ms", "subscribed_topic_
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    cluster = start_or_fail(tmp_path_factory, "kip848wire", extra_properties={
-        "group.consumer.heartbeat.interval.ms": "1000",
-        "group.consumer.session.timeout.ms": "10000"})
-    _warm_up(cluster.bootstrap)
-    yield cluster
-    cluster.stop()
+def broker(kafka):
+    """The run's shared Kafka; each scenario's group sets its heartbeat interval (1 s) and
+    session timeout (10 s) as group configs (``_scenario``), as Kafka 4 allows, instead of on a
+    broker of the module's own."""
+    _warm_up(kafka.bootstrap)
+    return kafka
 
 
 def _warm_up(bootstrap: str) -> None:
@@ -173,6 +172,8 @@ class Run:
 
 def _scenario(broker, a: str, instance_id: str | None) -> Run:
     topic, group = f"wire-{uuid.uuid4().hex[:8]}", f"wire-{a}-{uuid.uuid4().hex[:8]}"
+    set_group_configs(broker.bootstrap, group, {"consumer.heartbeat.interval.ms": "1000",
+                                                "consumer.session.timeout.ms": "10000"})
     create_topic(broker.bootstrap, topic, PARTITIONS)
     for p in range(PARTITIONS):
         produce(broker.bootstrap, topic, [(None, f"{p}-{i}".encode()) for i in range(PER_PARTITION)], partition=p)
