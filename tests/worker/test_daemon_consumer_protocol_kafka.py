@@ -26,10 +26,11 @@ What a worker holds is read from the coordinator (AdminClient's describe, per
 ``group_instance_id``), which is the truth under the consumer protocol; the supervisor's "has
 its assignment" lines and the workers' own log lines say the rest.
 
-The module runs its own broker: the consumer protocol's session timeout and heartbeat interval
-are the broker's (``group.consumer.session.timeout.ms``, default 45 s), here 12 s and 1 s;
-``group.consumer.migration.policy`` is set to bidirectional (Kafka 4's default, named so the
-migration test does not depend on a default).
+The consumer protocol's session timeout and heartbeat interval are the group coordinator's
+(``group.consumer.session.timeout.ms``, default 45 s): each daemon's group sets its own, 12 s
+and 1 s, as group configs on the run's shared broker.  The test brokers name
+``group.consumer.migration.policy`` = bidirectional (Kafka 4's default, named so the migration
+test does not depend on a default: testkit/apache_kafka.py).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from kdaemon.client import ConsumerConfig
 from kdaemon.client.features import choose_group_protocol, probe
 from kdaemon.protocol.apis import CONSUMER_GROUP_HEARTBEAT
 from testkit.daemon import SESSION_TIMEOUT_MS, Daemon, daemon_config, wait_for
-from testkit.apache_kafka import start_or_fail
+from testkit.share_groups import set_group_configs
 from testkit.produce import committed_offsets as read_committed_offsets, create_topic, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -61,14 +62,12 @@ SESSION_MS = 12_000
 WAIT = 90.0
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    c = start_or_fail(tmp_path_factory, "daemon-kip848", extra_properties={
-        "group.consumer.session.timeout.ms": str(SESSION_MS),
-        "group.consumer.heartbeat.interval.ms": "1000",
-        "group.consumer.migration.policy": "bidirectional"})
-    yield c
-    c.stop()
+@pytest.fixture
+def cluster(kafka):
+    """The run's shared Kafka (online migration is Kafka 4's default policy, bidirectional); each
+    daemon's group sets its session timeout ``SESSION_MS`` and 1-s heartbeat as group configs
+    (``new_daemon``), instead of a broker of the module's own."""
+    return kafka
 
 
 # -- configuration and observation ----------------------------------------------------------------
@@ -89,6 +88,8 @@ def with_protocol(config: dict, protocol: str) -> dict:
 def new_daemon(root: Path, cluster, *, protocol: str | None, workers: int = 2, **daemon) -> tuple[Daemon, str, str]:
     tag = uuid.uuid4().hex[:8]
     topic, group = f"kd848-{tag}", f"kd848-{tag}"
+    set_group_configs(cluster.bootstrap, group, {"consumer.session.timeout.ms": str(SESSION_MS),
+                                                 "consumer.heartbeat.interval.ms": "1000"})
     create_topic(cluster.bootstrap, topic, partitions=PARTITIONS)
     config = daemon_config(root, cluster.bootstrap, topic, group, workers=workers,
                            heartbeat_timeout_s=60.0, metrics_interval_ms=200, **daemon)
