@@ -1,10 +1,9 @@
-"""A share group (KIP-932) from outside: its group configs and what it has left to settle.
+"""A share group (KIP-932) from outside: its members and what it has left to settle.
 
-``set_group_configs`` sets a group's dynamic configs (IncrementalAlterConfigs on the GROUP
-resource, through confluent-kafka's admin client), before or after the group exists: a test
-sets ``share.auto.offset.reset`` = earliest so a new share group reads records written before it
-(it starts at the end of each partition otherwise), and ``share.record.lock.duration.ms`` to
-hold a record past its lock in seconds rather than the default 30.
+A test sets the group's configs first (testkit/group_configs.py): ``share.auto.offset.reset`` =
+earliest so a new share group reads records written before it (it starts at the end of each
+partition otherwise), and ``share.record.lock.duration.ms`` to hold a record past its lock in
+seconds rather than the default 30.
 
 ``share_lag`` asks the group coordinator DescribeShareGroupOffsets v1 (kdaemon's codec): per
 partition, the start offset and the records not yet settled (KIP-1226).  Every record
@@ -17,22 +16,12 @@ test waits for every member, a Java one included, to hold its partitions before 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from kdaemon.protocol.apis import DESCRIBE_SHARE_GROUP_OFFSETS, FIND_COORDINATOR, SHARE_GROUP_DESCRIBE
 from testkit.wire import request
 
 TIMEOUT = 30.0
 _LOADING = {14, 15, 16}   # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
-
-
-def set_group_configs(bootstrap: str, group: str, configs: Mapping[str, str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET) for name, value in configs.items()])
-    admin.incremental_alter_configs([resource], request_timeout=TIMEOUT)[resource].result(TIMEOUT)
 
 
 def _coordinator(host: str, port: int, group: str, timeout: float) -> tuple[str, int]:

@@ -42,7 +42,7 @@ from confluent_kafka.admin import AdminClient
 
 from testkit.group_members import (TP, JavaMember, KdMember, KdProcessMember, RdMember, all_partitions,
                                        group_log, split_is_complete, wait_until)
-from testkit.share_groups import set_group_configs
+from testkit.group_configs import set_group_configs
 from testkit.produce import Writer, create_topic, produce
 
 pytestmark = pytest.mark.kafka

@@ -79,7 +79,7 @@ from confluent_kafka import TopicPartition as RdTopicPartition
 
 from kdaemon.protocol.apis import CONSUMER_GROUP_HEARTBEAT, METADATA, OFFSET_COMMIT, OFFSET_FETCH
 from testkit.group_members import JavaMember, KdMember, RdMember, all_partitions, group_log, wait_until
-from testkit.share_groups import set_group_configs
+from testkit.group_configs import set_group_configs
 from testkit.kafka_capture import Exchange, KafkaCapture
 from testkit.produce import create_topic, produce
 

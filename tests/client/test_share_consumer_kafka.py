@@ -34,7 +34,8 @@ from kdaemon.protocol.apis import SHARE_ACKNOWLEDGE, SHARE_FETCH
 from kdaemon.protocol.header_match import HeaderRule, HeaderRules
 from testkit.produce import create_topic, produce
 from testkit.java_peer import JavaShareConsumerProcess
-from testkit.share_groups import set_group_configs, share_lag, share_members
+from testkit.group_configs import set_group_configs
+from testkit.share_groups import share_lag, share_members
 
 pytestmark = pytest.mark.kafka
 

@@ -52,7 +52,7 @@ from kdaemon.client import ConsumerConfig
 from kdaemon.client.features import choose_group_protocol, probe
 from kdaemon.protocol.apis import CONSUMER_GROUP_HEARTBEAT
 from testkit.daemon import SESSION_TIMEOUT_MS, Daemon, daemon_config, wait_for
-from testkit.share_groups import set_group_configs
+from testkit.group_configs import set_group_configs
 from testkit.produce import committed_offsets as read_committed_offsets, create_topic, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
