@@ -24,6 +24,7 @@ from .fetcher import Fetcher
 from .metadata import ClusterMetadata
 from .metrics import ConsumerMetrics, PartitionMetrics
 from .network import NetworkClient
+from .owner import owned
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetLookup
 from .subscription import EARLIEST, LATEST, SubscriptionState
 from .types import GroupMembershipOperation, GroupState, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
@@ -66,13 +67,8 @@ class Consumer:
         # poll(), as the Java consumer allows.
         if self._closed:
             raise ConsumerClosedError("the consumer is closed")
-        if not self._owner.acquire(blocking=False):
-            raise RuntimeError("Consumer is not safe for use by several threads at once "
-                               "(only wakeup() may be called from another thread)")
-        try:
+        with owned(self._owner, "Consumer"):
             yield
-        finally:
-            self._owner.release()
 
     # -- assignment -----------------------------------------------------------------------------
 

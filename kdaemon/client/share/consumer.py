@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from ..errors import AcknowledgementError, ConsumerClosedError, KafkaTimeoutError, NoBrokersAvailableError, WakeupError
 from ..metadata import ClusterMetadata
 from ..network import NetworkClient
+from ..owner import owned
 from ..types import TopicPartition
 from .acknowledgements import InFlight
 from .config import ShareConsumerConfig
@@ -88,13 +89,8 @@ class ShareConsumer:
         if self._in_callback:
             raise AcknowledgementError("the share consumer's methods cannot be called from the "
                                        "acknowledgement commit callback")
-        if not self._owner.acquire(blocking=False):
-            raise RuntimeError("ShareConsumer is not safe for use by several threads at once "
-                               "(only wakeup() may be called from another thread)")
-        try:
+        with owned(self._owner, "ShareConsumer"):
             yield
-        finally:
-            self._owner.release()
 
     # -- subscription ---------------------------------------------------------------------------
 
