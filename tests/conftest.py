@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit import shared
+from testkit import jvm_archive, shared
 from testkit.apache_kafka import KafkaCluster, KafkaUnavailable, start_kafka
 from testkit.mockcluster import MockCluster
 from testkit.schema_registry import SchemaRegistryServer
@@ -58,6 +58,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # Kafka tools) compiles with C1 only: a SparkSession's start took 18 CPU-s with both
     # compilers and 10.7 with C1 alone here, and the tests' JVMs live too briefly for C2 to pay.
     os.environ.setdefault("JAVA_TOOL_OPTIONS", JVM_TEST_OPTIONS)
+    # ...and every Spark driver maps a class-data archive of what a driver loads: half the CPU of
+    # its start (testkit/jvm_archive.py).  Made once per JDK and pyspark, in the background: the
+    # JVMs started meanwhile run without it.
+    if not os.environ.get(jvm_archive.DISABLE_ENV):
+        archive = jvm_archive.archive_path()
+        if archive is not None:
+            jvm_archive.start_making(archive)
+            jvm_archive.use(archive)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
