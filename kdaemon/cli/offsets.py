@@ -184,6 +184,9 @@ def offsets(config_path: str, timeout_ms: int, watch: bool, interval: float, win
         _watch(config, opts, reset, timeout_ms, watch=watch, interval=interval, window=window, count=count)
         return
     share_mode = getattr(config, "group_type", "consumer") == "share"
+    if share_mode:   # the share consumer's own options: the look-ups here are a plain consumer's
+        for key in ("share_acknowledgement_mode", "share_acquire_mode"):
+            opts.pop(key, None)
     with kafka_errors(config):
         consumer, parts, missing = _consumer_and_partitions(config, opts, timeout_ms)
         try:
