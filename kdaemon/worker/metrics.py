@@ -68,6 +68,8 @@ SHARE_REDELIVERED = Counter("kdaemon_share_records_redelivered_total", "Acquired
                             "(delivery count above 1: released, or their lock ran out at a member)")
 SHARE_ACKNOWLEDGED = Counter("kdaemon_share_records_acknowledged_total", "Acknowledgements the broker confirmed, "
                              "by type (accept, release, reject, renew)", ["type"])
+for _kind in ACKNOWLEDGE_TYPES.values():   # each type at 0 before its first increment (invariant 40)
+    SHARE_ACKNOWLEDGED.labels(_kind)
 SHARE_ACK_ERRORS = Counter("kdaemon_share_acknowledge_errors_total", "Acknowledgements the broker refused or "
                            "that a failed request carried (the records go to the group again)")
 SHARE_LOCK_EXPIRIES = Counter("kdaemon_share_lock_expiries_total", "Acquired records whose lock ran out before "
