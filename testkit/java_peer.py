@@ -107,12 +107,15 @@ class JavaRecord:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     delivery_count: int | None = None   # a share consumer's (KafkaShareConsumer) records only
+    poll: int | None = None             # share --verdicts: the poll that returned it (1, 2, ...)
+    verdict: str | None = None          # share --verdicts: how it was acknowledged ("accept" ...: Java's toString)
 
     @classmethod
     def from_json(cls, o: dict) -> "JavaRecord":
         return cls(o["topic"], o["partition"], o["offset"], o["timestamp"], o["timestamp_type"],
                    o["leader_epoch"], _unb64(o["key"]), _unb64(o["value"]),
-                   tuple((k, _unb64(v)) for k, v in o["headers"]), o.get("delivery_count"))
+                   tuple((k, _unb64(v)) for k, v in o["headers"]), o.get("delivery_count"), o.get("poll"),
+                   o.get("verdict"))
 
 
 @dataclass
@@ -298,10 +301,17 @@ class JavaShareConsumerProcess(JavaConsumerProcess):
     poll, as Java does."""
 
     def __init__(self, bootstrap: str, group: str, topics: Sequence[str], *, mode: str = "implicit",
-                 max_records: int | None = None, sets: dict[str, str] | None = None) -> None:
+                 max_records: int | None = None, sets: dict[str, str] | None = None,
+                 verdicts: dict[tuple[int, int], str] | None = None) -> None:
+        """``verdicts`` (explicit mode): {(partition, offset): "release" | "reject" | "renew" |
+        "accept"}, the acknowledgement the first delivery of that record gets (any other record,
+        and any later delivery, is accepted); each poll's verdicts are committed (commitSync)
+        before the next poll, and each record carries ``poll`` and ``verdict``."""
         args = ["share", "--bootstrap", bootstrap, "--group", group, "--topics", ",".join(topics), "--mode", mode]
         if max_records is not None:
             args += ["--max-records", str(max_records)]
+        if verdicts:
+            args += ["--verdicts", ",".join(f"{p}:{o}:{kind}" for (p, o), kind in sorted(verdicts.items()))]
         for k, v in (sets or {}).items():
             args += ["--set", f"{k}={v}"]
         self._start(args, False)

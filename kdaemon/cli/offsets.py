@@ -1,6 +1,12 @@
 """``kdaemon offsets``: where the daemon's group stands on its topics (kafka-consumer-groups
 --describe for one group, from the daemon's own configuration): its state and members, and per
-partition the committed offset, the end, the lag and who holds it."""
+partition the committed offset, the end, the lag and who holds it.
+
+For a share group (``[kafka] group_type = "share"``, or a group id that names a share group and
+no consumer group) what kafka-share-groups --describe and --describe --members show instead: the
+members (id, host, client id, assignment: members share partitions) and per partition the start
+offset, the end and the lag (records not yet settled, acquired ones included; KIP-1226).  Kafka
+4.4 answers no per-partition count of acquired records (client/share/describe.py)."""
 
 from __future__ import annotations
 
@@ -177,19 +183,39 @@ def offsets(config_path: str, timeout_ms: int, watch: bool, interval: float, win
     if watch or _watch_options_given():
         _watch(config, opts, reset, timeout_ms, watch=watch, interval=interval, window=window, count=count)
         return
+    share_mode = getattr(config, "group_type", "consumer") == "share"
+    if share_mode:   # the share consumer's own options: the look-ups here are a plain consumer's
+        for key in ("share_acknowledgement_mode", "share_acquire_mode"):
+            opts.pop(key, None)
     with kafka_errors(config):
         consumer, parts, missing = _consumer_and_partitions(config, opts, timeout_ms)
         try:
-            rows = group_lag(consumer, parts, reset=reset, has_group=bool(opts.get("group_id")),
+            rows = group_lag(consumer, parts, reset=reset, has_group=bool(opts.get("group_id")) and not share_mode,
                              timeout_ms=timeout_ms)
         finally:
             consumer.close()
         group, undescribed = None, None
-        if opts.get("group_id"):
+        if opts.get("group_id") and not share_mode:
             try:
                 group = describe_group(ConsumerConfig.from_options(**opts), timeout_ms=timeout_ms)
             except (KafkaClientError, BrokerError) as exc:   # the offsets still stand on their own
                 undescribed = f"group {opts['group_id']}: not described ({type(exc).__name__}: {exc})"
+        if opts.get("group_id") and (share_mode or undescribed is not None or group.state == "Dead"):
+            # No consumer group of that name: a share group's, if it is one.
+            from ..client.share.describe import describe_share_group, share_group_offsets
+            client = ConsumerConfig.from_options(**opts)
+            try:
+                share = describe_share_group(client, timeout_ms=timeout_ms)
+            except (KafkaClientError, BrokerError):
+                if share_mode:
+                    raise
+                share = None   # the consumer group's view stands on its own
+            if share_mode or share is not None:
+                starts = share_group_offsets(client, parts, timeout_ms=timeout_ms)
+                for topic in missing:
+                    click.echo(f"{topic}: does not exist", err=True)
+                _print_share_group(opts["group_id"], share, rows, starts)
+                return
     for topic in missing:
         click.echo(f"{topic}: does not exist", err=True)
     if undescribed is not None:
@@ -220,4 +246,40 @@ def offsets(config_path: str, timeout_ms: int, watch: bool, interval: float, win
         line += (f"; unknown for {len(unknown)} partition(s) without a commit (auto_offset_reset = \"none\": "
                  "the daemon would stop on them)" if reset == "none" else
                  f"; unknown for {len(unknown)} partition(s) without an end offset")
+    click.echo(line)
+
+
+def _assignment(partitions) -> str:
+    """t:0,1;u:2, as kafka-share-groups --members writes a member's ASSIGNMENT."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ";".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items())) or "-"
+
+
+def _print_share_group(group_id: str, share, rows: list[PartitionLag], starts) -> None:
+    """A share group's members, then per partition its start offset, the end and the lag."""
+    from ..client import TopicPartition
+    if share is None:
+        click.echo(f"share group {group_id}: no group of that name now (it is created when its first member joins)")
+    else:
+        click.echo(f"share group {share.group_id}: {share.state}, {len(share.members)} member(s), assignor "
+                   f"{share.assignor}")
+        if share.members:
+            click.echo(f"{'member':<24} {'host':<15} {'client':<30} {'#partitions':>11}  assignment")
+            for m in share.members:
+                click.echo(f"{m.member_id:<24} {m.host:<15} {m.client_id:<30} {len(m.partitions):>11}  "
+                           f"{_assignment(m.partitions)}")
+    click.echo(f"{'topic':<30} {'partition':>9} {'start':>12} {'end':>12} {'lag':>10}")
+    total, unstarted = 0, 0
+    for r in rows:
+        found = starts.get(TopicPartition(r.topic, r.partition))
+        start, lag = (found.start_offset, found.lag) if found is not None else (None, None)
+        total += lag or 0
+        unstarted += start is None
+        click.echo(f"{r.topic:<30} {r.partition:>9} {_cell(start):>12} {_cell(r.end):>12} {_cell(lag):>10}")
+    line = f"total lag: {total} (records not yet settled, acquired ones included)"
+    if unstarted:
+        line += (f"; unknown for {unstarted} partition(s) the group has not started reading (its "
+                 "share.auto.offset.reset decides where it will)")
     click.echo(line)

@@ -9,7 +9,7 @@ from .consumer import Consumer
 from .errors import (AuthenticationError, ConsumerClosedError, KafkaClientError, KafkaTimeoutError,
                      LogTruncationError, NoBrokersAvailableError, NoOffsetForPartitionError,
                      OffsetOutOfRangeError, RecordTooLargeError, UnknownTopicError, WakeupError)
-from .metrics import ConsumerMetrics, PartitionMetrics
+from .metrics import ConsumerMetrics, PartitionMetrics, ShareConsumerMetrics
 from .share import AcknowledgeType, ShareConsumer, ShareRecord
 from .types import ConsumerRecord, GroupMembershipOperation, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
@@ -18,4 +18,4 @@ __all__ = ["Consumer", "ConsumerConfig", "ConsumerRecord", "TopicPartition", "Of
            "AuthenticationError", "NoOffsetForPartitionError", "OffsetOutOfRangeError", "LogTruncationError",
            "UnknownTopicError", "WakeupError", "ConsumerClosedError", "RecordTooLargeError",
            "ConsumerMetrics", "PartitionMetrics", "GroupMembershipOperation",
-           "ShareConsumer", "ShareRecord", "AcknowledgeType"]
+           "ShareConsumer", "ShareRecord", "AcknowledgeType", "ShareConsumerMetrics"]

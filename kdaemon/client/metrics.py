@@ -1,4 +1,4 @@
-"""What ``Consumer.metrics()`` reports: typed, frozen snapshots.
+"""What ``Consumer.metrics()`` and ``ShareConsumer.metrics()`` report: typed, frozen snapshots.
 
 Typed so that a caller that misspells a figure fails at once (an AttributeError, and a type
 checker's complaint) instead of reading a ``KeyError`` or, with ``.get``, a silent zero; frozen
@@ -9,11 +9,17 @@ one exists (``records-lag`` becomes ``records_lag``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from .types import TopicPartition
 
-__all__ = ["PartitionMetrics", "ConsumerMetrics"]
+__all__ = ["PartitionMetrics", "ConsumerMetrics", "ShareConsumerMetrics", "ShareCounters", "ACKNOWLEDGE_TYPES"]
+
+# The names ``ShareConsumerMetrics.acknowledged`` counts by, lower case as Java's
+# ``AcknowledgeType.toString()`` names them; indexed by the wire value (1 ACCEPT ... 4 RENEW).
+ACKNOWLEDGE_TYPES = {1: "accept", 2: "release", 3: "reject", 4: "renew"}
 
 
 @dataclass(frozen=True)
@@ -51,3 +57,63 @@ class ConsumerMetrics:
     records_lag_max: int
     last_fetch_request: dict | None     # the body of the last Fetch sent (for tests and debugging)
     partitions: dict[TopicPartition, PartitionMetrics] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ShareConsumerMetrics:
+    """A share member's counters since the consumer was created (``ShareConsumer.metrics()``).
+
+    Counted in records, never in requests or partitions:
+
+    * ``records_acquired``: records the broker acquired for this member and the consumer kept
+      for the application (header-filtered records and gaps excluded: the consumer ACCEPTs and
+      settles those itself); ``records_redelivered``: those of them with ``delivery_count`` > 1
+      (released, or their lock ran out at a member, before);
+    * ``acknowledged``: {"accept", "release", "reject", "renew"} -> verdicts the broker
+      confirmed (a partition answered without error), the consumer's own ACCEPTs of filtered
+      records included; ``acknowledge_errors``: verdicts it refused (INVALID_RECORD_STATE ...)
+      or that a failed request carried;
+    * ``lock_expiries``: records whose acquisition lock ran out before their verdict was sent
+      (it is never sent: the broker gives them to the group again), or before a poll could
+      return them.
+    """
+
+    records_acquired: int
+    records_redelivered: int
+    acknowledged: Mapping[str, int]
+    acknowledge_errors: int
+    lock_expiries: int
+
+
+class ShareCounters:
+    """The mutable counters behind ``ShareConsumerMetrics``, bumped in the application thread
+    only (where answers are applied), so no lock."""
+
+    def __init__(self) -> None:
+        self.records_acquired = 0
+        self.records_redelivered = 0
+        self.acknowledged = dict.fromkeys(ACKNOWLEDGE_TYPES.values(), 0)
+        self.acknowledge_errors = 0
+        self.lock_expiries = 0
+
+    def acquired(self, delivery_counts: Iterable[int]) -> None:
+        for count in delivery_counts:
+            self.records_acquired += 1
+            if count > 1:
+                self.records_redelivered += 1
+
+    def verdicts(self, kinds: Iterable[int], confirmed: bool) -> None:
+        """Verdicts (wire acknowledge types) the broker answered for; gaps are not records."""
+        for kind in kinds:
+            name = ACKNOWLEDGE_TYPES.get(kind)
+            if name is None:
+                continue
+            if confirmed:
+                self.acknowledged[name] += 1
+            else:
+                self.acknowledge_errors += 1
+
+    def snapshot(self) -> ShareConsumerMetrics:
+        return ShareConsumerMetrics(self.records_acquired, self.records_redelivered,
+                                    MappingProxyType(dict(self.acknowledged)), self.acknowledge_errors,
+                                    self.lock_expiries)

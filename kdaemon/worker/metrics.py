@@ -5,7 +5,8 @@ worker writes; this module must therefore be imported only in the worker (after 
 use live-aggregating modes so a dead worker's series disappear once the supervisor marks it dead.
 
 Updating is cheap and infrequent: ``WorkerMetrics.update`` turns counters the consumer and the
-pipeline keep anyway into Prometheus increments, at most once a second.
+pipeline keep anyway into Prometheus increments, at most once a second.  A share-group worker
+hands its ``ShareConsumer.metrics()`` snapshot to ``WorkerMetrics.update_share`` the same way.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from ..client.metrics import ACKNOWLEDGE_TYPES, ShareConsumerMetrics
 from .health import CONDITIONS
 
 RECORDS_FETCHED = Counter("kdaemon_records_fetched_total", "Records returned by the consumer (after the header filter)",
@@ -57,6 +59,21 @@ PROBLEMS = Gauge("kdaemon_worker_problems", "Live workers for which a condition 
                  multiprocess_mode="livesum")
 SINK_DOWN_WORKERS = Gauge("kdaemon_sink_down_workers", "Live workers whose sink cannot take records (partitions paused)",
                           multiprocess_mode="livesum")
+
+# Share groups (KIP-932): a share member's records, counted in records (client/metrics.py's
+# ShareConsumerMetrics says what each counts).
+SHARE_ACQUIRED = Counter("kdaemon_share_records_acquired_total", "Records a share group handed to this daemon's "
+                         "workers (acquired under a lock; header-filtered records excluded)")
+SHARE_REDELIVERED = Counter("kdaemon_share_records_redelivered_total", "Acquired records delivered before "
+                            "(delivery count above 1: released, or their lock ran out at a member)")
+SHARE_ACKNOWLEDGED = Counter("kdaemon_share_records_acknowledged_total", "Acknowledgements the broker confirmed, "
+                             "by type (accept, release, reject, renew)", ["type"])
+for _kind in ACKNOWLEDGE_TYPES.values():   # each type at 0 before its first increment (invariant 40)
+    SHARE_ACKNOWLEDGED.labels(_kind)
+SHARE_ACK_ERRORS = Counter("kdaemon_share_acknowledge_errors_total", "Acknowledgements the broker refused or "
+                           "that a failed request carried (the records go to the group again)")
+SHARE_LOCK_EXPIRIES = Counter("kdaemon_share_lock_expiries_total", "Acquired records whose lock ran out before "
+                              "their acknowledgement was sent (the group delivers them again: a duplicate)")
 
 
 class WorkerMetrics:
@@ -171,3 +188,19 @@ class WorkerMetrics:
         d = self._delta("rebalances", rebalances)
         if d:
             REBALANCES.inc(d)
+
+    def update_share(self, snapshot: ShareConsumerMetrics) -> None:
+        """A share worker's ``ShareConsumer.metrics()`` snapshot as Prometheus increments (the
+        counters grow by what the snapshot's totals grew since the last call).  Cheap: call it
+        as often as ``update``; nothing is rate-limited here."""
+        for key, counter, value in (("share_acquired", SHARE_ACQUIRED, snapshot.records_acquired),
+                                    ("share_redelivered", SHARE_REDELIVERED, snapshot.records_redelivered),
+                                    ("share_ack_errors", SHARE_ACK_ERRORS, snapshot.acknowledge_errors),
+                                    ("share_lock_expiries", SHARE_LOCK_EXPIRIES, snapshot.lock_expiries)):
+            d = self._delta(key, value)
+            if d:
+                counter.inc(d)
+        for kind in ACKNOWLEDGE_TYPES.values():
+            d = self._delta(("share_acknowledged", kind), snapshot.acknowledged.get(kind, 0))
+            if d:
+                SHARE_ACKNOWLEDGED.labels(kind).inc(d)

@@ -27,11 +27,14 @@
 //     {"op":"commit","offsets":[[t,p,offset,metadata],...]} commits them (commitSync) and prints
 //     {"event":"commit_done"}.
 //   share    --bootstrap B --group G --topics t,... [--mode implicit|explicit] [--max-records N]
-//            [--set key=value ...]
+//            [--verdicts p:o:TYPE,...] [--set key=value ...]
 //     A KafkaShareConsumer (KIP-932) in share group G.  Prints {"event":"building"}, each record as
 //     consume --print does plus "delivery_count" (explicit mode: each acknowledged ACCEPT at once;
 //     implicit: the next poll accepts them), {"event":"end","count"} once N records came or on
-//     SIGTERM (after commitSync), then {"event":"closing"} and closes.
+//     SIGTERM (after commitSync), then {"event":"closing"} and closes.  --verdicts (explicit mode):
+//     the first time partition p's offset o comes, it is acknowledged TYPE (accept, release, reject,
+//     renew) instead of ACCEPT; every record printed carries "poll" (the number of the poll that
+//     returned it, counting polls with records) and "verdict"; after each such poll, commitSync.
 //   times    --bootstrap B --query t:p:timestamp,...  [--isolation ...]
 //     Prints {"topic","partition","timestamp","offset","leader_epoch","found_timestamp"} per query
 //     (offset null when nothing is at or after the timestamp), then beginning and end offsets.
@@ -345,6 +348,17 @@ public final class KafkaPeer {
         props.put("share.acknowledgement.mode", explicit ? "explicit" : "implicit");
         applySets(a, props);
         long maxRecords = Long.parseLong(opt(a, "max-records", "-1"));
+        Map<String, AcknowledgeType> verdicts = new HashMap<>();
+        String script = opt(a, "verdicts", null);
+        if (script != null) {
+            if (!explicit) throw new IllegalArgumentException("--verdicts needs --mode explicit");
+            for (String v : script.split(",")) {
+                String[] f = v.split(":");
+                verdicts.put(f[0] + ":" + f[1], AcknowledgeType.valueOf(f[2].toUpperCase(Locale.ROOT)));
+            }
+        }
+        Set<String> seen = new HashSet<>();
+        long polls = 0;
         emit(event("building"));
         KafkaShareConsumer<byte[], byte[]> consumer = new KafkaShareConsumer<>(props);
         AtomicBoolean stopping = new AtomicBoolean(false);
@@ -364,14 +378,23 @@ public final class KafkaPeer {
                 } catch (WakeupException e) {
                     break;
                 }
+                if (!recs.isEmpty()) polls++;
                 for (ConsumerRecord<byte[], byte[]> r : recs) {
                     count++;
                     ObjectNode o = recordJson(r);
                     if (r.deliveryCount().isPresent()) o.put("delivery_count", r.deliveryCount().get());
                     else o.putNull("delivery_count");
+                    String key = r.partition() + ":" + r.offset();
+                    AcknowledgeType verdict = seen.add(key) ? verdicts.getOrDefault(key, AcknowledgeType.ACCEPT)
+                                                            : AcknowledgeType.ACCEPT;
+                    if (script != null) {
+                        o.put("poll", polls);
+                        o.put("verdict", verdict.toString());
+                    }
                     emit(o);
-                    if (explicit) consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                    if (explicit) consumer.acknowledge(r, verdict);
                 }
+                if (script != null && !recs.isEmpty()) consumer.commitSync(Duration.ofSeconds(30));
             }
             try {
                 consumer.commitSync(Duration.ofSeconds(30));

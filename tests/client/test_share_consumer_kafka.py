@@ -201,6 +201,11 @@ def test_release_comes_back_counted_twice_reject_never_renew_comes_back_held(kaf
     assert sorted(again) == [(0, 2), (2, 1)], again
     assert c.commit_sync() == {tp: None}
     wait_lag(kafka, group, topic, 1)            # offset 1 settled too: rejected, archived
+    # Counted in records, once the broker confirmed: 3 acquired, then offset 0 again (delivered
+    # before) and offset 2 renewed (given back, not acquired anew).
+    m = c.metrics()
+    assert (m.records_acquired, m.records_redelivered, dict(m.acknowledged), m.acknowledge_errors,
+            m.lock_expiries) == (4, 1, {"accept": 2, "release": 1, "reject": 1, "renew": 1}, 0, 0), m
     c.close()
 
 
@@ -287,6 +292,11 @@ def test_a_record_held_past_its_lock_goes_to_another_member_and_the_late_verdict
     other.acknowledge(again, AcknowledgeType.ACCEPT)     # the holder's verdict counts
     assert other.commit_sync() == {TopicPartition(topic, 0): None}
     wait_lag(kafka, group, topic, 1)
+    late_m, other_m = slow.metrics(), other.metrics()
+    assert (late_m.records_acquired, late_m.lock_expiries, late_m.acknowledged["accept"], late_m.acknowledge_errors) \
+        == (1, 1, 0, 0), late_m                       # the verdict never sent is an expiry, not an error
+    assert (other_m.records_acquired, other_m.records_redelivered, other_m.acknowledged["accept"],
+            other_m.lock_expiries) == (1, 1, 1, 0), other_m
     for c in (slow, other):
         c.close()
 
@@ -304,6 +314,14 @@ def test_records_the_header_filter_drops_are_accepted_and_never_returned(kafka):
     assert set(keys(got)) == kept and len(got) == len(kept)
     c.poll(200)                                   # accepts what the last poll returned
     wait_lag(kafka, group, topic, 2)              # and the dropped ones were accepted with the first fetch
+    # The filter's ACCEPTs count as the broker confirmed them, once the answer carrying the last
+    # ones is read (the ShareFetch they rode on waits at the broker for records first).
+    deadline = time.monotonic() + WAIT
+    while c.metrics().acknowledged["accept"] < len(kept) + len(dropped) and time.monotonic() < deadline:
+        c.poll(200)
+    m = c.metrics()
+    assert (m.records_acquired, m.records_redelivered, m.acknowledged["accept"], m.acknowledge_errors) == \
+        (len(kept), 0, len(kept) + len(dropped), 0), m
     c.close()
 
 

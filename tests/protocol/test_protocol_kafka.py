@@ -44,7 +44,9 @@ from kdaemon.protocol.apis import (ALL_APIS, API_VERSIONS, CONSUMER_GROUP_DESCRI
                                    SYNC_GROUP, PRODUCE, INIT_PRODUCER_ID, DESCRIBE_CONFIGS,
                                    SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH,
                                    SHARE_ACKNOWLEDGE, DESCRIBE_SHARE_GROUP_OFFSETS,
-                                   ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS)
+                                   ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS,
+                                   INCREMENTAL_ALTER_CONFIGS)
+from kdaemon.protocol.apis.incremental_alter_configs import OP_DELETE, OP_SET
 from kdaemon.protocol.apis.share_fetch import ACK_ACCEPT, ACK_RELEASE, ACK_RENEW
 from kdaemon.protocol.records import decode_record_set
 from kdaemon.protocol.apis.describe_configs import RESOURCE_GROUP
@@ -488,6 +490,28 @@ def exercise(env: Env, api, version: int) -> list[dict]:
             rt(api, version, w, {"resources": [{"resource_type": RESOURCE_GROUP, "resource_name": group,
                                                 "configuration_keys": None}],
                                  "include_synonyms": True, "include_documentation": version >= 3})
+    elif api is INCREMENTAL_ALTER_CONFIGS:
+        # A share group's own configs (KIP-932), on any broker: validated only, set, refused
+        # (a lock below group.share.min.record.lock.duration.ms), deleted; each read back.
+        lock = "share.record.lock.duration.ms"
+
+        def group_configs(ops, validate_only=False):
+            return {"resources": [{"resource_type": RESOURCE_GROUP, "resource_name": group, "configs": [
+                {"name": n, "config_operation": op, "value": v} for n, op, v in ops]}], "validate_only": validate_only}
+
+        def read_lock(w):
+            answers.append(w.exchange(DESCRIBE_CONFIGS, 4, {"resources": [{
+                "resource_type": RESOURCE_GROUP, "resource_name": group, "configuration_keys": [lock]}]})[1])
+
+        with env.wire() as w:
+            rt(api, version, w, group_configs([(lock, OP_SET, "12000")], validate_only=True))
+            read_lock(w)
+            rt(api, version, w, group_configs([(lock, OP_SET, "12000"), ("share.auto.offset.reset", OP_SET, "earliest")]))
+            read_lock(w)
+            rt(api, version, w, group_configs([(lock, OP_SET, "1")]))
+            read_lock(w)
+            rt(api, version, w, group_configs([(lock, OP_DELETE, None)]))
+            read_lock(w)
     elif api is SHARE_GROUP_HEARTBEAT:
         with env.coordinator(group) as w:
             member = share_join(env, w, group, version, check=rt)
@@ -681,6 +705,19 @@ def check_answers(env: Env, api, version: int, answers: list[dict]) -> None:
         if version >= 3:
             assert every["consumer.session.timeout.ms"]["documentation"], every["consumer.session.timeout.ms"]
 
+    elif api is INCREMENTAL_ALTER_CONFIGS:
+        validated, after_validate, changed, after_change, refused, after_refusal, deleted, after_delete = answers
+        lock_of = lambda a: (a["results"][0]["configs"][0]["value"], a["results"][0]["configs"][0]["config_source"])
+        for a in (validated, changed, deleted):
+            assert a["responses"] == [{"error_code": 0, "error_message": None, "resource_type": RESOURCE_GROUP,
+                                       "resource_name": a["responses"][0]["resource_name"]}], a
+        # The broker's default (source 5) until set; the group's own (source 8, GROUP_CONFIG) after.
+        assert lock_of(after_validate) == ("30000", 5), after_validate
+        assert lock_of(after_change) == ("12000", 8), after_change
+        (r,) = refused["responses"]
+        assert r["error_code"] == Errors.INVALID_CONFIG and "share.record.lock.duration.ms" in r["error_message"], r
+        assert lock_of(after_refusal) == ("12000", 8), after_refusal
+        assert lock_of(after_delete) == ("30000", 5), after_delete
     elif api is SHARE_GROUP_HEARTBEAT:
         joined = [a for a in answers if a["error_code"] not in COORDINATOR_LOADING]
         first = joined[0]

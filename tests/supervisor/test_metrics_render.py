@@ -47,3 +47,31 @@ def test_openmetrics_when_the_scraper_asks_for_it(tmp_path: Path):
     ctype, body = _render(tmp_path, "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
     assert ctype.startswith("application/openmetrics-text; version=1.0.0"), ctype
     assert "kdaemon_test_records_total 7.0" in body and body.endswith("# EOF\n"), body
+
+
+SHARE_SCRIPT = textwrap.dedent("""
+    import sys
+    from types import MappingProxyType
+    from kdaemon.client.metrics import ShareConsumerMetrics
+    from kdaemon.worker.metrics import WorkerMetrics
+    WorkerMetrics().update_share(ShareConsumerMetrics(12, 3, MappingProxyType(
+        {"accept": 7, "release": 3, "reject": 1, "renew": 2}), 1, 2))
+    from kdaemon.supervisor import metrics
+    sys.stdout.write(metrics.render()[0].decode())
+""")
+
+
+def test_a_share_workers_counters_reach_the_page(tmp_path: Path):
+    """A share worker's counters (WorkerMetrics.update_share) as the supervisor serves them,
+    through the multiprocess files like every worker metric."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", SHARE_SCRIPT], env=env, capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+    page = set(out.stdout.splitlines())
+    assert {"kdaemon_share_records_acquired_total 12.0", "kdaemon_share_records_redelivered_total 3.0",
+            'kdaemon_share_records_acknowledged_total{type="accept"} 7.0',
+            'kdaemon_share_records_acknowledged_total{type="release"} 3.0',
+            'kdaemon_share_records_acknowledged_total{type="reject"} 1.0',
+            'kdaemon_share_records_acknowledged_total{type="renew"} 2.0',
+            "kdaemon_share_acknowledge_errors_total 1.0", "kdaemon_share_lock_expiries_total 2.0"} <= page, out.stdout

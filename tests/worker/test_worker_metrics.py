@@ -197,3 +197,33 @@ def test_failed_commits_are_counted_beside_the_successful_ones():
     worker.stats.commit_failures += 1
     metrics.update(worker, force=True)
     assert (_sample("kdaemon_commit_errors_total") - before[0], _sample("kdaemon_commits_total") - before[1]) == (3, 1)
+
+
+def _share(acquired=0, redelivered=0, errors=0, expiries=0, **acknowledged):
+    from types import MappingProxyType
+
+    from kdaemon.client.metrics import ShareConsumerMetrics
+    counts = {"accept": 0, "release": 0, "reject": 0, "renew": 0, **acknowledged}
+    return ShareConsumerMetrics(acquired, redelivered, MappingProxyType(counts), errors, expiries)
+
+
+def test_a_share_members_snapshot_becomes_counters_by_type():
+    metrics = WorkerMetrics()
+
+    def ack(kind):
+        return REGISTRY.get_sample_value("kdaemon_share_records_acknowledged_total", {"type": kind}) or 0.0
+
+    names = ("kdaemon_share_records_acquired_total", "kdaemon_share_records_redelivered_total",
+             "kdaemon_share_acknowledge_errors_total", "kdaemon_share_lock_expiries_total")
+    before = {n: _sample(n) for n in names}
+    kinds = ("accept", "release", "reject", "renew")
+    acks0 = {k: ack(k) for k in kinds}
+    metrics.update_share(_share(10, 2, 0, 1, accept=6, release=2))
+    metrics.update_share(_share(10, 2, 0, 1, accept=6, release=2))     # nothing new: nothing added
+    metrics.update_share(_share(15, 3, 1, 1, accept=9, release=2, reject=1, renew=2))
+    assert {n: _sample(n) - before[n] for n in names} == dict(zip(names, (15, 3, 1, 1)))
+    assert {k: ack(k) - acks0[k] for k in kinds} == {"accept": 9, "release": 2, "reject": 1, "renew": 2}
+    # A new consumer (the worker rebuilt it) starts from 0: its figures are added, none lost.
+    metrics.update_share(_share(4, 0, 0, 0, accept=4))
+    assert _sample("kdaemon_share_records_acquired_total") - before[names[0]] == 19
+    assert ack("accept") - acks0["accept"] == 13

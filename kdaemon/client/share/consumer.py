@@ -44,12 +44,13 @@ from contextlib import contextmanager
 
 from ..errors import AcknowledgementError, ConsumerClosedError, KafkaTimeoutError, NoBrokersAvailableError, WakeupError
 from ..metadata import ClusterMetadata
+from ..metrics import ShareConsumerMetrics
 from ..network import NetworkClient
 from ..owner import owned
 from ..types import TopicPartition
 from .acknowledgements import InFlight
 from .config import ShareConsumerConfig
-from .exchange import Result, Sent, ShareExchange, expired_error
+from .exchange import Result, Sent, ShareExchange
 from .membership import ShareMembership
 from .types import AcknowledgementMode, AcknowledgeType, ShareRecord
 
@@ -217,8 +218,7 @@ class ShareConsumer:
             deadline = time.monotonic() + timeout / 1000
             results: dict[TopicPartition, Exception | None] = {}
             sent: list[Sent] = []
-            for tp, offsets in self._inflight.expire_all(time.monotonic()).items():
-                self._report(Result(tp, offsets, expired_error(tp, offsets)), results)
+            self._exchange.report_expired(self._inflight.expire_all(time.monotonic()), results)
             for node in sorted(self._inflight.nodes()):
                 self._drive(max(0.0, deadline - time.monotonic()), lambda n=node: self._exchange.free(n))
                 if node in self._exchange.busy:
@@ -242,12 +242,18 @@ class ShareConsumer:
             self._run_callbacks()
             if not self._explicit:
                 self._inflight.acknowledge_all(AcknowledgeType.ACCEPT)
-            for tp, offsets in self._inflight.expire_all(time.monotonic()).items():
-                self._report(Result(tp, offsets, expired_error(tp, offsets)))
+            self._exchange.report_expired(self._inflight.expire_all(time.monotonic()), None)
             for node in sorted(self._inflight.nodes()):
                 if node not in self._exchange.busy:
                     self._exchange.send_acknowledgements(node, time.monotonic(), None)
             self._network.poll(0)
+
+    # -- metrics --------------------------------------------------------------------------------
+
+    def metrics(self) -> ShareConsumerMetrics:
+        """A frozen snapshot of the member's counters (``ShareConsumerMetrics`` says what each
+        counts).  Any thread; the figures are as of the last answer applied."""
+        return self._exchange.counters.snapshot()
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from ...protocol.errors import BrokerError, Errors
 from ..config import ConsumerConfig
 from ..errors import ConnectionFailedError, InvalidRecordStateError, KafkaClientError
 from ..metadata import ClusterMetadata
+from ..metrics import ShareCounters
 from ..network import NetworkClient
 from ..types import TopicPartition
 from .acknowledgements import InFlight, Taken
@@ -99,6 +100,7 @@ class ShareExchange:
         self.buffer: deque[Buffered] = deque()
         self.pending_error: Exception | None = None   # a batch that could not be read, raised by poll
         self.lock_timeout_ms: int | None = None
+        self.counters = ShareCounters()
 
     def wanted_by_node(self) -> dict[int, dict[TopicPartition, uuid.UUID]]:
         assigned, unresolved = self._membership.assignment()
@@ -251,6 +253,7 @@ class ShareExchange:
                 "the records are no longer held by this member (their lock ran out)")
         elif code != Errors.NONE:
             error = BrokerError(code, f"acknowledging {tp}")
+        self.counters.verdicts((kind for _, kind in taken.acks[tp]), confirmed=error is None)
         renewing = taken.renewing.get(tp)
         if renewing:
             if error is None and deadline > sent.sent_at:
@@ -280,16 +283,23 @@ class ShareExchange:
         if decoded.settled:
             self._inflight.settle(tp, decoded.settled, sent.node, topic_id, deadline)
         if decoded.records:
+            self.counters.acquired(r.delivery_count for r in decoded.records)
             self.buffer.append(Buffered(tp, sent.node, topic_id, deadline, decoded.records))
         if decoded.error is not None and self.pending_error is None:
             self.pending_error = decoded.error
 
     def _fail_all(self, taken: Taken, results: dict | None, error: Exception) -> None:
+        self.counters.verdicts((kind for acks in taken.acks.values() for _, kind in acks), confirmed=False)
         for tp, offsets in taken.shown.items():
             self._report(Result(tp, set(offsets), error), results)
 
     def _report_expired(self, taken: Taken, results: dict | None) -> None:
-        for tp, offsets in taken.expired.items():
+        self.report_expired(taken.expired, results)
+
+    def report_expired(self, expired: dict[TopicPartition, set[int]], results: dict | None) -> None:
+        """Records the application saw whose lock ran out before their verdict went out."""
+        for tp, offsets in expired.items():
+            self.counters.lock_expiries += len(offsets)
             self._report(Result(tp, offsets, expired_error(tp, offsets)), results)
 
     def collect(self, now: float) -> dict[TopicPartition, list[ShareRecord]]:
@@ -302,6 +312,7 @@ class ShareExchange:
             if now >= b.deadline:
                 self.buffer.popleft()
                 left = b.records[b.pos:]
+                self.counters.lock_expiries += len(left)
                 log.info("share group %s: %d record(s) of %s (offsets %s) were not returned: their lock ran "
                          "out before a poll could return them", self.config.group_id, len(left), b.tp,
                          ranges(r.offset for r in left))

@@ -9,6 +9,7 @@ from .describe_groups import DESCRIBE_GROUPS
 from .fetch import FETCH
 from .find_coordinator import FIND_COORDINATOR
 from .heartbeat import HEARTBEAT
+from .incremental_alter_configs import INCREMENTAL_ALTER_CONFIGS
 from .init_producer_id import INIT_PRODUCER_ID
 from .join_group import JOIN_GROUP
 from .leave_group import LEAVE_GROUP
@@ -33,6 +34,7 @@ ALL_APIS: tuple[Api, ...] = (
     CONSUMER_GROUP_HEARTBEAT, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_GROUPS, CONSUMER_GROUP_DESCRIBE,
     PRODUCE, INIT_PRODUCER_ID,   # the DLQ's idempotent producer (client/producer.py)
     DESCRIBE_CONFIGS,            # a group's session timeout, for kdaemon offsets --reset-offsets
+    INCREMENTAL_ALTER_CONFIGS,   # a share group's settings from the daemon's [share] table
     # share groups (KIP-932)
     SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE,
     DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS,
