@@ -72,7 +72,9 @@ def _preflight_kafka_dlq(settings: dict, context: SinkContext | None) -> str | N
 def kdaemon_sinks(context: SinkContext | None):
     from .jsonl import JsonlSink
     from .simple import NullSink, StdoutSink
-    return {"jsonl": _with_validate(JsonlSink.from_settings, JsonlSink.validate_settings),
+    group_type = context.group_type if context is not None else "consumer"
+    return {"jsonl": _with_validate(lambda settings: JsonlSink.from_settings(settings, group_type=group_type),
+                                    JsonlSink.validate_settings),
             "stdout": StdoutSink.from_settings, "null": NullSink.from_settings,
             "spark": _with_validate(lambda settings: _spark(settings, context), _validate_spark, _preflight_spark),
             # A sink like the others, meant for [dlq]: dead letters into a Kafka topic (kafka_dlq.py).
