@@ -29,6 +29,10 @@ Invariants (each one has bitten someone):
   files read where an index is missing or stale).  What the directory holds for a partition is
   read when the sink first writes it and again after ``on_partitions_assigned`` names it
   (another worker may have written it meanwhile); what this sink flushes itself it knows.
+  In a share group (``group_type = "share"``, from ``SinkContext``) offsets do not rise per
+  partition and "that offset or a later one" would drop records never written: there the sink
+  keeps which offsets are stored and drops only those (``jsonl_share.py``).  ``skipped``
+  counts the records not written, in either mode.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from collections.abc import Callable, Sequence
 from ..plugins.types import Record, SinkWriteError
 from .encoding import encode_batch
 from .jsonl_index import directory_high, highest_of, merge, rename_index, write_index
-from .jsonl_share import SharedOffsets
+from .jsonl_share import SharedOffsets, spans_of
 from .simple import check_settings
 
 log = logging.getLogger(__name__)
@@ -105,7 +109,7 @@ class JsonlSink:
         self._file_high: dict[tuple[str, int], int] = {}  # the current file's durable part
         self.skipped = 0                                   # records not written: already stored
         self.group_type = group_type
-        self._share = (SharedOffsets(self.directory, prefix, OPEN_SUFFIX, DONE_SUFFIX)
+        self._share = (SharedOffsets(self.directory, prefix, OPEN_SUFFIX, DONE_SUFFIX, clock=clock)
                        if dedupe and group_type == "share" else None)
         os.makedirs(self.directory, exist_ok=True)
         if recover:
@@ -163,7 +167,7 @@ class JsonlSink:
         kept = None
         if self._share is not None:
             try:
-                records, kept = self._not_stored_share(records)
+                records, kept, spans = self._not_stored_share(records)
             except OSError as exc:   # the directory is gone or unreadable
                 raise self._fail("write", exc, self._size > self._durable) from exc
         elif self.dedupe:
@@ -188,9 +192,8 @@ class JsonlSink:
             if self._share is not None:
                 if failed:   # only what was written counts
                     refused = set(failed)
-                    self._share.written([r for i, r in enumerate(records) if i not in refused])
-                else:
-                    self._share.written(records)
+                    spans = spans_of([r for i, r in enumerate(records) if i not in refused])
+                self._share.written(spans)
             elif self.dedupe:
                 if failed:   # only what was written counts
                     refused = set(failed)
@@ -236,18 +239,19 @@ class JsonlSink:
         records = [records[i] for i in kept]
         return records, kept, _highest(records)
 
-    def _not_stored_share(self, records: Sequence[Record]) -> tuple[Sequence[Record], list[int] | None]:
+    def _not_stored_share(self, records: Sequence[Record]):
         """``_not_stored`` in a share group: only the offsets stored (or written since the last
-        flush) are dropped, wherever they lie (``jsonl_share.py``)."""
+        flush) are dropped, wherever they lie (``jsonl_share.py``); returns the records kept,
+        their indexes in ``records`` (None: all kept) and their offsets as runs per partition."""
         own = os.path.basename(self._open_path[: -len(OPEN_SUFFIX)]) if self._file is not None else None
-        kept_records, kept = self._share.not_stored(records, own)
+        kept_records, kept, spans = self._share.not_stored(records, own)
         if kept is not None:
             dropped = len(records) - len(kept)
             self.skipped += dropped
             log.info("jsonl sink: %d record(s) delivered again (a lock expired or a worker stopped or crashed "
                      "after storing them) already stored in %s: not written twice (%d so far)",
                      dropped, self.directory, self.skipped)
-        return kept_records, kept
+        return kept_records, kept, spans
 
     def flush(self) -> None:
         """Make everything written durable; publish the file if it is full or old enough."""

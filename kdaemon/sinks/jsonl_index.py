@@ -216,19 +216,58 @@ def directory_high(directory: str, prefix: str, open_suffix: str, done_suffix: s
     return high
 
 
+def data_files(directory: str, prefix: str, open_suffix: str, done_suffix: str) -> dict[str, tuple[str, int]]:
+    """The data files of ``prefix`` in ``directory``: stem -> (file name, inode), one ``scandir``."""
+    data: dict[str, tuple[str, int]] = {}
+    with os.scandir(directory) as it:
+        for entry in it:
+            name = entry.name
+            if not name.startswith(prefix + "-"):
+                continue
+            for suffix in (done_suffix, open_suffix):
+                if name.endswith(suffix):
+                    data[name[: -len(suffix)]] = (name, entry.inode())
+                    break
+    return data
+
+
+def index_inodes(directory: str, prefix: str) -> dict[str, int]:
+    """The indexes of ``prefix``'s data files: stem -> inode, one ``scandir``."""
+    indexes: dict[str, int] = {}
+    try:
+        with os.scandir(index_dir(directory)) as it:
+            for entry in it:
+                name = entry.name
+                if name.endswith(".json") and name.startswith(prefix + "-"):
+                    indexes[name[:-5]] = entry.inode()
+    except FileNotFoundError:
+        pass
+    return indexes
+
+
+def index_inode(directory: str, stem: str) -> int | None:
+    try:
+        return os.stat(index_path(directory, stem)).st_ino
+    except FileNotFoundError:
+        return None
+
+
 def directory_ranges(directory: str, prefix: str, open_suffix: str, done_suffix: str,
-                     own_stem: str | None, seen: dict[str, tuple]) -> dict[TP, OffsetRanges]:
+                     own_stem: str | None, seen: dict[str, tuple], data: dict[str, tuple[str, int]],
+                     indexes: dict[str, int | None] | None = None) -> dict[TP, OffsetRanges]:
     """A share group's ``directory_high``: which offsets per partition the data files of
-    ``prefix`` and the indexes whose data file is gone hold, read only where something changed
-    since the last call.
+    ``prefix`` (``data``, from ``data_files``) and the indexes whose data file is gone hold, read
+    only where something changed since the last call.
 
     ``seen`` (the caller keeps it between calls) maps a stem to what its files were when they
     were read: (data file name, its inode, its index's inode).  A writer replaces its index on
     every flush and a publish renames the data file, so a stem whose names and inodes are the
-    same holds nothing new, and two ``scandir`` calls find out (no ``stat``).  A stem whose
-    files are gone leaves ``seen``; what it held stays with the caller.  A consumer-group
-    index (no ``ranges``) is not enough: its data file is read (and, published, indexed anew
-    with ranges); one whose data file is gone says nothing usable and is passed over."""
+    same holds nothing new.  ``indexes`` (stem -> its index's inode, None for none): look at
+    these stems only (a caller that knows only live writers' indexes can have changed); without
+    it every index is listed (one ``scandir``) and a stem whose files are gone leaves ``seen``
+    (what it held stays with the caller).  A consumer-group index (no ``ranges``) is not
+    enough: its data file is read (and, published, indexed anew with ranges); one whose data
+    file is gone says nothing usable and is passed over."""
     found: dict[TP, OffsetRanges] = {}
 
     def take(ranges: dict[TP, OffsetRanges]) -> None:
@@ -239,35 +278,21 @@ def directory_ranges(directory: str, prefix: str, open_suffix: str, done_suffix:
             else:
                 into.update(r)
 
-    data: dict[str, tuple[str, int]] = {}     # stem -> (file name, inode)
-    with os.scandir(directory) as it:
-        for entry in it:
-            name = entry.name
-            if not name.startswith(prefix + "-"):
-                continue
-            for suffix in (done_suffix, open_suffix):
-                if name.endswith(suffix):
-                    data[name[: -len(suffix)]] = (name, entry.inode())
-                    break
-    indexes: dict[str, int] = {}
-    try:
-        with os.scandir(index_dir(directory)) as it:
-            for entry in it:
-                name = entry.name
-                if name.endswith(".json") and name.startswith(prefix + "-"):
-                    indexes[name[:-5]] = entry.inode()
-    except FileNotFoundError:
-        pass
-    for stem in set(seen) - data.keys() - indexes.keys():
-        del seen[stem]
-    for stem in data.keys() | indexes.keys():
+    if indexes is None:
+        indexes = index_inodes(directory, prefix)
+        for stem in [s for s in seen if s not in data and s not in indexes]:
+            del seen[stem]
+        stems = data.keys() | indexes.keys()
+    else:
+        stems = indexes.keys()
+    for stem in stems:
         if stem == own_stem:
             continue
         name, inode = data.get(stem, (None, None))
         signature = (name, inode, indexes.get(stem))
         if seen.get(stem) == signature:
             continue
-        index = read_index_ranges(directory, stem) if stem in indexes else None
+        index = read_index_ranges(directory, stem) if indexes.get(stem) is not None else None
         if name is None:                      # removed by retention: its index is what is left
             if index is not None and index[1] is not None:
                 take(index[1])
@@ -302,12 +327,9 @@ def directory_ranges(directory: str, prefix: str, open_suffix: str, done_suffix:
         if not name.endswith(open_suffix):
             try:
                 write_index(directory, stem, size, highest_of(scanned), scanned)
-            except OSError:
-                pass                          # read again next time
-            # The index just written has a new inode: note it, or the next call reads it again.
-            try:
+                # The index just written has a new inode: noted, or the next call reads it again.
                 signature = (name, inode, os.stat(index_path(directory, stem)).st_ino)
             except OSError:
-                pass
+                pass                          # read again next time
         seen[stem] = signature
     return found

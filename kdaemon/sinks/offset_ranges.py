@@ -18,6 +18,7 @@ Pure: no files, no clock.  Offsets in ``array('q')`` (16 bytes a range).
 
 from __future__ import annotations
 
+import heapq
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
@@ -87,8 +88,25 @@ class OffsetRanges:
             self.add(start, end)
 
     def update(self, other: OffsetRanges) -> None:
-        for start, end in zip(other.starts, other.ends):
-            self.add(start, end)
+        """Hold ``other``'s offsets too: range by range when it has few, else one merge of the
+        two sorted lists (adding many ranges one by one would move the arrays each time)."""
+        if len(other) <= 8:
+            for start, end in zip(other.starts, other.ends):
+                self.add(start, end)
+            return
+        merged_starts, merged_ends = array("q"), array("q")
+        a = zip(self.starts, self.ends)
+        b = zip(other.starts, other.ends)
+        for start, end in heapq.merge(a, b):
+            if merged_ends and start <= merged_ends[-1]:
+                if end > merged_ends[-1]:
+                    merged_ends[-1] = end
+            else:
+                merged_starts.append(start)
+                merged_ends.append(end)
+        self.starts, self.ends = merged_starts, merged_ends
+        if len(merged_starts) > self.limit:
+            self._trim()
 
     def _trim(self) -> None:
         drop = len(self.starts) - self.limit

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -94,6 +95,24 @@ def test_ranges_merge_as_they_touch_and_answer_membership():
     assert r.overlaps(60, 70) is False and r.highest() == 50
     assert OffsetRanges.from_flat(r.flat()) == r
     assert runs([3, 1, 2, 2, 7, 9, 8]) == [(1, 4), (7, 10)]
+
+
+@pytest.mark.parametrize("n", [3, 50], ids=["range by range", "one merge"])
+def test_update_takes_another_sets_offsets(n):
+    rng = random.Random(n)
+    mine, theirs, expected = OffsetRanges(), OffsetRanges(), set()
+    for r in (mine, theirs):
+        for _ in range(n):
+            start = rng.randrange(0, 1000)
+            end = start + rng.randrange(1, 20)
+            r.add(start, end)
+            expected.update(range(start, end))
+    mine.update(theirs)
+    assert {o for s, e in mine.pairs() for o in range(s, e)} == expected
+    assert all(e < s2 for (_, e), (s2, _) in zip(mine.pairs(), mine.pairs()[1:]))   # merged, sorted
+    small = OffsetRanges(limit=2)
+    small.update(OffsetRanges.from_flat([k for i in range(20) for k in (10 * i, 10 * i + 1)]))
+    assert small.pairs() == [(180, 181), (190, 191)] and small.floor == 171
 
 
 def test_a_full_set_forgets_its_lowest_ranges_and_says_so():
@@ -206,21 +225,77 @@ def test_across_rotation_and_restart(tmp_path):
     assert offsets(tmp_path) == list(range(0, 35)) and second.skipped == 10
 
 
-def test_what_another_worker_flushed_is_seen_at_the_next_batch(tmp_path):
-    """Two workers of one daemon share the directory: B's records come to A after B's crash
-    (here B keeps running: a lock that expired during its flush), with no assignment call."""
-    a, b = share(tmp_path), share(tmp_path)
-    a.write(recs(range(0, 5)))
-    a.flush()
-    b.write(recs(range(5, 10)))
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_what_another_worker_flushed_is_seen_after_the_refresh_interval(tmp_path):
+    """Two workers of one daemon share the directory: B's records come to A after a lock expired
+    (B's flush took too long, or B crashed before its ACCEPT), with no assignment call.  A looks
+    for other writers' flushes at most every ``refresh_interval_s`` (0.2 s): sooner than that,
+    what B flushed meanwhile is written twice (a duplicate, never a loss)."""
+    clock = Clock()
+    a, b = share(tmp_path, clock=clock), share(tmp_path, clock=clock)
+    b.write(recs(range(5, 10)))             # B looks at the directory: nothing yet
     b.flush()                               # B's index is on disk; its file still open
-    a.write(recs(range(5, 12)))
+    a.write(recs(range(0, 12)))             # A looks: B's 5-9 are stored
     a.flush()
-    b.write(recs([4, 11, 12, 13]))          # A's 4 and 11 are known to B now
+    clock.t += 0.1
+    b.write(recs([4, 11, 12]))              # B looked 0.1 s ago: A's 4 and 11 written twice
+    clock.t += 0.1
+    b.write(recs([3, 10, 13]))              # B looks again: A's 3 and 10 are stored
     a.close()
     b.close()
-    assert offsets(tmp_path) == list(range(0, 14))
+    assert offsets(tmp_path) == sorted(list(range(0, 14)) + [4, 11])
     assert (a.skipped, b.skipped) == (5, 2)
+
+
+def test_a_flush_into_an_open_file_is_seen_without_listing_the_directory(tmp_path):
+    """Between rotations only the other writers' open files change: a look reads their indexes
+    alone (a ``stat`` each), not every index the directory holds."""
+    clock = Clock()
+    a, b = share(tmp_path, clock=clock), share(tmp_path, clock=clock)
+    b.write(recs(range(0, 5)))
+    b.flush()                               # B's file exists from now until it is published
+    old = os.stat(tmp_path).st_mtime_ns - 10 ** 10
+    os.utime(tmp_path, ns=(old, old))       # as if B's file had been created long ago
+    a.write(recs([100]))                    # A's first look lists everything; its own file is new
+    os.utime(tmp_path, ns=(old, old))
+    clock.t += 0.2
+    a.write(recs([101]))                    # lists the data files again (its mtime changed), sure now
+    a.flush()
+    b.write(recs(range(5, 10)))
+    b.flush()                               # only the index directory changes
+    clock.t += 0.2
+    a.write(recs(range(0, 12)))             # all of B's, whose flushes A saw through its index
+    a.close()
+    b.close()
+    assert offsets(tmp_path) == list(range(0, 12)) + [100, 101]
+    assert a.skipped == 10
+
+
+def test_a_directory_listing_is_trusted_only_once_its_mtime_is_old(tmp_path):
+    """The mtime gate (jsonl_share._Listing): a directory's mtime ticks coarsely, so a listing
+    made within a second of the mtime it saw is made again at the next look."""
+    from kdaemon.sinks.jsonl_share import _Listing
+    d = tmp_path / "d"
+    d.mkdir()
+    old = os.stat(d).st_mtime_ns - 10 ** 10
+    os.utime(d, ns=(old, old))
+    listing = _Listing()
+    assert listing.stale(str(d)) is True          # never listed
+    assert listing.stale(str(d)) is False         # unchanged, and old when listed
+    (d / "x").touch()                             # a change: the mtime is now
+    assert listing.stale(str(d)) is True
+    assert listing.stale(str(d)) is True          # unchanged, but too recent to be sure
+    os.utime(d, ns=(old + 1, old + 1))
+    assert listing.stale(str(d)) is True and listing.stale(str(d)) is False
 
 
 def test_retention_and_consumer_group_indexes(tmp_path):
