@@ -34,12 +34,14 @@ offset is stored, and every other is written:
   old indexes with their data files loses only the dedupe of records that old.
 
 Cost, ``python bench/jsonl_share.py`` (100,000 records of 200 B in batches of 500 on 2
-partitions, a flush every 10 batches, fsync off so the disk does not hide the difference, best
-of 5 rounds on 2 cores shared with other work, load average 17): the dedupe decision costs 0.23
-µs a record against the consumer group's 0.22 µs, against about 6 µs for the whole write path
-(encoding is most of it); the write path itself came out between 9% faster and 1% slower in
-share mode (in order, shuffled, 10% delivered again, two writers on one directory, 300 old
-files), that is within this machine's noise.  With fsync on, both wait for the disk.
+partitions, a flush every 10 batches, fsync off so the disk does not hide the difference, CPU
+per record, best of 5 rounds; 2 cores shared with other work at a load average of 17-20): the
+dedupe decision (which records to write, and noting them) took 0.16-0.26 µs a record in share
+mode against 0.19-0.23 µs in a consumer group, over four runs; the whole write path takes 5.6-7.2
+µs a record (encoding is most of it), and share mode came out between 13% faster and 18% slower
+than the consumer group across the cases (in order, shuffled, 10% delivered again, two writers
+on one directory, 300 old files) and runs, with no consistent sign: the difference is below
+this machine's noise.  With fsync on, both wait for the disk.
 """
 
 from __future__ import annotations
