@@ -25,8 +25,9 @@ offset is stored, and every other is written:
   created, published or removed, every data file and index listed again (``refresh``,
   ``jsonl_index.directory_ranges``).  A record another worker flushed less than 0.2 s before it
   comes here again is written twice; so is one whose lock expired while its first worker's
-  flush was still running.  Both are duplicates the share group's at-least-once allows (the
-  broker's lock is 30 s by default, at least 1 s), never a loss.
+  flush was still running.  Both are duplicates the share group's at-least-once allows (a
+  redelivery after a crash waits for the lock: ``share.record.lock.duration.ms``, 30 s by
+  default, never below the broker's ``group.share.min.record.lock.duration.ms``), never a loss.
 * Retention: indexes of removed data files are kept, as in a consumer group (a record of a
   removed file that comes again is still skipped), and read when a sink starts; afterwards
   they are listed only when a data file comes or goes.  Measured with 5,000 of them and 8
