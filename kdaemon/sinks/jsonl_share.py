@@ -28,6 +28,10 @@ offset is stored, and every other is written:
   flush was still running.  Both are duplicates the share group's at-least-once allows (a
   redelivery after a crash waits for the lock: ``share.record.lock.duration.ms``, 30 s by
   default, never below the broker's ``group.share.min.record.lock.duration.ms``), never a loss.
+* One group type per directory and prefix: a consumer-group sink reads a share-mode index's
+  ``high`` (kept for it) and would drop records below it that the share group never wrote (one
+  still in flight when the daemon was switched over); a share-mode sink reads a consumer-group
+  file by its lines.  Give a daemon switched from one to the other a new ``prefix``.
 * Retention: indexes of removed data files are kept, as in a consumer group (a record of a
   removed file that comes again is still skipped), and read when a sink starts; afterwards
   they are listed only when a data file comes or goes.  Measured with 5,000 of them and 8
