@@ -43,6 +43,14 @@ class SinkContext:
     :param on_sink_error: ``[daemon] on_sink_error`` ("stop", "retry", "dlq"), for a companion
         that meets records refused for what they are where no worker sees them (the Spark
         uploader, for rows a table refuses: "stop" stops there, the others dead-letter them).
+    :param group_type: ``[kafka] group_type``: "consumer" (a consumer group: each partition has
+        one owner at a time, and its offsets reach the sink in rising order, again from the last
+        commit after a restart or a rebalance) or "share" (a share group, KIP-932: many workers
+        take records of one partition at once, so a sink sees a partition's offsets neither
+        rising nor complete, a RELEASEd record comes back after later ones, and a record may come
+        again, to any worker, after its acquisition lock expired or its worker crashed; no
+        rewind to a committed position ever happens).  A sink whose guarantee rests on rising
+        offsets per partition must refuse "share" in its settings check (docs/PLUGINS.md).
     """
 
     state_dir: str
@@ -52,6 +60,7 @@ class SinkContext:
     memory_budget_bytes: int = 0
     kafka: Mapping[str, Any] = field(default_factory=dict, repr=False)
     on_sink_error: str = "retry"
+    group_type: str = "consumer"
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,8 @@ def kdaemon_sinks(context: SinkContext | None) -> Mapping[str, SinkFactory]:
     is durable: offsets are committed right after it.
 
     :param context: the daemon's ``kdaemon.plugins.companion.SinkContext`` (state directory,
-        daemon id, heartbeat timeout) for the factories to close over; ``None`` outside a
+        daemon id, heartbeat timeout; ``group_type``: "share" when records arrive out of order
+        and may come again, docs/PLUGINS.md) for the factories to close over; ``None`` outside a
         daemon (a plugin's own unit tests).  An implementation that needs no context may leave
         the parameter out: pluggy passes only the arguments it names.
     :return: mapping of sink type to factory.

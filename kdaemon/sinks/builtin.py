@@ -22,7 +22,7 @@ def _spark(settings: dict, context: SinkContext | None):
     if context is None:
         return SparkSink(settings, _DEFAULT_STATE_DIR)
     return SparkSink(settings, context.state_dir, heartbeat_timeout_s=context.heartbeat_timeout_s,
-                     memory_bytes=context.memory_budget_bytes)
+                     memory_bytes=context.memory_budget_bytes, group_type=context.group_type)
 
 
 def _with_validate(factory, validate, preflight=None):
@@ -36,12 +36,13 @@ def _with_validate(factory, validate, preflight=None):
     return make
 
 
-def _validate_spark(settings: dict) -> None:
+def _validate_spark(settings: dict, context: SinkContext | None) -> None:
     try:
         from .spark.staging import validate_settings
     except ImportError as exc:
         raise ValueError(f"the spark sink needs the spark extra (pip install 'kdaemon[spark]'): {exc}") from None
-    validate_settings(settings)   # the same checks the workers and the uploader make
+    # The same checks the workers and the uploader make (a share group refused: staging.py).
+    validate_settings(settings, group_type=context.group_type if context is not None else "consumer")
 
 
 def _preflight_spark(settings: dict) -> None:
@@ -72,9 +73,12 @@ def _preflight_kafka_dlq(settings: dict, context: SinkContext | None) -> str | N
 def kdaemon_sinks(context: SinkContext | None):
     from .jsonl import JsonlSink
     from .simple import NullSink, StdoutSink
-    return {"jsonl": _with_validate(JsonlSink.from_settings, JsonlSink.validate_settings),
+    group_type = context.group_type if context is not None else "consumer"
+    return {"jsonl": _with_validate(lambda settings: JsonlSink.from_settings(settings, group_type=group_type),
+                                    JsonlSink.validate_settings),
             "stdout": StdoutSink.from_settings, "null": NullSink.from_settings,
-            "spark": _with_validate(lambda settings: _spark(settings, context), _validate_spark, _preflight_spark),
+            "spark": _with_validate(lambda settings: _spark(settings, context),
+                                    lambda settings: _validate_spark(settings, context), _preflight_spark),
             # A sink like the others, meant for [dlq]: dead letters into a Kafka topic (kafka_dlq.py).
             "kafka": _with_validate(lambda settings: _kafka_dlq(settings, context),
                                     lambda settings: _validate_kafka_dlq(settings, context),

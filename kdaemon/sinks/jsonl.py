@@ -29,6 +29,10 @@ Invariants (each one has bitten someone):
   files read where an index is missing or stale).  What the directory holds for a partition is
   read when the sink first writes it and again after ``on_partitions_assigned`` names it
   (another worker may have written it meanwhile); what this sink flushes itself it knows.
+  In a share group (``group_type = "share"``, from ``SinkContext``) offsets do not rise per
+  partition and "that offset or a later one" would drop records never written: there the sink
+  keeps which offsets are stored and drops only those (``jsonl_share.py``).  ``skipped``
+  counts the records not written, in either mode.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ from collections.abc import Callable, Sequence
 
 from ..plugins.types import Record, SinkWriteError
 from .encoding import encode_batch
-from .jsonl_index import directory_high, merge, rename_index, write_index
+from .jsonl_index import directory_high, highest_of, merge, rename_index, write_index
+from .jsonl_share import SharedOffsets, spans_of
 from .simple import check_settings
 
 log = logging.getLogger(__name__)
@@ -57,6 +62,7 @@ _BUFFER_BYTES = 256 * 1024
 _STALE_EMPTY_AGE_S = 60.0  # an empty orphan younger than this may be a writer's brand-new file
 _SETTINGS = {"path", "prefix", "max_bytes", "max_age_s", "fsync", "dedupe"}
 _PREFIX_OK = re.compile(r"[A-Za-z0-9._-]+")
+GROUP_TYPES = ("consumer", "share")
 
 
 class JsonlWriteError(Exception):
@@ -69,10 +75,14 @@ class JsonlSink:
                  max_bytes: int = DEFAULT_MAX_BYTES, max_age_s: float = DEFAULT_MAX_AGE_S,
                  fsync: bool = True, clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time, recover: bool = True,
-                 dedupe: bool = True) -> None:
+                 dedupe: bool = True, group_type: str = "consumer") -> None:
         """``clock`` measures file age (monotonic); ``wall_clock`` names files (UTC).  Both are
         injectable for tests.  ``recover`` publishes orphaned ``.open`` files at start-up.
-        ``dedupe``: drop records the directory already holds (see the module docstring)."""
+        ``dedupe``: drop records the directory already holds (see the module docstring).
+        ``group_type``: ``SinkContext.group_type``; "share" keeps which offsets are stored
+        instead of the highest (``jsonl_share.py``)."""
+        if group_type not in GROUP_TYPES:
+            raise ValueError(f"group_type must be one of {', '.join(GROUP_TYPES)}, not {group_type!r}")
         self.directory = os.fspath(path)
         self.prefix = prefix
         self.max_bytes = max_bytes
@@ -98,6 +108,9 @@ class JsonlSink:
         self._pending: dict[tuple[str, int], int] = {}   # written since the last sync
         self._file_high: dict[tuple[str, int], int] = {}  # the current file's durable part
         self.skipped = 0                                   # records not written: already stored
+        self.group_type = group_type
+        self._share = (SharedOffsets(self.directory, prefix, OPEN_SUFFIX, DONE_SUFFIX, clock=clock)
+                       if dedupe and group_type == "share" else None)
         os.makedirs(self.directory, exist_ok=True)
         if recover:
             self.recovered = self.recover_orphans()
@@ -152,7 +165,12 @@ class JsonlSink:
         ``SinkWriteError`` naming their indexes; the others are written."""
         self._check_usable("write to")
         kept = None
-        if self.dedupe:
+        if self._share is not None:
+            try:
+                records, kept, spans = self._not_stored_share(records)
+            except OSError as exc:   # the directory is gone or unreadable
+                raise self._fail("write", exc, self._size > self._durable) from exc
+        elif self.dedupe:
             try:
                 records, kept, highest = self._not_stored(records)
             except OSError as exc:   # the directory is gone or unreadable
@@ -171,7 +189,12 @@ class JsonlSink:
             except OSError as exc:
                 raise self._fail("write", exc, had_pending) from exc
             self._size += len(data)
-            if self.dedupe:
+            if self._share is not None:
+                if failed:   # only what was written counts
+                    refused = set(failed)
+                    spans = spans_of([r for i, r in enumerate(records) if i not in refused])
+                self._share.written(spans)
+            elif self.dedupe:
                 if failed:   # only what was written counts
                     refused = set(failed)
                     highest = _highest([r for i, r in enumerate(records) if i not in refused])
@@ -215,6 +238,20 @@ class JsonlSink:
                  "or a rewind) not written twice", len(records) - len(kept), self.directory)
         records = [records[i] for i in kept]
         return records, kept, _highest(records)
+
+    def _not_stored_share(self, records: Sequence[Record]):
+        """``_not_stored`` in a share group: only the offsets stored (or written since the last
+        flush) are dropped, wherever they lie (``jsonl_share.py``); returns the records kept,
+        their indexes in ``records`` (None: all kept) and their offsets as runs per partition."""
+        own = os.path.basename(self._open_path[: -len(OPEN_SUFFIX)]) if self._file is not None else None
+        kept_records, kept, spans = self._share.not_stored(records, own)
+        if kept is not None:
+            dropped = len(records) - len(kept)
+            self.skipped += dropped
+            log.info("jsonl sink: %d record(s) delivered again (a lock expired or a worker stopped or crashed "
+                     "after storing them) already stored in %s: not written twice (%d so far)",
+                     dropped, self.directory, self.skipped)
+        return kept_records, kept, spans
 
     def flush(self) -> None:
         """Make everything written durable; publish the file if it is full or old enough."""
@@ -302,6 +339,8 @@ class JsonlSink:
         self._open_path = stem + OPEN_SUFFIX
         self._size = self._durable = 0
         self._file_high = {}
+        if self._share is not None:
+            self._share.opened()
         self._opened_at = self._clock()
         self._dir_dirty = True
 
@@ -318,17 +357,25 @@ class JsonlSink:
             self._sync_directory()
             self._dir_dirty = False
         self._durable = self._size
-        if self._pending:
+        if self._share is not None:
+            ranges = self._share.synced()
+            if ranges is not None:
+                self._write_index(highest_of(ranges), ranges)
+        elif self._pending:
             merge(self._high, self._pending.items())
             merge(self._file_high, self._pending.items())
             self._pending = {}
-            stem = os.path.basename(self._open_path[: -len(OPEN_SUFFIX)])
-            try:
-                write_index(self.directory, stem, self._durable, self._file_high)
-            except OSError as exc:
-                # The data is durable; without its index a successor reads the file instead.
-                log.warning("jsonl sink: the index of %s was not written (%s); a successor reads "
-                            "the file itself to find what it holds", self._open_path, exc.strerror or exc)
+            self._write_index(self._file_high)
+
+    def _write_index(self, high: dict[tuple[str, int], int], ranges=None) -> None:
+        """The current file's index, after its data's fsync (``jsonl_index.py``)."""
+        stem = os.path.basename(self._open_path[: -len(OPEN_SUFFIX)])
+        try:
+            write_index(self.directory, stem, self._durable, high, ranges)
+        except OSError as exc:
+            # The data is durable; without its index a successor reads the file instead.
+            log.warning("jsonl sink: the index of %s was not written (%s); a successor reads "
+                        "the file itself to find what it holds", self._open_path, exc.strerror or exc)
 
     def _sync_directory(self) -> None:
         if not self.fsync:
@@ -386,6 +433,8 @@ class JsonlSink:
         """
         path = self._open_path
         self._pending = {}   # not durable: the worker sends those records again
+        if self._share is not None:
+            self._share.lost()
         self._abandon()
         if not os.path.isdir(self.directory):
             cause = f"directory {self.directory} does not exist (was it removed?)"

@@ -67,12 +67,26 @@ def preflight_settings(settings: dict) -> None:
                           fix=found.fix)
 
 
-def validate_settings(settings: dict) -> None:
+SHARE_GROUP_REFUSED = (
+    "the spark sink cannot consume from a share group ([kafka] group_type = \"share\"): its exactly-once "
+    "rests on each partition having one owner whose offsets rise (the uploader keeps a batch's offset range "
+    "per partition and commits a table version with it, docs/SPARK.md), while a share group hands one "
+    "partition's records to many workers out of order and again after a lock expiry or a crash; "
+    "consume with a consumer group ([kafka] group_type = \"consumer\", the default), which also scales "
+    "workers up to the partition count, or write JSON lines (type = \"jsonl\") from the share group")
+
+
+def validate_settings(settings: dict, *, group_type: str = "consumer") -> None:
     """Raise ValueError naming every problem with the ``[sink]`` settings of the spark sink.
 
     Workers and the uploader both call this, so a bad setting stops the daemon at boot instead
-    of failing every upload."""
+    of failing every upload.  ``group_type`` (``SinkContext.group_type``): a share group is
+    refused, whatever the settings (``SHARE_GROUP_REFUSED`` says why); check-config and a
+    worker's build ask the same (``sinks/builtin.py``)."""
     problems = []
+    if group_type != "consumer":
+        problems.append(SHARE_GROUP_REFUSED if group_type == "share" else
+                        f"group_type must be \"consumer\" or \"share\", not {group_type!r}")
     unknown = set(settings) - SETTINGS
     if unknown:
         problems.append(f"unknown spark sink settings: {unknown_keys(unknown, SETTINGS - {'type'})} "
@@ -158,8 +172,8 @@ class SparkSink:
     deduplicates_by_offset = True
 
     def __init__(self, settings: dict, state_dir: str, *, heartbeat_timeout_s: float | None = None,
-                 memory_bytes: int = 0) -> None:
-        validate_settings(settings)
+                 memory_bytes: int = 0, group_type: str = "consumer") -> None:
+        validate_settings(settings, group_type=group_type)
         self.max_records = int(settings.get("max_records", 100_000))
         # Unless [sink] max_bytes says otherwise, a batch is staged before its buffers pass the
         # sink's share of the worker's memory budget (``memory_bytes``; SinkContext).  The
