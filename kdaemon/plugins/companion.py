@@ -52,6 +52,7 @@ class SinkContext:
     memory_budget_bytes: int = 0
     kafka: Mapping[str, Any] = field(default_factory=dict, repr=False)
     on_sink_error: str = "retry"
+    group_type: str = "consumer"
 
 
 @dataclass(frozen=True)
