@@ -249,6 +249,8 @@ def make_worker(config: DaemonConfig, *, index: int = 0, workers: int = 1,
     consumer."""
     plugins = load_plugins(config)
     parts = build_pipeline_parts(config, plugins)
+    if config.group_type == "share":
+        return make_share_worker(config, parts, index=index, on_tick=on_tick)
     group_protocol = None
     if partitions is None:
         group_protocol = resolve_group_protocol(config, index=index, on_wait=on_wait)
@@ -279,3 +281,36 @@ def make_worker(config: DaemonConfig, *, index: int = 0, workers: int = 1,
 
     return Worker(config, parts, consumer, subscribe_or_assign, on_tick=on_tick,
                   memory=MemoryWatch(config.daemon.memory_budget_mb))
+
+
+def share_consumer_options(config: DaemonConfig, parts, *, index: int = 0) -> dict:
+    """The ``ShareConsumer`` options of worker ``index``: [kafka]'s (the loader refused the
+    consumer-group ones), explicit acknowledgement (the worker accepts a record only once the
+    sink made it durable), the header filter, and the memory budget's fetch shares."""
+    opts = config.consumer_options()
+    opts["share_acknowledgement_mode"] = "explicit"
+    opts["header_filter"] = parts.header_filter
+    opts.setdefault("client_id", f"kdaemon-{os.getpid()}")
+    shares = MemoryShares.of(config.daemon.memory_budget_mb)
+    if shares.budget:
+        opts.setdefault("fetch_max_bytes", shares.fetch_max_bytes)
+        opts.setdefault("fetch_buffer_bytes", shares.fetch_buffer_bytes)
+    return opts
+
+
+def make_share_worker(config: DaemonConfig, parts, *, index: int = 0, on_tick: Callable | None = None):
+    """A member of the share group ``[kafka] group_id`` (``group_type = "share"``): its consumer
+    and the group's delivery count limit, read once (``share_group.delivery_count_limit``)."""
+    from ..client.share import ShareConsumer
+    from .share import ShareWorker
+    from .share_group import delivery_count_limit
+    consumer = ShareConsumer(**share_consumer_options(config, parts, index=index))
+    limit = delivery_count_limit(config)
+    log.info("worker %d: share group %s member (explicit acknowledgement; a record's last delivery is its %s)",
+             index, config.kafka["group_id"], _ordinal(limit))
+    return ShareWorker(config, parts, consumer, index=index, delivery_count_limit=limit, on_tick=on_tick,
+                       memory=MemoryWatch(config.daemon.memory_budget_mb))
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
