@@ -55,11 +55,13 @@ def load_plugins(config: DaemonConfig, *, configure: bool = True) -> PluginManag
 class Checked:
     """What ``check_file`` found: every problem of the file, of the environment's values over it
     and of the plugins' checks; ``notes`` (sinks whose settings could not be checked) and the
-    ``overrides`` taken from the environment, for ``check-config`` to show."""
+    ``overrides`` taken from the environment, for ``check-config`` to show; for a share group,
+    ``group_settings``: what the daemon sets on the group, and (connected) what it has now."""
     config: DaemonConfig | None
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     overrides: list[Override] = field(default_factory=list)
+    group_settings: list[str] = field(default_factory=list)
 
 
 def check_file(config_path: str, *, connect: bool = False) -> Checked:
@@ -87,6 +89,14 @@ def check_file(config_path: str, *, connect: bool = False) -> Checked:
             problems, notes = preflight_sinks(config, manager)
             checked.problems += problems
             checked.notes += notes
+        if config.group_type == "share" and not checked.problems:
+            from .share_group import configured_lines, current_lines
+            checked.group_settings = configured_lines(config)
+            if connect:
+                now, why = current_lines(config)
+                checked.group_settings += now
+                if why is not None:
+                    checked.notes.append(f"{config.path}: {why}")
     except PluginError as exc:
         checked.problems.append(f"{config.path}: plugins: {exc}")
     except Exception as exc:
