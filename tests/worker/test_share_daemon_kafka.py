@@ -12,6 +12,9 @@ every record accepted or rejected.
   (none expected: no lock expires, nothing crashes);
 * a worker SIGKILLed while it holds records: they come back to the others once its lock runs
   out, and none is lost;
+* a sink whose flush fails: the poll's records are RELEASEd and come back (none lost); records
+  that do not deserialize under ``on_deserialize_error = "skip"`` are REJECTed (the broker
+  settles them; none reaches the sink);
 * poison records (an interceptor that kills its worker on them): each delivery kills a worker
   (which the supervisor restarts) until the group's delivery count limit, where the last
   delivery goes to the DLQ with the reason instead of to the plugins, and is accepted.
@@ -128,7 +131,7 @@ def test_more_workers_than_partitions_header_rules_jsonl(kafka, tmp_path):
 def test_sigkilled_worker_records_come_back_to_others(kafka, tmp_path):
     topic, group = names()
     create_topic(kafka.bootstrap, topic, 1)
-    plugins = plugin_dir(tmp_path / "plugins", {"share_poison": PLUGINS / "kd_share_poison.py"})
+    plugins = plugin_dir(tmp_path / "plugins", {"share_poison": PLUGINS / "kd_share_faults.py"})
     config = share_daemon_config(tmp_path, kafka.bootstrap, topic, group, workers=3,
                                  share={"record_lock_duration_ms": 2_000})
     config["plugins"] = ["share_poison"]
@@ -160,10 +163,41 @@ def test_sigkilled_worker_records_come_back_to_others(kafka, tmp_path):
     assert f"(pid {holder})" in daemon.log()
 
 
+def test_a_failed_flush_releases_and_a_skipped_record_is_rejected(kafka, tmp_path):
+    topic, group = names()
+    create_topic(kafka.bootstrap, topic, 1)
+    plugins = plugin_dir(tmp_path / "plugins", {"share_faults": PLUGINS / "kd_share_faults.py"})
+    config = share_daemon_config(tmp_path, kafka.bootstrap, topic, group, workers=2,
+                                 share={"record_lock_duration_ms": 15_000}, on_deserialize_error="skip",
+                                 sink_retry_backoff_ms=50, sink_retry_backoff_max_ms=200)
+    config["plugins"] = ["json", "share_faults"]
+    config["deserializer"] = {"key": "str", "value": "json"}
+    config["sink"] = {"type": "fail_flush", "path": str(tmp_path / "out"), "fail_flushes": [2, 3]}
+    config["kafka"]["max_poll_records"] = 20
+    env = {"PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")])}
+    with Daemon(tmp_path, config, env=env) as daemon:
+        daemon.wait_all_ready(WAIT)
+        rows = [(b"k%d" % i, b"not json" if i % 50 == 7 else json.dumps({"i": i}).encode(), ()) for i in range(300)]
+        offsets = [d.offset for d in produce(kafka.bootstrap, topic, rows, partition=0)]
+        bad = {offsets[i] for i in range(300) if i % 50 == 7}
+        wait_for(lambda: set(offsets) - bad <= {o for _, o in output(daemon)}, WAIT,
+                 "every good record in the output", daemon.log_tail, interval=0.3)
+        wait_settled(kafka, group, topic, 1, daemon)
+        figures = wait_for(lambda: (f := share_figures(daemon)) and sum(v.rejected for v in f.values() if v) == len(bad)
+                           and f, WAIT, "the rejected records in kdaemon status", daemon.log_tail)
+        got = output(daemon)
+        assert daemon.stop() == 0
+    assert {o for _, o in got} == set(offsets) - bad
+    assert sum(f.released for f in figures.values()) >= 1
+    assert "flush failed: OSError: fail_flush: injected flush failure" in daemon.log()
+    print(f"{len(got)} lines for {len(offsets) - len(bad)} records; "
+          + ", ".join(f"worker {i}: {f}" for i, f in sorted(figures.items())))
+
+
 def test_poison_records_reach_the_dlq_after_the_delivery_count_limit(kafka, tmp_path):
     topic, group = names()
     create_topic(kafka.bootstrap, topic, 1)
-    plugins = plugin_dir(tmp_path / "plugins", {"share_poison": PLUGINS / "kd_share_poison.py"})
+    plugins = plugin_dir(tmp_path / "plugins", {"share_poison": PLUGINS / "kd_share_faults.py"})
     config = share_daemon_config(tmp_path, kafka.bootstrap, topic, group, workers=2,
                                  share={"record_lock_duration_ms": 1_000, "delivery_count_limit": 3})
     config["plugins"] = ["share_poison"]
