@@ -15,6 +15,7 @@ every record accepted or rejected.
 * a sink whose flush fails: the poll's records are RELEASEd and come back (none lost); records
   that do not deserialize under ``on_deserialize_error = "skip"`` are REJECTed (the broker
   settles them; none reaches the sink);
+* ``check-config`` connected: what the group has now beside what the daemon sets;
 * poison records (an interceptor that kills its worker on them): each delivery kills a worker
   (which the supervisor restarts) until the group's delivery count limit, where the last
   delivery goes to the DLQ with the reason instead of to the plugins, and is accepted.
@@ -30,7 +31,7 @@ import base64
 import json
 import os
 import signal
-import time
+import subprocess
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -38,7 +39,8 @@ from pathlib import Path
 import pytest
 
 from kdaemon.supervisor.control import request_status
-from testkit.daemon import Daemon, wait_for
+from testkit.daemon import Daemon, kdaemon_command, wait_for
+from testkit.group_configs import set_group_configs
 from testkit.produce import create_topic, produce
 from testkit.share_daemon import plugin_dir, share_daemon_config
 from testkit.share_groups import share_lag
@@ -235,3 +237,21 @@ def test_poison_records_reach_the_dlq_after_the_delivery_count_limit(kafka, tmp_
         assert headers["kdaemon.error"] == "delivery count limit reached: 3 deliveries", d
     # Every delivery of a poison record but its last killed the worker that got it.
     assert daemon.count("exited with code 70") >= 2
+
+
+def test_check_config_says_what_the_group_has_now(kafka, tmp_path):
+    """Connected, ``check-config`` names each share setting the daemon sets and what the group
+    has now (DescribeConfigs on the GROUP resource)."""
+    topic, group = names()
+    set_group_configs(kafka.bootstrap, group, {"share.record.lock.duration.ms": "2000"})
+    config = share_daemon_config(tmp_path, kafka.bootstrap, topic, group, share={"record_lock_duration_ms": 5000})
+    daemon = Daemon(tmp_path, config)   # only its configuration file: never started
+    proc = subprocess.run(kdaemon_command() + ["check-config", "-c", str(daemon.config_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert f"share group {group}: share.record.lock.duration.ms set to 5000 at start ([share] " \
+           "record_lock_duration_ms)" in lines
+    assert f"share group {group} has now: share.record.lock.duration.ms = 2000 (the daemon sets 5000 at start)" \
+        in lines, proc.stdout
+    assert any(line.startswith(f"share group {group} has now: share.delivery.count.limit = ") for line in lines)
