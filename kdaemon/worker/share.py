@@ -48,6 +48,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..client.errors import WakeupError
+from ..client.group_configs import GroupConfigRefused
 from ..client.share import AcknowledgeType, ShareRecord
 from ..client.types import ConsumerRecord, TopicPartition
 from ..config import DaemonConfig
@@ -60,7 +61,7 @@ from .health import HealthWatch
 from .memory import MemoryWatch
 from .modes import PAUSED_MODES, Event, Mode
 from .pipeline import _stopped
-from .share_group import GroupConfigRefused, apply_group_configs
+from .share_group import apply_group_configs
 from .stages import Pipeline, WorkerStats, WorkerStop
 
 log = logging.getLogger(__name__)
@@ -302,6 +303,33 @@ def _refused_indexes(exc: SinkRefused, records: list[Record]) -> set[int]:
     return {i for i, r in enumerate(records) if (r.topic, r.partition, r.offset) in refused}
 
 
+class _NoPartitions:
+    """``WorkerMetrics.update`` reads a worker's consumer for per-partition figures (positions,
+    lag, bytes) and rebalances, which a share member has none of: this view answers "none", so
+    the rest of ``update`` (the worker's own counters) serves a share worker unchanged."""
+
+    partitions: dict = {}
+    fetch_responses_total = 0
+    fetch_latency_ms_total = 0
+
+    def metrics(self) -> "_NoPartitions":
+        return self
+
+    def group_state(self) -> None:
+        return None
+
+
+class _StatsOnly:
+    """A share worker as ``WorkerMetrics.update`` reads a worker (see ``_NoPartitions``)."""
+
+    consumer = _NoPartitions()
+
+    def __init__(self, worker: "ShareWorker") -> None:
+        self.stats = worker.stats
+        self.problems = worker.problems
+        self.sink_down_s = worker.sink_down_s
+
+
 class ShareWorker:
     """Runs the pipeline against a ``ShareConsumer`` until stopped (the share group's
     counterpart of ``pipeline.Worker``, with the attributes the supervisor's child reads:
@@ -376,13 +404,12 @@ class ShareWorker:
                 "rejected": done["reject"], "in_flight": max(0, acquired - settled)}
 
     def update_metrics(self, metrics, force: bool = False) -> None:
-        """This member's counters to /metrics, through the publisher's share-group update
-        (kdaemon/worker/metrics.py), with the client's snapshot (``ShareConsumer.metrics()``)."""
-        update = getattr(metrics, "update_share", None)
-        if update is not None:
-            update(self, force=force)
-        else:
-            metrics.problems(self.problems)
+        """This member's counters to /metrics (``WorkerMetrics``, kdaemon/worker/metrics.py): the
+        worker's own (``WorkerStats``: delivered, dead letters, sink errors, flushes...) as a
+        consumer-group worker's, and the client's share counters (``update_share`` with
+        ``ShareConsumer.metrics()``: acquired, acknowledged by type, redelivered, lock expiries)."""
+        metrics.update(_StatsOnly(self), force=force)
+        metrics.update_share(self.consumer.metrics())
 
     def group_news(self) -> None:
         """Another worker's news (siblings.SIBLING_SIGNAL): nothing to do, a share member's
@@ -408,7 +435,8 @@ class ShareWorker:
         except (WorkerStop, SinkRefused) as exc:
             code = _stopped(exc)
         except GroupConfigRefused as exc:
-            log.error("worker %d cannot start: %s", self.index, exc)
+            log.error("worker %d cannot start: the [share] settings: %s; %s (or remove the setting from [share] "
+                      "to keep the group's own)", self.index, exc, exc.fix)
             code = EXIT_BOOT_FAILURE
         finally:
             if self._stop_reason is not None:

@@ -13,8 +13,8 @@ Failures, as everywhere in the daemon (docs/DESIGN.md): a broker that does not a
 retriable error (the coordinator loading), is waited out with backoff, said once when it starts
 and once when it is over, the worker beating meanwhile; a refusal (INVALID_CONFIG: a value
 outside the broker's ``group.share.min/max.*`` bounds, POLICY_VIOLATION, an ACL) is permanent:
-``GroupConfigRefused``, which stops the worker as a boot failure (``EXIT_BOOT_FAILURE``) naming
-the setting and the fix.
+the client's ``GroupConfigRefused`` (kdaemon/client/group_configs.py, naming the setting, the
+broker's words and the fix), which stops the worker as a boot failure (``EXIT_BOOT_FAILURE``).
 
 The delivery count limit (``share.delivery.count.limit``) decides which delivery of a record is
 its last (``ShareWorker``): the file's value when it sets one, else what the group has
@@ -30,19 +30,14 @@ from collections.abc import Callable
 from ..backoff import Backoff
 from ..client.config import ConsumerConfig
 from ..client.errors import KafkaClientError
-from ..client.group_configs import alter_group_configs, describe_group_configs
+from ..client.group_configs import GroupConfigRefused, alter_group_configs, describe_group_configs
 from ..config import DaemonConfig, ShareSection
-from ..protocol.errors import BrokerError
 
 log = logging.getLogger(__name__)
 
 DELIVERY_COUNT_LIMIT = "share.delivery.count.limit"
 DEFAULT_DELIVERY_COUNT_LIMIT = 5   # Kafka's group.share.delivery.count.limit default
 GROUP_CONFIG_NAMES = tuple(name for _, name in ShareSection.GROUP_CONFIGS)
-
-
-class GroupConfigRefused(Exception):
-    """The broker refused a ``[share]`` setting for good: the worker cannot start as configured."""
 
 
 def client_config(config: DaemonConfig) -> ConsumerConfig:
@@ -70,7 +65,7 @@ def current_lines(config: DaemonConfig, *, timeout_ms: int = 10_000) -> tuple[li
     group = config.kafka.get("group_id", "?")
     try:
         now = describe_group_configs(client_config(config), group, list(GROUP_CONFIG_NAMES))
-    except (KafkaClientError, BrokerError, OSError) as exc:
+    except KafkaClientError as exc:   # GroupConfigRefused (an ACL) too: a note, the file is fine
         return [], f"could not ask the cluster for share group {group}'s configs now ({exc})"
     wanted = config.share.group_configs()
     lines = []
@@ -84,7 +79,8 @@ def current_lines(config: DaemonConfig, *, timeout_ms: int = 10_000) -> tuple[li
 def apply_group_configs(config: DaemonConfig, *, index: int, tick: Callable[[], None],
                         stopping: Callable[[], bool], sleep: Callable[[float], None] = time.sleep) -> None:
     """Worker 0 (``index``) sets the ``[share]`` settings on the group, waiting out what is
-    transient; ``GroupConfigRefused`` for a refusal.  Nothing to do without settings."""
+    transient (``tick`` called meanwhile, until ``stopping()``); the client's
+    ``GroupConfigRefused`` propagates.  Nothing to do without settings."""
     wanted = config.share.group_configs()
     if not wanted or index != 0:
         return
@@ -96,16 +92,9 @@ def apply_group_configs(config: DaemonConfig, *, index: int, tick: Callable[[], 
     while not stopping():
         try:
             alter_group_configs(client, group, wanted)
-        except BrokerError as exc:
-            if not exc.retriable:
-                raise GroupConfigRefused(
-                    f"share group {group}: the broker refused the [share] settings "
-                    f"({', '.join(f'{k}={v}' for k, v in wanted.items())}): {exc}. Fix [share] in the "
-                    "configuration (a value must lie within the broker's group.share.min/max.* bounds; "
-                    "altering a group's configs needs ALTER_CONFIGS on the group) or remove the setting "
-                    "to keep the group's own") from None
-            reason = str(exc)
-        except (KafkaClientError, OSError) as exc:
+        except GroupConfigRefused:
+            raise
+        except KafkaClientError as exc:   # GroupConfigUnavailable: no broker, or retriable answers only
             reason = f"{type(exc).__name__}: {exc}"
         else:
             log.info("share group %s: set %s", group, ", ".join(f"{k}={v}" for k, v in wanted.items()))
@@ -131,7 +120,7 @@ def delivery_count_limit(config: DaemonConfig) -> int:
     group = config.kafka["group_id"]
     try:
         value = describe_group_configs(client_config(config), group, [DELIVERY_COUNT_LIMIT]).get(DELIVERY_COUNT_LIMIT)
-    except (KafkaClientError, BrokerError, OSError) as exc:
+    except KafkaClientError as exc:
         log.warning("share group %s: could not read %s (%s); taking the broker default %d", group,
                     DELIVERY_COUNT_LIMIT, exc, DEFAULT_DELIVERY_COUNT_LIMIT)
         return DEFAULT_DELIVERY_COUNT_LIMIT

@@ -15,6 +15,7 @@ every record accepted or rejected.
 * a sink whose flush fails: the poll's records are RELEASEd and come back (none lost); records
   that do not deserialize under ``on_deserialize_error = "skip"`` are REJECTed (the broker
   settles them; none reaches the sink);
+* a [share] value the broker refuses: the daemon stops (exit 4) naming it;
 * ``check-config`` connected: what the group has now beside what the daemon sets;
 * poison records (an interceptor that kills its worker on them): each delivery kills a worker
   (which the supervisor restarts) until the group's delivery count limit, where the last
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import pytest
 
+from kdaemon.exit_codes import EXIT_BOOT_FAILURE
 from kdaemon.supervisor.control import request_status
 from testkit.daemon import Daemon, kdaemon_command, wait_for
 from testkit.group_configs import set_group_configs
@@ -115,6 +117,11 @@ def test_more_workers_than_partitions_header_rules_jsonl(kafka, tmp_path):
         wait_settled(kafka, group, topic, 2, daemon)
         figures = wait_for(lambda: (f := share_figures(daemon)) and all(v is not None for v in f.values()) and f,
                            WAIT, "every worker's share figures in kdaemon status")
+
+        def delivered_metric():
+            return sum(v for (name, _), v in daemon.metrics().items() if name == "kdaemon_records_delivered_total")
+        wait_for(lambda: delivered_metric() >= len(kept), WAIT, "kdaemon_records_delivered_total on /metrics",
+                 daemon.log_tail, interval=0.3)
         got = output(daemon)
         assert daemon.stop() == 0
     assert not set(got) & dropped, "records the header rule drops reached the sink"
@@ -237,6 +244,20 @@ def test_poison_records_reach_the_dlq_after_the_delivery_count_limit(kafka, tmp_
         assert headers["kdaemon.error"] == "delivery count limit reached: 3 deliveries", d
     # Every delivery of a poison record but its last killed the worker that got it.
     assert daemon.count("exited with code 70") >= 2
+
+
+def test_a_share_setting_the_broker_refuses_stops_the_daemon(kafka, tmp_path):
+    """A [share] value outside the broker's bounds (the shared broker's lock is 1 s at least) is
+    permanent: worker 0 cannot start, the daemon stops with exit 4 naming the setting."""
+    topic, group = names()
+    create_topic(kafka.bootstrap, topic, 1)
+    config = share_daemon_config(tmp_path, kafka.bootstrap, topic, group, workers=2,
+                                 share={"record_lock_duration_ms": 500})
+    with Daemon(tmp_path, config) as daemon:
+        assert daemon.wait_exit(WAIT) == EXIT_BOOT_FAILURE
+    log = daemon.log()
+    assert "worker 0 cannot start: the [share] settings: " in log, daemon.log_tail()
+    assert "share.record.lock.duration.ms" in log
 
 
 def test_check_config_says_what_the_group_has_now(kafka, tmp_path):
