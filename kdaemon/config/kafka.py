@@ -36,10 +36,14 @@ KAFKA_KINDS: dict[str, Kind] = {
     "partition_assignment_strategy": string_or_list("a string or a list of strings (assignor names)"),
     "group_protocol": STRING,
     "group_type": STRING,
+    # ShareConsumer's own (Java's share.acquire.mode): "record_limit" makes max_poll_records a
+    # hard limit per fetch.  Only with group_type = "share".
+    "share_acquire_mode": STRING,
     **{key: STRING for key in SECRET_SOURCES},
 }
 _CONSUMER_FIELDS = set(kinds_of(ConsumerConfig)) | DAEMON_OWNED | {"bootstrap_servers",
-                                                                   "partition_assignment_strategy"}
+                                                                   "partition_assignment_strategy",
+                                                                   "share_acquire_mode"}
 # Where a consumer-group option refused in a share group has a share-group counterpart.
 _SHARE_INSTEAD = {"auto_offset_reset": "[share] auto_offset_reset", "isolation_level": "[share] isolation_level",
                   "session_timeout_ms": None, "heartbeat_interval_ms": None}
@@ -87,6 +91,9 @@ def kafka_section(section: dict, env: Any, problems: list[str]) -> dict:
     share = out.get("group_type") == "share"
     if share:
         _refuse_consumer_group_options(out, problem)
+    elif "share_acquire_mode" in out:
+        problem("kafka.share_acquire_mode", "only for a share group: set kafka.group_type = \"share\", or remove it")
+        del out["share_acquire_mode"]
     try:
         # "auto" and group_type are the daemon's, not the consumer's: check the rest as the
         # worker will pass it, to the client of the group type (one typed parse each).

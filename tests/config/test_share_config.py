@@ -169,3 +169,14 @@ def test_check_config_refuses_consumer_group_options_in_a_share_group(tmp_path):
     assert proc.returncode == EXIT_CONFIG
     assert "kafka.auto_offset_reset: not for a share group" in proc.stderr
     assert "set [share] auto_offset_reset instead" in proc.stderr
+
+
+def test_share_acquire_mode_only_in_a_share_group():
+    assert parse(raw(kafka={"share_acquire_mode": "record_limit"})).consumer_options()["share_acquire_mode"] == \
+        "record_limit"
+    assert problems(raw(kafka={"share_acquire_mode": "exact"})) == [
+        "f.toml: kafka.share_acquire_mode: 'exact' is not one of batch_optimized, record_limit"]
+    doc = raw(kafka={"share_acquire_mode": "record_limit"})
+    del doc["kafka"]["group_type"]
+    assert problems(doc) == ["f.toml: kafka.share_acquire_mode: only for a share group: set kafka.group_type = "
+                             "\"share\", or remove it"]
