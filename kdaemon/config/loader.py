@@ -165,6 +165,9 @@ def parse(raw: dict, path: str = "<config>", *, environ: Mapping[str, str] | Non
     if "share" in top and group_type != "share":
         problem("share", f"a [share] table sets a share group's configs, but [kafka] group_type is "
                          f"{group_type!r}: set kafka.group_type = \"share\", or remove [share]")
+    if group_type == "share" and daemon.topic_pattern:
+        problem("daemon.topic_pattern", "a share group subscribes to topics by name (a share consumer has no pattern "
+                                        "subscription, as Java's KafkaShareConsumer): list them in daemon.topics")
     if group_type == "share" and "daemon" not in mistyped and daemon.assignment != "group":
         problem("daemon.assignment", f"{daemon.assignment!r} cannot be used with kafka.group_type = \"share\": "
                                      "the broker hands a share group's records out to its members; remove it")

@@ -180,3 +180,11 @@ def test_share_acquire_mode_only_in_a_share_group():
     del doc["kafka"]["group_type"]
     assert problems(doc) == ["f.toml: kafka.share_acquire_mode: only for a share group: set kafka.group_type = "
                              "\"share\", or remove it"]
+
+
+def test_a_topic_pattern_is_refused_in_a_share_group():
+    doc = raw(daemon={"topic_pattern": "orders-.*"})
+    del doc["daemon"]["topics"]
+    assert problems(doc) == ["f.toml: daemon.topic_pattern: a share group subscribes to topics by name (a share "
+                             "consumer has no pattern subscription, as Java's KafkaShareConsumer): list them in "
+                             "daemon.topics"]
