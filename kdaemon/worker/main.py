@@ -309,18 +309,12 @@ def share_consumer_options(config: DaemonConfig, parts, *, index: int = 0) -> di
 
 
 def make_share_worker(config: DaemonConfig, parts, *, index: int = 0, on_tick: Callable | None = None):
-    """A member of the share group ``[kafka] group_id`` (``group_type = "share"``): its consumer
-    and the group's delivery count limit, read once (``share_group.delivery_count_limit``)."""
+    """A member of the share group ``[kafka] group_id`` (``group_type = "share"``); it applies
+    the ``[share]`` settings and reads the delivery count limit when it runs, beating meanwhile."""
     from ..client.share import ShareConsumer
     from .share import ShareWorker
-    from .share_group import delivery_count_limit
     consumer = ShareConsumer(**share_consumer_options(config, parts, index=index))
-    limit = delivery_count_limit(config)
-    log.info("worker %d: share group %s member (explicit acknowledgement; a record's last delivery is its %s)",
-             index, config.kafka["group_id"], _ordinal(limit))
-    return ShareWorker(config, parts, consumer, index=index, delivery_count_limit=limit, on_tick=on_tick,
+    log.info("worker %d: share group %s member (explicit acknowledgement)", index, config.kafka["group_id"])
+    return ShareWorker(config, parts, consumer, index=index, on_tick=on_tick,
                        memory=MemoryWatch(config.daemon.memory_budget_mb))
 
-
-def _ordinal(n: int) -> str:
-    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"

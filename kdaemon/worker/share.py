@@ -47,7 +47,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from ..client.errors import WakeupError
+from ..client.errors import NoBrokersAvailableError, WakeupError
 from ..client.group_configs import GroupConfigRefused
 from ..client.share import AcknowledgeType, ShareRecord
 from ..client.types import ConsumerRecord, TopicPartition
@@ -61,7 +61,7 @@ from .health import HealthWatch
 from .memory import MemoryWatch
 from .modes import PAUSED_MODES, Event, Mode
 from .pipeline import _stopped
-from .share_group import apply_group_configs
+from .share_group import DEFAULT_DELIVERY_COUNT_LIMIT, apply_group_configs, delivery_count_limit
 from .stages import Pipeline, WorkerStats, WorkerStop
 
 log = logging.getLogger(__name__)
@@ -338,7 +338,7 @@ class ShareWorker:
     share = True   # the supervisor's heartbeat and metrics tell a share member by this
 
     def __init__(self, config: DaemonConfig, parts: PipelineParts, consumer, *, index: int = 0,
-                 delivery_count_limit: int, clock: Callable[[], float] = time.monotonic,
+                 delivery_count_limit: int | None = None, clock: Callable[[], float] = time.monotonic,
                  on_tick: Callable[["ShareWorker"], None] | None = None,
                  memory: MemoryWatch | None = None) -> None:
         self.config = config
@@ -347,8 +347,11 @@ class ShareWorker:
         self.index = index
         self.stats = WorkerStats()
         self.pipeline = Pipeline(config, parts, self.stats)
+        # None: read from the group when the worker runs (share_group.delivery_count_limit).
+        self._limit = delivery_count_limit
         self.delivery = ShareDelivery(config, parts, consumer, self.stats, self.pipeline,
-                                      delivery_count_limit=delivery_count_limit, clock=clock)
+                                      delivery_count_limit=delivery_count_limit or DEFAULT_DELIVERY_COUNT_LIMIT,
+                                      clock=clock)
         consumer.set_acknowledgement_commit_callback(self.delivery.acknowledgement_done)
         self.memory = memory
         self.health = HealthWatch("worker", clock=clock)
@@ -422,7 +425,14 @@ class ShareWorker:
         tick = (lambda: self._on_tick(self)) if self._on_tick else (lambda: None)
         try:
             self.delivery.preflight(tick, lambda: self._stopping)
-            apply_group_configs(self.config, index=self.index, tick=tick, stopping=lambda: self._stopping)
+            stopping = lambda: self._stopping   # noqa: E731
+            apply_group_configs(self.config, index=self.index, tick=tick, stopping=stopping)
+            if self._limit is None and not self._stopping:
+                self.delivery.delivery_count_limit = delivery_count_limit(self.config, tick=tick, stopping=stopping)
+                log.info("worker %d: a record's last delivery is its delivery number %d (share.delivery.count.limit); "
+                         "it goes to the %s", self.index, self.delivery.delivery_count_limit,
+                         "DLQ unprocessed" if self.parts.dlq is not None else "plugins and the sink as any other "
+                         "(no DLQ)")
             if not self._stopping:
                 self.consumer.subscribe(list(self.config.daemon.topics))
                 if self.memory is not None:
@@ -455,7 +465,16 @@ class ShareWorker:
             if self._on_tick:
                 self._on_tick(self)
             return
-        polled = self.consumer.poll(self.config.daemon.poll_timeout_ms)
+        try:
+            polled = self.consumer.poll(self.config.daemon.poll_timeout_ms)
+        except NoBrokersAvailableError as exc:
+            # Waited out as a consumer-group worker waits (worker/health.py says it, once, and
+            # the heartbeat carries it): the share consumer keeps trying on the next poll.
+            self.health.update({"broker_unreachable": f"no broker reachable ({exc})"})
+            if self._on_tick:
+                self._on_tick(self)
+            return
+        self.health.update({})   # it answered: any condition is over
         self._polled = True
         batch: list[ShareRecord] = []
         fetched = self.stats.fetched

@@ -76,6 +76,11 @@ def current_lines(config: DaemonConfig, *, timeout_ms: int = 10_000) -> tuple[li
     return lines, None
 
 
+# Each request to the cluster before the first poll is bounded by this, so the worker beats to
+# its supervisor between tries (a beat is missed only past heartbeat_timeout_s, 60 s).
+ASK_TIMEOUT_MS = 10_000
+
+
 def apply_group_configs(config: DaemonConfig, *, index: int, tick: Callable[[], None],
                         stopping: Callable[[], bool], sleep: Callable[[float], None] = time.sleep) -> None:
     """Worker 0 (``index``) sets the ``[share]`` settings on the group, waiting out what is
@@ -86,45 +91,67 @@ def apply_group_configs(config: DaemonConfig, *, index: int, tick: Callable[[], 
         return
     group = config.kafka["group_id"]
     client = client_config(config)
+    done = _until_answered(config, f"set share group {group}'s configs",
+                           lambda: alter_group_configs(client, group, wanted, timeout_ms=_timeout(client)),
+                           tick=tick, stopping=stopping, sleep=sleep)
+    if done:
+        log.info("share group %s: set %s", group, ", ".join(f"{k}={v}" for k, v in wanted.items()))
+
+
+def delivery_count_limit(config: DaemonConfig, *, tick: Callable[[], None], stopping: Callable[[], bool],
+                         sleep: Callable[[float], None] = time.sleep) -> int:
+    """The group's ``share.delivery.count.limit``: the file's when it sets one, else what the
+    group has (DescribeConfigs: its own, or the broker's default), waited for as the configs
+    are; a refusal to describe the group (an ACL) is said once and the broker's default taken."""
+    if config.share.delivery_count_limit is not None:
+        return config.share.delivery_count_limit
+    group = config.kafka["group_id"]
+    client = client_config(config)
+    found: dict[str, str] = {}
+    try:
+        _until_answered(config, f"read share group {group}'s {DELIVERY_COUNT_LIMIT}",
+                        lambda: found.update(describe_group_configs(client, group, [DELIVERY_COUNT_LIMIT],
+                                                                    timeout_ms=_timeout(client))),
+                        tick=tick, stopping=stopping, sleep=sleep)
+    except GroupConfigRefused as exc:
+        log.warning("share group %s: cannot read %s (%s); taking the broker default %d: set [share] "
+                    "delivery_count_limit to say it", group, DELIVERY_COUNT_LIMIT, exc, DEFAULT_DELIVERY_COUNT_LIMIT)
+    try:
+        return int(found.get(DELIVERY_COUNT_LIMIT) or DEFAULT_DELIVERY_COUNT_LIMIT)
+    except ValueError:
+        return DEFAULT_DELIVERY_COUNT_LIMIT
+
+
+def _timeout(client: ConsumerConfig) -> int:
+    return min(client.default_api_timeout_ms, ASK_TIMEOUT_MS)
+
+
+def _until_answered(config: DaemonConfig, what: str, call: Callable[[], None], *, tick: Callable[[], None],
+                    stopping: Callable[[], bool], sleep: Callable[[float], None]) -> bool:
+    """``call()`` until it returns (True), or ``stopping()`` (False); ``GroupConfigRefused``
+    propagates, any other client error (``GroupConfigUnavailable``: no broker answered, or only
+    retriable errors) is waited out with the sink retry's backoff, said once per change of
+    reason and once when it is over, ``tick`` called meanwhile."""
     d = config.daemon
     backoff = Backoff(d.sink_retry_backoff_ms / 1000, d.sink_retry_backoff_max_ms / 1000)
     said: str | None = None
     while not stopping():
         try:
-            alter_group_configs(client, group, wanted)
+            call()
         except GroupConfigRefused:
             raise
-        except KafkaClientError as exc:   # GroupConfigUnavailable: no broker, or retriable answers only
+        except KafkaClientError as exc:
             reason = f"{type(exc).__name__}: {exc}"
         else:
-            log.info("share group %s: set %s", group, ", ".join(f"{k}={v}" for k, v in wanted.items()))
             if said is not None:
-                log.info("share group %s: its configs could be set after all", group)
-            return
+                log.info("could %s after all", what)
+            return True
         delay = backoff.failure()
-        if reason != said:   # once per change of reason
-            log.warning("share group %s: cannot set its configs yet (%s); nothing is consumed until they "
-                        "are; trying again with backoff", group, reason)
+        if reason != said:
+            log.warning("cannot %s yet (%s); nothing is consumed until then; trying again with backoff", what, reason)
             said = reason
         until = time.monotonic() + delay
         while not stopping() and time.monotonic() < until:
             tick()
             sleep(min(0.1, max(0.0, until - time.monotonic())))
-
-
-def delivery_count_limit(config: DaemonConfig) -> int:
-    """The group's ``share.delivery.count.limit``: the file's, else the group's, else the
-    broker's default (said once when the group cannot be asked)."""
-    if config.share.delivery_count_limit is not None:
-        return config.share.delivery_count_limit
-    group = config.kafka["group_id"]
-    try:
-        value = describe_group_configs(client_config(config), group, [DELIVERY_COUNT_LIMIT]).get(DELIVERY_COUNT_LIMIT)
-    except KafkaClientError as exc:
-        log.warning("share group %s: could not read %s (%s); taking the broker default %d", group,
-                    DELIVERY_COUNT_LIMIT, exc, DEFAULT_DELIVERY_COUNT_LIMIT)
-        return DEFAULT_DELIVERY_COUNT_LIMIT
-    try:
-        return int(value) if value else DEFAULT_DELIVERY_COUNT_LIMIT
-    except ValueError:
-        return DEFAULT_DELIVERY_COUNT_LIMIT
+    return False
