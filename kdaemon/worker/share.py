@@ -42,7 +42,6 @@ the sink already holds.  Records arrive out of order, across partitions and with
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -358,7 +357,6 @@ class ShareWorker:
         self._on_tick = on_tick
         self._stopping = False
         self._stop_reason: str | None = None
-        self._wake = threading.Event()
         self._polled = False
 
     # -- what the supervisor's child reads --------------------------------------------------------
@@ -390,7 +388,6 @@ class ShareWorker:
         if reason is not None and self._stop_reason is None:
             self._stop_reason = reason
         self._stopping = True
-        self._wake.set()
         try:
             self.consumer.wakeup()
         except Exception:
@@ -460,8 +457,10 @@ class ShareWorker:
         if self.delivery.hold():
             # The sink is down: fetch nothing (what would be fetched would only be released);
             # the membership is the heartbeat thread's.  Sleep until the next retry or probe.
-            wait_s = min(self.config.daemon.poll_timeout_ms / 1000, max(0.01, self.delivery.wait_hint()))
-            self._wake.wait(wait_s)
+            until = time.monotonic() + min(self.config.daemon.poll_timeout_ms / 1000,
+                                           max(0.01, self.delivery.wait_hint()))
+            while not self._stopping and time.monotonic() < until:
+                time.sleep(min(0.1, max(0.0, until - time.monotonic())))
             if self._on_tick:
                 self._on_tick(self)
             return
