@@ -307,7 +307,7 @@ class Arbiter:
                 self._terminate_all(graceful=True)
             return
         log.info("stopping: asking %d worker(s) to finish, flush and commit, then %s", len(self.workers),
-                 "leave the group for good" if leave_group else
+                 "leave the group for good" if leave_group or self.config.group_type == "share" else
                  "keep their static group membership for a restart (until the session times out)")
         sdnotify.notify("STOPPING=1")
         self._stopping = True
