@@ -34,7 +34,9 @@ STAGE_HEADER = "kdaemon.stage"
 # Which configured plugin raised, as ``<setting>=<name>`` ("deserializer.value=json",
 # "sink.type=jsonl"): the line of the file to look at.  Only when the caller knows it.
 PLUGIN_HEADER = "kdaemon.plugin"
-STAGES = ("deserialize", "interceptor", "sink")
+# "delivery": a share group's record on its last delivery, dead-lettered before any plugin saw it
+# (kdaemon/worker/share.py).
+STAGES = ("deserialize", "interceptor", "sink", "delivery")
 _MAX_ERROR_BYTES = 1024
 
 
@@ -135,7 +137,8 @@ def dead_letter(record: Record, stage: str, error: BaseException | str, *, plugi
     """The dead-letter form of a failed record: raw key/value bytes plus two headers (three
     with ``plugin``).
 
-    ``stage`` is where it failed (``deserialize``, ``interceptor`` or ``sink``); ``error`` is
+    ``stage`` is where it failed (``deserialize``, ``interceptor``, ``sink``, or ``delivery``: a
+    share group's last delivery); ``error`` is
     the exception (written as ``Type: message``, at most 1 KiB; ``error_parts`` reads it back)
     or a ready-made message; ``plugin`` the configured plugin that raised (``PLUGIN_HEADER``).
     """

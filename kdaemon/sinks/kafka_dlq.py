@@ -78,7 +78,7 @@ PROBE_TIMEOUT_MS = 2_000
 CONNECT = "__connect.errors."
 ORIGINAL_TIMESTAMP_HEADER = "kdaemon.original.timestamp"
 # kdaemon's stage → Kafka Connect's ErrorReporter.Stage.
-_CONNECT_STAGES = {"interceptor": "TRANSFORMATION", "sink": "TASK_PUT"}
+_CONNECT_STAGES = {"interceptor": "TRANSFORMATION", "sink": "TASK_PUT", "delivery": "KAFKA_CONSUME"}
 
 
 def _parse(settings: dict, context: SinkContext | None) -> tuple[str, dict, str, int]:

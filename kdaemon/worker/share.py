@@ -130,7 +130,7 @@ class ShareDelivery(Delivery):
             if dlq is not None and r.delivery_count > 1 and r.delivery_count >= limit:
                 last.append(dead_letter(Record(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type,
                                                r.key, r.value, r.headers, r.key, r.value),
-                                        "sink", last_delivery_reason(r)))
+                                        "delivery", last_delivery_reason(r)))
             else:
                 raw.append(_make_consumer_record(r[:9]))
         if last:

@@ -21,9 +21,9 @@ every record accepted or rejected.
   (which the supervisor restarts) until the group's delivery count limit, where the last
   delivery goes to the DLQ with the reason instead of to the plugins, and is accepted.
 
-The jsonl sink runs with ``dedupe = false``: its dedupe index assumes offsets rising per
-partition, which a share group does not give (helper "sinks" makes it share-aware; until then
-dedupe would drop records it never wrote).  The tests count duplicates from the files.
+The jsonl sink runs as a user's would, its dedupe on: in a share group it keeps which offsets
+it stored (invariant 50), so records out of order are all written; the tests also count
+duplicates from the files.
 """
 
 from __future__ import annotations
@@ -103,7 +103,6 @@ def test_more_workers_than_partitions_header_rules_jsonl(kafka, tmp_path):
     config = share_daemon_config(tmp_path, kafka.bootstrap, topic, group, workers=4,
                                  filters=[{"header": "type", "op": "in", "values": list(KEEP), "action": "keep"}],
                                  share={"record_lock_duration_ms": 15_000})
-    config["sink"]["dedupe"] = False
     config["kafka"]["max_poll_records"] = 50
     with Daemon(tmp_path, config) as daemon:
         daemon.wait_all_ready(WAIT)
@@ -145,7 +144,6 @@ def test_sigkilled_worker_records_come_back_to_others(kafka, tmp_path):
                                  share={"record_lock_duration_ms": 2_000})
     config["plugins"] = ["share_poison"]
     config["interceptors"] = [{"name": "hold_on", "settings": {"header": "hold", "flag": str(tmp_path / "held")}}]
-    config["sink"]["dedupe"] = False
     config["kafka"]["max_poll_records"] = 20
     env = {"PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")])}
     with Daemon(tmp_path, config, env=env) as daemon:
@@ -211,9 +209,8 @@ def test_poison_records_reach_the_dlq_after_the_delivery_count_limit(kafka, tmp_
                                  share={"record_lock_duration_ms": 1_000, "delivery_count_limit": 3})
     config["plugins"] = ["share_poison"]
     config["interceptors"] = [{"name": "crash_on", "settings": {"header": "poison"}}]
-    config["sink"]["dedupe"] = False
     config["kafka"]["max_poll_records"] = 1   # the poison record alone in its batch, mostly
-    config["dlq"] = {"type": "jsonl", "path": str(tmp_path / "dlq"), "fsync": False, "dedupe": False}
+    config["dlq"] = {"type": "jsonl", "path": str(tmp_path / "dlq"), "fsync": False}
     env = {"PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")])}
     with Daemon(tmp_path, config, env=env) as daemon:
         daemon.wait_all_ready(WAIT)
@@ -242,6 +239,7 @@ def test_poison_records_reach_the_dlq_after_the_delivery_count_limit(kafka, tmp_
     for d in letters:
         headers = {k: base64.b64decode(v["base64"]).decode() if isinstance(v, dict) else v for k, v in d["headers"]}
         assert headers["kdaemon.error"] == "delivery count limit reached: 3 deliveries", d
+        assert headers["kdaemon.stage"] == "delivery", d
     # Every delivery of a poison record but its last killed the worker that got it.
     assert daemon.count("exited with code 70") >= 2
 
