@@ -103,11 +103,10 @@ def read_index_ranges(directory: str, stem: str) -> tuple[int, dict[TP, OffsetRa
         return None
 
 
-def scan(path: str, nbytes: int | None = None) -> dict[TP, int]:
-    """The highest offset per partition in a data file's complete lines (its first ``nbytes``
-    bytes when given).  A line that is not a record (a torn last line, foreign text) is
-    skipped: it holds nothing this sink wrote durably."""
-    high: dict[TP, int] = {}
+def _stored(path: str, nbytes: int | None):
+    """(partition, offset) of each complete line of a data file (its first ``nbytes`` bytes when
+    given).  A line that is not a record (a torn last line, foreign text) is skipped: it holds
+    nothing this sink wrote durably."""
     with open(path, "rb") as f:
         data = f.read() if nbytes is None else f.read(nbytes)
     end = data.rfind(b"\n") + 1
@@ -117,24 +116,23 @@ def scan(path: str, nbytes: int | None = None) -> dict[TP, int]:
             tp, offset = (obj["topic"], int(obj["partition"])), int(obj["offset"])
         except (ValueError, KeyError, TypeError):
             continue
+        yield tp, offset
+
+
+def scan(path: str, nbytes: int | None = None) -> dict[TP, int]:
+    """The highest offset per partition in a data file's complete lines."""
+    high: dict[TP, int] = {}
+    for tp, offset in _stored(path, nbytes):
         if offset > high.get(tp, -1):
             high[tp] = offset
     return high
 
 
 def scan_ranges(path: str, nbytes: int | None = None) -> dict[TP, OffsetRanges]:
-    """Which offsets per partition a data file's complete lines hold (its first ``nbytes``
-    bytes when given): ``scan`` for a share group's sink, where the highest says too little."""
+    """Which offsets per partition a data file's complete lines hold: ``scan`` for a share
+    group's sink, where the highest says too little."""
     offsets: dict[TP, list[int]] = {}
-    with open(path, "rb") as f:
-        data = f.read() if nbytes is None else f.read(nbytes)
-    end = data.rfind(b"\n") + 1
-    for line in data[:end].splitlines():
-        try:
-            obj = json.loads(line)
-            tp, offset = (obj["topic"], int(obj["partition"])), int(obj["offset"])
-        except (ValueError, KeyError, TypeError):
-            continue
+    for tp, offset in _stored(path, nbytes):
         offsets.setdefault(tp, []).append(offset)
     out = {}
     for tp, found in offsets.items():

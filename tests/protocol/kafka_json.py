@@ -127,3 +127,24 @@ def compare_struct(ours: Struct, json_fields: list, common: dict, where: str, lo
             # uses None for a nullable field unless told otherwise.  Either is accepted here.
             assert f.default_value() == JSON_ZERO[inner] or (
                 f.nullable.lo is not None and f.default_value() is None), here
+
+
+def assert_matches_release(api, side: str, *, below_baseline: bool = False) -> None:
+    """``api``'s ``side`` ("request" or "response") field by field against the definition in the
+    Kafka release the tests run (its kafka-clients jar): key, versions, flexible versions, every
+    field's versions, nullability, tags and defaults.  ``below_baseline``: we may also speak
+    versions the release no longer defines (KIP-896 removed some), never one above it."""
+    spec = kafka_release_json(f"{api.name}{side.capitalize()}")
+    assert (spec["apiKey"], spec["type"]) == (api.key, side)
+    valid = Versions.parse(spec["validVersions"])
+    if below_baseline:
+        assert api.max_version == valid.hi and api.min_version <= valid.lo
+    else:
+        assert (api.min_version, api.max_version) == (valid.lo, valid.hi)
+    assert api.flexible == Versions.parse(spec["flexibleVersions"])
+    assert not spec.get("latestVersionUnstable", False)
+    common = {c["name"]: c for c in spec.get("commonStructs", [])}
+    # Below the baseline the release has dropped the old versions' fields; otherwise it keeps
+    # every field it lists, a field of a version it no longer accepts included (ShareFetch v0's).
+    compare_struct(getattr(api, side), spec["fields"], common, f"{api.name}.{side}",
+                   lowest=valid.lo if below_baseline else 0)

@@ -43,7 +43,7 @@ from kdaemon.protocol.apis.sync_group import SYNC_GROUP
 from kdaemon.protocol.errors import DecodeError, EncodeError
 from kdaemon.protocol.primitives import Reader
 from kdaemon.protocol.schema import Array, Primitive, Struct, Versions
-from tests.protocol.kafka_json import compare_struct, kafka_python_json_dir, kafka_release_json, load_kafka_json
+from tests.protocol.kafka_json import assert_matches_release, compare_struct, kafka_python_json_dir, load_kafka_json
 from tests.protocol.spec_values import sample_value
 from tests.protocol.hand_bytes import cstr as _cstr, str16 as _str16
 
@@ -664,14 +664,7 @@ def test_specs_match_kafka_json_definitions(api, side):
 def test_specs_match_the_release_json_definitions(api, side):
     """The same comparison against the definitions of the Kafka release the tests run (its
     kafka-clients jar): kafka-python's copy is older and lacks ConsumerGroupHeartbeat."""
-    spec = kafka_release_json(f"{api.name}{side.capitalize()}")
-    assert (spec["apiKey"], spec["type"]) == (api.key, side)
-    valid = Versions.parse(spec["validVersions"])
-    # Versions below the release's baseline (KIP-896 removed some) we may still speak; none above.
-    assert api.max_version == valid.hi and api.min_version <= valid.lo
-    assert api.flexible == Versions.parse(spec["flexibleVersions"])
-    common = {c["name"]: c for c in spec.get("commonStructs", [])}
-    compare_struct(getattr(api, side), spec["fields"], common, f"{api.name}.{side}", lowest=valid.lo)
+    assert_matches_release(api, side, below_baseline=True)
 
 
 @pytest.mark.parametrize("struct_, name, versions", [

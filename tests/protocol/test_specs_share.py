@@ -33,9 +33,9 @@ from kdaemon.protocol.builder import RecordSpec, build_batch
 from kdaemon.protocol.errors import ERROR_CODES, DecodeError, Errors
 from kdaemon.protocol.primitives import Reader, encode_uvarint
 from kdaemon.protocol.records import decode_record_set
-from kdaemon.protocol.schema import Array, Struct, Versions
+from kdaemon.protocol.schema import Array, Struct
 from tests.protocol.hand_bytes import cstr
-from tests.protocol.kafka_json import compare_struct, kafka_release_json
+from tests.protocol.kafka_json import assert_matches_release
 from tests.protocol.spec_values import field_present, sample_value
 
 APIS = (SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE,
@@ -441,11 +441,4 @@ JSON_CASES = [pytest.param(api, side, id=f"{api.name}{side.capitalize()}")
 @pytest.mark.kafka
 @pytest.mark.parametrize("api, side", JSON_CASES)
 def test_specs_match_kafka_json_definitions(api, side):
-    spec = kafka_release_json(f"{api.name}{side.capitalize()}")
-    assert (spec["apiKey"], spec["type"]) == (api.key, side)
-    valid = Versions.parse(spec["validVersions"])
-    assert (api.min_version, api.max_version) == (valid.lo, valid.hi)
-    assert api.flexible == Versions.parse(spec["flexibleVersions"])
-    assert not spec.get("latestVersionUnstable", False)
-    common = {c["name"]: c for c in spec.get("commonStructs", [])}
-    compare_struct(getattr(api, side), spec["fields"], common, f"{api.name}.{side}")
+    assert_matches_release(api, side)
