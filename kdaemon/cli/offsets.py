@@ -180,10 +180,13 @@ def offsets(config_path: str, timeout_ms: int, watch: bool, interval: float, win
     opts = config.consumer_options()
     opts["enable_auto_commit"] = False
     reset = opts.get("auto_offset_reset", "latest")
+    share_mode = config.group_type == "share"
+    if (watch or _watch_options_given()) and share_mode:
+        usage_error(f"{config.path} names a share group: --watch judges committed offsets, which a share group "
+                    "has none of; run kdaemon offsets (its lag per partition) or kdaemon status instead")
     if watch or _watch_options_given():
         _watch(config, opts, reset, timeout_ms, watch=watch, interval=interval, window=window, count=count)
         return
-    share_mode = getattr(config, "group_type", "consumer") == "share"
     if share_mode:   # the share consumer's own options: the look-ups here are a plain consumer's
         for key in ("share_acknowledgement_mode", "share_acquire_mode"):
             opts.pop(key, None)

@@ -342,6 +342,10 @@ def run_reset(config_path: str, timeout_ms: int, *, reset_offsets: bool = False,
     if dry_run and execute:
         usage_error("--dry-run and --execute exclude each other")
     config = load_or_exit(config_path)
+    if config.group_type == "share":
+        usage_error(f"{config.path} names a share group: a share group keeps a start offset per partition, not "
+                    "committed offsets, and --reset-offsets does not move it; use kafka-share-groups.sh "
+                    "--reset-offsets (with the daemon stopped)")
     opts = config.consumer_options()
     group_id = opts.get("group_id")
     if not group_id:

@@ -188,3 +188,29 @@ def test_a_topic_pattern_is_refused_in_a_share_group():
     assert problems(doc) == ["f.toml: daemon.topic_pattern: a share group subscribes to topics by name (a share "
                              "consumer has no pattern subscription, as Java's KafkaShareConsumer): list them in "
                              "daemon.topics"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--watch", "--count", "1"), "--watch judges committed offsets, which a share group has none of"),
+    (("--reset-offsets", "--to-earliest"), "use kafka-share-groups.sh --reset-offsets"),
+])
+def test_offsets_refuses_what_a_share_group_has_no_committed_offsets_for(tmp_path, args, words):
+    """Refused before any request (the bootstrap answers nothing): a share group keeps a start
+    offset per partition, not commits."""
+    path = tmp_path / "kdaemon.toml"
+    path.write_text(textwrap.dedent("""
+        [kafka]
+        bootstrap_servers = "127.0.0.1:9"
+        group_id = "orders"
+        group_type = "share"
+
+        [daemon]
+        topics = ["t"]
+
+        [sink]
+        type = "null"
+        """))
+    proc = subprocess.run([sys.executable, "-m", "kdaemon.cli", "offsets", "-c", str(path), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    assert words in proc.stderr and "names a share group" in proc.stderr, proc.stderr
