@@ -288,6 +288,9 @@ def lag_exporter(config_path: str, listen: str, interval: float, timeout_ms: int
     kdaemon_lag_exporter_errors_total {group, error}."""
     from ..supervisor import sdnotify
     config = load_or_exit(config_path)
+    if config.group_type == "share":
+        usage_error(f"{config.path} names a share group: the lag exporter reads committed offsets, which a share "
+                    "group has none of; its lag per partition is kdaemon offsets' (DescribeShareGroupOffsets)")
     setup_logging(config.daemon.log_level)
     opts = config.consumer_options()
     if not opts.get("group_id"):

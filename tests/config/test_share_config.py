@@ -193,6 +193,7 @@ def test_a_topic_pattern_is_refused_in_a_share_group():
 @pytest.mark.parametrize("args, words", [
     (("--watch", "--count", "1"), "--watch judges committed offsets, which a share group has none of"),
     (("--reset-offsets", "--to-earliest"), "use kafka-share-groups.sh --reset-offsets"),
+    (("lag-exporter",), "the lag exporter reads committed offsets"),
 ])
 def test_offsets_refuses_what_a_share_group_has_no_committed_offsets_for(tmp_path, args, words):
     """Refused before any request (the bootstrap answers nothing): a share group keeps a start
@@ -210,7 +211,8 @@ def test_offsets_refuses_what_a_share_group_has_no_committed_offsets_for(tmp_pat
         [sink]
         type = "null"
         """))
-    proc = subprocess.run([sys.executable, "-m", "kdaemon.cli", "offsets", "-c", str(path), *args],
+    command = ["lag-exporter", "-c", str(path)] if args == ("lag-exporter",) else ["offsets", "-c", str(path), *args]
+    proc = subprocess.run([sys.executable, "-m", "kdaemon.cli", *command],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == EXIT_CONFIG, proc.stderr
     assert words in proc.stderr and "names a share group" in proc.stderr, proc.stderr
