@@ -16,7 +16,6 @@ no consumer group, which is how ``offsets`` knows (``[kafka] group_type = "share
 
 from __future__ import annotations
 
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -25,8 +24,8 @@ import pytest
 
 from kdaemon.client import AcknowledgeType, ShareConsumer
 from tests.cli.test_cli_errors_kafka import kdaemon
-from testkit.apache_kafka import java_binary, kafka_classpath
 from testkit.group_configs import set_group_configs
+from testkit.kafka_tools import kafka_share_groups
 from testkit.produce import create_topic, produce
 from testkit.share_groups import share_lag, share_members
 
@@ -35,15 +34,6 @@ pytestmark = pytest.mark.kafka
 PARTITIONS = 3
 PER_PARTITION = 10
 WAIT = 60.0
-
-
-def kafka_share_groups(bootstrap: str, *args: str) -> list[list[str]]:
-    """The tool's table rows (header included), split on whitespace."""
-    proc = subprocess.run([java_binary(), "-Xmx128m", "-cp", kafka_classpath(),
-                           "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
-                           "--bootstrap-server", bootstrap, *args], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, (proc.stdout, proc.stderr)
-    return [line.split() for line in proc.stdout.splitlines() if line.strip()]
 
 
 def write_config(tmp_path: Path, bootstrap: str, topic: str, group: str) -> Path:

@@ -18,7 +18,7 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 from kdaemon.exit_codes import EXIT_CONFIG, EXIT_FAILURE
 from tests.cli.test_cli_errors_kafka import BASE_MS, kdaemon, one_line_error, write_config
 from tests.cli.test_cli_errors_kafka import commit_offsets as commit
-from testkit.apache_kafka import java_binary, kafka_classpath
+from testkit.kafka_tools import CONSUMER_GROUPS, kafka_tool
 from testkit.produce import create_topic, produce
 
 pytestmark = pytest.mark.kafka
@@ -48,9 +48,7 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int | None]:
 
 
 def kafka_consumer_groups(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([java_binary(), "-cp", kafka_classpath(),
-                           "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-                           "--bootstrap-server", bootstrap, *args], capture_output=True, text=True, timeout=120)
+    return kafka_tool(CONSUMER_GROUPS, bootstrap, *args)
 
 
 def plan_of(proc: subprocess.CompletedProcess, group: str, columns: int) -> dict[tuple[str, int], int]:

@@ -26,7 +26,6 @@ with ``none``; its records and its exception are compared with kdaemon's.
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -39,8 +38,8 @@ from kdaemon.client.types import OffsetAndMetadata
 from kdaemon.protocol.apis import FETCH, METADATA
 from kdaemon.protocol.apis.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from kdaemon.protocol.records import RecordSetReader
-from testkit.apache_kafka import (HOST, KafkaCluster, java_binary,
-                                        kafka_classpath, start_or_fail)
+from testkit.apache_kafka import HOST, KafkaCluster, start_or_fail
+from testkit.kafka_tools import LEADER_ELECTION, kafka_tool
 from testkit.java_peer import JavaConsumerProcess
 from testkit.produce import Record, create_topic, produce
 from testkit.wire import request
@@ -111,10 +110,7 @@ def wait_for(what: str, check, cluster: KafkaCluster, timeout: float = WAIT):
 def elect_unclean(cluster: KafkaCluster, topic: str) -> str:
     """Kafka's own LeaderElectionCommand (kafka-leader-election.sh) with --election-type unclean."""
     live = ",".join(f"{HOST}:{n.port}" for n in cluster.nodes.values() if n.alive)
-    proc = subprocess.run(
-        [java_binary(), "-Xmx128m", "-cp", kafka_classpath(), "org.apache.kafka.tools.LeaderElectionCommand",
-         "--bootstrap-server", live, "--election-type", "unclean", "--topic", topic, "--partition", "0"],
-        capture_output=True, text=True, timeout=120)
+    proc = kafka_tool(LEADER_ELECTION, live, "--election-type", "unclean", "--topic", topic, "--partition", "0")
     return (proc.stdout + proc.stderr).strip()
 
 

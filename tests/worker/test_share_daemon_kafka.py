@@ -8,8 +8,9 @@ broker has left to settle is read back with DescribeShareGroupOffsets (``share_l
 every record accepted or rejected.
 
 * more workers than partitions (4 on 2), a header rule and the jsonl sink: every kept record is
-  in the output, none the rule drops, each member acquired records; the duplicates are counted
-  (none expected: no lock expires, nothing crashes);
+  in the output, none the rule drops, each member acquired records, Kafka's kafka-share-groups
+  lists the four workers as members; the duplicates are counted (none expected: no lock
+  expires, nothing crashes);
 * a worker SIGKILLed while it holds records: they come back to the others once its lock runs
   out, and none is lost;
 * a sink whose flush fails: the poll's records are RELEASEd and come back (none lost); records
@@ -43,6 +44,7 @@ from kdaemon.exit_codes import EXIT_BOOT_FAILURE
 from kdaemon.supervisor.control import request_status
 from testkit.daemon import Daemon, kdaemon_command, wait_for
 from testkit.group_configs import set_group_configs
+from testkit.kafka_tools import kafka_share_groups
 from testkit.produce import create_topic, produce
 from testkit.share_daemon import plugin_dir, share_daemon_config
 from testkit.share_groups import share_lag
@@ -122,7 +124,13 @@ def test_more_workers_than_partitions_header_rules_jsonl(kafka, tmp_path):
         wait_for(lambda: delivered_metric() >= len(kept), WAIT, "kdaemon_records_delivered_total on /metrics",
                  daemon.log_tail, interval=0.3)
         got = output(daemon)
+        # Kafka's own kafka-share-groups sees the four workers as the group's members.
+        status = request_status(daemon.config["daemon"]["state_dir"], timeout_s=10)
+        pids = {w.pid for w in status.workers if w.pid is not None}
+        members = kafka_share_groups(kafka.bootstrap, "--describe", "--group", group, "--members")
         assert daemon.stop() == 0
+    assert members[0][:4] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID"], members
+    assert {row[3] for row in members[1:]} == {f"kdaemon-{pid}" for pid in pids}, (members, pids)
     assert not set(got) & dropped, "records the header rule drops reached the sink"
     duplicates = len(got) - len(set(got))
     print(f"{len(kept)} kept records, {len(got)} lines, {duplicates} duplicate(s); members: "
