@@ -11,6 +11,8 @@ every record accepted or rejected.
   in the output, none the rule drops, each member acquired records, Kafka's kafka-share-groups
   lists the four workers as members; the duplicates are counted (none expected: no lock
   expires, nothing crashes);
+* a mixed group: the daemon's two workers and Java's KafkaShareConsumer on one partition, each
+  record to exactly one member;
 * a worker SIGKILLed while it holds records: they come back to the others once its lock runs
   out, and none is lost;
 * a sink whose flush fails: the poll's records are RELEASEd and come back (none lost); records
@@ -44,10 +46,11 @@ from kdaemon.exit_codes import EXIT_BOOT_FAILURE
 from kdaemon.supervisor.control import request_status
 from testkit.daemon import Daemon, kdaemon_command, wait_for
 from testkit.group_configs import set_group_configs
+from testkit.java_peer import JavaShareConsumerProcess
 from testkit.kafka_tools import kafka_share_groups
 from testkit.produce import create_topic, produce
 from testkit.share_daemon import plugin_dir, share_daemon_config
-from testkit.share_groups import share_lag
+from testkit.share_groups import share_lag, share_members
 
 pytestmark = pytest.mark.kafka
 
@@ -142,6 +145,41 @@ def test_more_workers_than_partitions_header_rules_jsonl(kafka, tmp_path):
     assert 'group_type = "share"' in daemon.config_path.read_text()
     log = daemon.log()
     assert "share.auto.offset.reset=earliest" in log and "share.record.lock.duration.ms=15000" in log
+
+
+def test_a_share_group_of_daemon_workers_and_java_splits_the_records(kafka, tmp_path):
+    """``kdaemon run`` (2 workers) and Java's KafkaShareConsumer in one share group on one
+    partition: each record goes to exactly one of the three members (no lock expires: 15 s)."""
+    topic, group = names()
+    create_topic(kafka.bootstrap, topic, 1)
+    config = share_daemon_config(tmp_path, kafka.bootstrap, topic, group, workers=2,
+                                 share={"record_lock_duration_ms": 15_000})
+    config["kafka"]["max_poll_records"] = 5
+    config["kafka"]["share_acquire_mode"] = "record_limit"
+    host, port = kafka.bootstrap.split(":")
+    java = JavaShareConsumerProcess(kafka.bootstrap, group, [topic], mode="explicit",
+                                    sets={"share.acquire.mode": "record_limit", "max.poll.records": "5"})
+    try:
+        with Daemon(tmp_path, config) as daemon:
+            daemon.wait_all_ready(WAIT)
+            wait_for(lambda: len(share_members(host, int(port), group)) == 3, WAIT,
+                     "the two workers and the Java member in the group", daemon.log_tail, interval=0.3)
+            offsets = [d.offset for d in produce(kafka.bootstrap, topic,
+                                                 [(b"k%d" % i, b"v%d" % i, ()) for i in range(300)], partition=0)]
+            wait_for(lambda: len(output(daemon)) + len(java.records) >= len(offsets), WAIT,
+                     "every record at one member or another", daemon.log_tail, interval=0.3)
+            wait_settled(kafka, group, topic, 1, daemon)
+            ours = [o for _, o in output(daemon)]
+            assert daemon.stop() == 0
+        java.stop()
+    finally:
+        java.kill()
+    theirs = [r.offset for r in java.records]
+    print(f"{len(offsets)} records: {len(ours)} to the daemon's workers, {len(theirs)} to Java")
+    assert ours and theirs, (len(ours), len(theirs))
+    assert len(ours) == len(set(ours)) and len(theirs) == len(set(theirs))
+    assert not set(ours) & set(theirs), sorted(set(ours) & set(theirs))[:10]
+    assert set(ours) | set(theirs) == set(offsets)
 
 
 def test_sigkilled_worker_records_come_back_to_others(kafka, tmp_path):
