@@ -116,6 +116,13 @@ def kafka_jars() -> list[Path]:
     return sorted(lib.glob("*.jar"))
 
 
+def kafka_jvm_flags() -> list[str]:
+    """What every JVM on ``kafka_classpath()`` is launched with beyond its own options: the
+    class-data archive of that class path once the run has made it (testkit/jvm_archive.py)."""
+    from testkit import jvm_archive
+    return jvm_archive.flags("kafka", kafka_classpath())
+
+
 def kafka_classpath() -> str:
     return os.pathsep.join(str(p) for p in kafka_jars())
 
@@ -199,7 +206,7 @@ class KafkaNode:
             self.process = subprocess.Popen(
                 [java, f"-Xmx{self.heap}", f"-Xms{self.heap}",
                  f"-Dlog4j2.configurationFile={log4j}", "-Djava.awt.headless=true",
-                 *self.java_opts, "-cp", kafka_classpath(), "kafka.Kafka", str(self.properties)],
+                 *self.java_opts, *kafka_jvm_flags(), "-cp", kafka_classpath(), "kafka.Kafka", str(self.properties)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
 
@@ -408,7 +415,7 @@ def _make_tls(directory: Path) -> Tls:
 
 
 def _format(node: KafkaNode, tls: Tls | None) -> None:
-    args = [java_binary(), "-cp", kafka_classpath(), "kafka.tools.StorageTool", "format",
+    args = [java_binary(), *kafka_jvm_flags(), "-cp", kafka_classpath(), "kafka.tools.StorageTool", "format",
             "-t", CLUSTER_ID, "-c", str(node.properties), "--ignore-formatted"]
     if tls is not None:
         for mech in SCRAM_MECHANISMS:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-from testkit.apache_kafka import java_binary, kafka_classpath
+from testkit.apache_kafka import java_binary, kafka_classpath, kafka_jvm_flags
 
 CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"   # kafka-consumer-groups.sh
 SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"         # kafka-share-groups.sh
@@ -15,7 +15,7 @@ LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"                
 
 def kafka_tool(main_class: str, bootstrap: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """One run of the tool ``main_class`` against ``bootstrap``; its output as text."""
-    return subprocess.run([java_binary(), "-Xmx128m", "-cp", kafka_classpath(), main_class,
+    return subprocess.run([java_binary(), "-Xmx128m", *kafka_jvm_flags(), "-cp", kafka_classpath(), main_class,
                            "--bootstrap-server", bootstrap, *args], capture_output=True, text=True, timeout=timeout)
 
 

@@ -66,6 +66,9 @@ def pytest_configure(config: pytest.Config) -> None:
         if archive is not None:
             jvm_archive.start_making(archive)
             jvm_archive.use(archive)
+        # ...and Kafka's (its nodes, their storage format, its tools: testkit.apache_kafka
+        # names the archive on their command lines once it exists).
+        jvm_archive.start_making(None, "kafka")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
