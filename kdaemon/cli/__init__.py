@@ -168,7 +168,8 @@ def check_config(config_path: str, show: bool, offline: bool) -> None:
     environment is listed on stdout (``run`` takes the same ones).  Unless ``--offline``, a file
     without problems is then checked against the cluster: a ``[dlq] type = "kafka"`` topic that
     does not exist is a problem (with the command that creates it); a cluster that does not
-    answer is a note."""
+    answer is a note.  A share group's settings (``[share]``) are named: what the daemon sets on
+    the group when it starts, and (unless ``--offline``) what the group has now."""
     from ..worker.main import check_file
     checked = check_file(config_path, connect=not offline)
     config, problems, notes, overrides = checked.config, checked.problems, checked.notes, checked.overrides
@@ -184,6 +185,8 @@ def check_config(config_path: str, show: bool, offline: bool) -> None:
         click.echo(p, err=True)
     if problems:
         sys.exit(EXIT_CONFIG)
+    for line in checked.group_settings:
+        click.echo(line)
     for note in notes:
         click.echo(f"note: {note}", err=True)
     click.echo(f"{config_path}: OK")

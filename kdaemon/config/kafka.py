@@ -17,9 +17,10 @@ import re
 from typing import Any, Callable
 
 from ..client.config import ConsumerConfig
+from ..client.share.config import NOT_FOR_SHARE_GROUPS, ShareConsumerConfig
 from ..secrets import read_secret
 from ..suggest import did_you_mean
-from .model import GROUP_PROTOCOLS
+from .model import GROUP_PROTOCOLS, GROUP_TYPES
 from .schema import STRING, Kind, key_path, kinds_of, string_or_list
 
 SECRETS = ("sasl_password", "ssl_password")
@@ -34,10 +35,18 @@ KAFKA_KINDS: dict[str, Kind] = {
     "bootstrap_servers": string_or_list("a string or a list of strings (host:port)"),
     "partition_assignment_strategy": string_or_list("a string or a list of strings (assignor names)"),
     "group_protocol": STRING,
+    "group_type": STRING,
+    # ShareConsumer's own (Java's share.acquire.mode): "record_limit" makes max_poll_records a
+    # hard limit per fetch.  Only with group_type = "share".
+    "share_acquire_mode": STRING,
     **{key: STRING for key in SECRET_SOURCES},
 }
 _CONSUMER_FIELDS = set(kinds_of(ConsumerConfig)) | DAEMON_OWNED | {"bootstrap_servers",
-                                                                   "partition_assignment_strategy"}
+                                                                   "partition_assignment_strategy",
+                                                                   "share_acquire_mode"}
+# Where a consumer-group option refused in a share group has a share-group counterpart.
+_SHARE_INSTEAD = {"auto_offset_reset": "[share] auto_offset_reset", "isolation_level": "[share] isolation_level",
+                  "session_timeout_ms": None, "heartbeat_interval_ms": None}
 
 Problem = Callable[[str, str], None]
 
@@ -73,13 +82,26 @@ def kafka_section(section: dict, env: Any, problems: list[str]) -> dict:
         if key == "group_protocol" and value not in GROUP_PROTOCOLS:
             problem(f"kafka.{key}", f"{value!r} is not one of {', '.join(GROUP_PROTOCOLS)}")
             continue
+        if key == "group_type" and value not in GROUP_TYPES:
+            problem(f"kafka.{key}", f"{value!r} is not one of {', '.join(GROUP_TYPES)}")
+            continue
         if key in out:
             problem(f"kafka.{key}", "given more than once")
         out[key] = tuple(value) if isinstance(value, list) else value
+    share = out.get("group_type") == "share"
+    if share:
+        _refuse_consumer_group_options(out, problem)
+    elif "share_acquire_mode" in out:
+        problem("kafka.share_acquire_mode", "only for a share group: set kafka.group_type = \"share\", or remove it")
+        del out["share_acquire_mode"]
     try:
-        # "auto" is the daemon's, not the consumer's: check the rest as the worker will pass it.
-        ConsumerConfig.from_options(**{k: v for k, v in out.items()
-                                       if not (k == "group_protocol" and v == "auto")})
+        # "auto" and group_type are the daemon's, not the consumer's: check the rest as the
+        # worker will pass it, to the client of the group type (one typed parse each).
+        options = {k: v for k, v in out.items() if k != "group_type" and not (k == "group_protocol" and v == "auto")}
+        if share:
+            ShareConsumerConfig.from_options(**options)
+        else:
+            ConsumerConfig.from_options(**options)
     except (TypeError, ValueError) as exc:
         for part in _consumer_problems(str(exc)):
             # The consumer's messages start with the option's name ("session_timeout_ms must
@@ -95,11 +117,23 @@ def kafka_section(section: dict, env: Any, problems: list[str]) -> dict:
     return out
 
 
+def _refuse_consumer_group_options(out: dict, problem: Problem) -> None:
+    """With ``group_type = "share"``: every consumer-group-only option given (whatever its
+    value: a share group would silently ignore it) is a problem naming why, and what to set
+    instead where there is something (``ShareConsumerConfig``'s reasons, one wording)."""
+    for key in sorted(set(out) & set(NOT_FOR_SHARE_GROUPS)):
+        instead = _SHARE_INSTEAD.get(key)
+        problem(f"kafka.{key}", f"not for a share group (group_type = \"share\"): {NOT_FOR_SHARE_GROUPS[key]}"
+                + (f"; set {instead} instead" if instead else "; remove it"))
+        del out[key]
+
+
 def _consumer_problems(message: str) -> list[str]:
     """The consumer's one-line error as its problems: they are joined with "; ", which a
     problem's own text may contain too ("...: the broker decides it; leave it unset, ..."),
     so a part that does not start with an option's name continues the one before."""
     problems: list[str] = []
+    message = message.replace("invalid share consumer configuration: ", "")
     for part in message.replace("invalid consumer configuration: ", "").split("; "):
         name = re.match(r"[a-z_]+", part)
         starts = (name is not None and name.group(0) in _CONSUMER_FIELDS) or part.startswith(

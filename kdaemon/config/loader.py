@@ -23,8 +23,8 @@ from ..suggest import did_you_mean
 from .env import Layout, Override, Overrides, read_overrides
 from .kafka import KAFKA_KINDS, SECRET_SOURCES, SECRETS, kafka_section
 from .model import (DEFAULT_DLQ_DIR, DEFAULT_PLUGINS, ERROR_POLICIES_DESERIALIZE, ERROR_POLICIES_SINK, ON_STOP,
-                    ConfigError, DaemonConfig, DaemonSection, DeserializerConfig, FilterConfig,
-                    InterceptorConfig, SinkConfig)
+                    SHARE_ISOLATION_LEVELS, SHARE_OFFSET_RESETS, ConfigError, DaemonConfig, DaemonSection,
+                    DeserializerConfig, FilterConfig, InterceptorConfig, ShareSection, SinkConfig)
 from .schema import NUMBER, STRING, TABLE, Kind, check_table, key_path, kinds_of, list_of
 
 
@@ -44,11 +44,13 @@ PLUGIN_FILTER_KINDS = {k: v for k, v in kinds_of(FilterConfig).items() if k in (
 INTERCEPTOR_KINDS = kinds_of(InterceptorConfig)
 DESERIALIZER_KINDS = kinds_of(DeserializerConfig)
 SINK_KINDS = {"type": STRING}   # the rest of [sink] is the sink's own (it checks its settings)
+SHARE_KINDS = kinds_of(ShareSection)
 
 # The file's top level: its tables (with the keys the loader knows in each), its arrays of
 # tables, and its one plain key.
 TABLES: dict[str, dict[str, Kind]] = {"kafka": KAFKA_KINDS, "daemon": DAEMON_KINDS,
-                                      "deserializer": DESERIALIZER_KINDS, "sink": SINK_KINDS, "dlq": SINK_KINDS}
+                                      "deserializer": DESERIALIZER_KINDS, "sink": SINK_KINDS, "dlq": SINK_KINDS,
+                                      "share": SHARE_KINDS}
 TABLE_ARRAYS = ("filters", "interceptors")
 TOP_KINDS: dict[str, Kind] = {
     "plugins": list_of(STRING, "a list of plugin names"),
@@ -158,12 +160,23 @@ def parse(raw: dict, path: str = "<config>", *, environ: Mapping[str, str] | Non
         problem("daemon.assignment", "static assignment needs explicit topics, not a pattern")
     if "kafka" not in mistyped and "group_id" not in kafka_raw and daemon.assignment == "group":
         problem("kafka.group_id", "required: offsets are committed to the group")
+    share = _share_section(top.get("share", {}), problems)
+    group_type = kafka.get("group_type", "consumer")
+    if "share" in top and group_type != "share":
+        problem("share", f"a [share] table sets a share group's configs, but [kafka] group_type is "
+                         f"{group_type!r}: set kafka.group_type = \"share\", or remove [share]")
+    if group_type == "share" and daemon.topic_pattern:
+        problem("daemon.topic_pattern", "a share group subscribes to topics by name (a share consumer has no pattern "
+                                        "subscription, as Java's KafkaShareConsumer): list them in daemon.topics")
+    if group_type == "share" and "daemon" not in mistyped and daemon.assignment != "group":
+        problem("daemon.assignment", f"{daemon.assignment!r} cannot be used with kafka.group_type = \"share\": "
+                                     "the broker hands a share group's records out to its members; remove it")
     worded = [*overrides.problems, *(overrides.word(p, path) for p in problems)]
     if worded and collect is None:
         raise ConfigError(worded)
     if collect is not None:
         collect += worded
-    return DaemonConfig(path, tuple(plugins), kafka, daemon, filters, deser, interceptors, sink, dlq, raw)
+    return DaemonConfig(path, tuple(plugins), kafka, daemon, filters, deser, interceptors, sink, dlq, raw, share)
 
 
 def default_dlq(daemon: DaemonSection) -> SinkConfig:
@@ -217,6 +230,40 @@ def _daemon_section(section: dict, problems: list[str]) -> tuple[DaemonSection, 
     if not sep or not port.isdigit():
         problem("daemon.metrics_addr", "must be host:port")
     return d, mistyped
+
+
+# ISO-8601 durations as Java's Duration.parse takes them for share.auto.offset.reset's
+# by_duration (days, hours, minutes, seconds; not negative).
+_ISO_DURATION = re.compile(r"P(?=\d|T\d)(\d+D)?(T(?=\d)(\d+H)?(\d+M)?(\d+(\.\d+)?S)?)?", re.IGNORECASE)
+
+
+def _share_section(section: dict, problems: list[str]) -> ShareSection:
+    """``[share]``: each setting typed and checked here; what only the broker knows (its
+    bounds, group.share.min/max.record.lock.duration.ms and the delivery count limit's) it says
+    when worker 0 sets them (``kdaemon.worker.share_group``)."""
+    def problem(where: str, text: str) -> None:
+        problems.append(f"{where}: {text}")
+
+    for k in sorted(set(section) - set(SHARE_KINDS)):
+        problem(key_path("share", k), f"unknown option{did_you_mean(k, SHARE_KINDS)} "
+                                      f"({', '.join(SHARE_KINDS)})")
+    typed = check_table("share", {k: v for k, v in section.items() if k in SHARE_KINDS}, SHARE_KINDS, problems)
+    reset = typed.get("auto_offset_reset")
+    if reset is not None and reset not in SHARE_OFFSET_RESETS:
+        by, _, iso = reset.partition(":")
+        if by != "by_duration" or not _ISO_DURATION.fullmatch(iso):
+            problem("share.auto_offset_reset", f"{reset!r} is not one of {', '.join(SHARE_OFFSET_RESETS)} or "
+                                               "by_duration:<ISO-8601 duration> (e.g. by_duration:PT1H)")
+            typed.pop("auto_offset_reset")
+    level = typed.get("isolation_level")
+    if level is not None and level not in SHARE_ISOLATION_LEVELS:
+        problem("share.isolation_level", f"{level!r} is not one of {', '.join(SHARE_ISOLATION_LEVELS)}")
+        typed.pop("isolation_level")
+    for key in ("record_lock_duration_ms", "delivery_count_limit"):
+        if typed.get(key) is not None and typed[key] <= 0:
+            problem(f"share.{key}", f"must be positive (found {typed[key]})")
+            typed.pop(key)
+    return ShareSection(**typed)
 
 
 def _entries(entries: list, name: str, problems: list[str]):

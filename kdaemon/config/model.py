@@ -14,6 +14,13 @@ ERROR_POLICIES_SINK = ("retry", "dlq", "stop")
 # [kafka] group_protocol: the consumer's two (Java's group.protocol) and the daemon's "auto",
 # which each worker resolves against the broker when it starts (kdaemon.client.features).
 GROUP_PROTOCOLS = ("auto", "classic", "consumer")
+# [kafka] group_type: "consumer" (a consumer group: partitions assigned to workers, offsets
+# committed after the sink) or "share" (a share group, KIP-932: records handed out one by one
+# under a lock, acknowledged after the sink; any number of workers per partition).
+GROUP_TYPES = ("consumer", "share")
+# [share] auto_offset_reset: the group's share.auto.offset.reset; "by_duration:<ISO-8601>" too.
+SHARE_OFFSET_RESETS = ("earliest", "latest")
+SHARE_ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 # Without a [dlq] table, records an error policy sends to the DLQ are kept as JSON lines here,
 # under daemon.state_dir: a policy of "dlq" (the default for deserialize errors) must never
 # need a section the operator did not write, and must never drop a record instead.
@@ -101,6 +108,29 @@ class DaemonSection:
 
 
 @dataclass(frozen=True)
+class ShareSection:
+    """``[share]``: the share group's own settings, which the daemon sets on the GROUP resource
+    (IncrementalAlterConfigs) when worker 0 starts.  None: not set by the daemon, the group's
+    (or the broker's default) value stays as it is."""
+
+    auto_offset_reset: str | None = None        # share.auto.offset.reset
+    record_lock_duration_ms: int | None = None  # share.record.lock.duration.ms
+    delivery_count_limit: int | None = None     # share.delivery.count.limit
+    isolation_level: str | None = None          # share.isolation.level
+
+    # Each setting and the group config it sets, in the order check-config names them.
+    GROUP_CONFIGS = (("auto_offset_reset", "share.auto.offset.reset"),
+                     ("record_lock_duration_ms", "share.record.lock.duration.ms"),
+                     ("delivery_count_limit", "share.delivery.count.limit"),
+                     ("isolation_level", "share.isolation.level"))
+
+    def group_configs(self) -> dict[str, str]:
+        """{group config name: value as the broker takes it} of the settings given."""
+        return {name: str(getattr(self, key)) for key, name in self.GROUP_CONFIGS
+                if getattr(self, key) is not None}
+
+
+@dataclass(frozen=True)
 class DaemonConfig:
     path: str
     plugins: tuple[str, ...]
@@ -112,17 +142,24 @@ class DaemonConfig:
     sink: SinkConfig
     dlq: SinkConfig | None
     raw: dict
+    share: ShareSection = field(default_factory=ShareSection)   # [share]; only with group_type "share"
 
     @property
     def group_protocol(self) -> str:
         """[kafka] group_protocol: "auto" (the default), "classic" or "consumer"."""
         return self.kafka.get("group_protocol", "auto")
 
+    @property
+    def group_type(self) -> str:
+        """[kafka] group_type: "consumer" (the default) or "share" (GROUP_TYPES)."""
+        return self.kafka.get("group_type", "consumer")
+
     def consumer_options(self) -> dict:
         """Options for ``kdaemon.client.Consumer`` (secrets resolved).  ``group_protocol`` is
         left out while it is "auto", which no consumer takes: the worker resolves it
         (``kdaemon.worker.main.resolve_group_protocol``); tools that join no group ignore it."""
         opts = dict(self.kafka)
+        opts.pop("group_type", None)   # the daemon's: which client the workers build
         if opts.get("group_protocol") == "auto":
             del opts["group_protocol"]
         return opts

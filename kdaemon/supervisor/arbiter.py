@@ -85,6 +85,7 @@ class WorkerProc:
     member_id: str | None = None       # its group member id and protocol, from its heartbeat
     group_protocol: str | None = None
     held: tuple = ()                   # heartbeat.HeldPartition: its partitions, positions, lags
+    share: object = None               # heartbeat.ShareFigures: a share-group member's records
     replaced_for: str | None = None    # the supervisor's reason to kill or recycle it: the restart's reason label
 
     def __post_init__(self) -> None:
@@ -261,6 +262,8 @@ class Arbiter:
             proc.problems = beat.problems
             if beat.held is not None:
                 proc.held = beat.held
+            if beat.share is not None:
+                proc.share = beat.share
             if beat.member_id is not None:
                 proc.member_id, proc.group_protocol = beat.member_id, beat.group_protocol
             if beat.epoch is not None or beat.partitions is not None:
@@ -304,7 +307,7 @@ class Arbiter:
                 self._terminate_all(graceful=True)
             return
         log.info("stopping: asking %d worker(s) to finish, flush and commit, then %s", len(self.workers),
-                 "leave the group for good" if leave_group else
+                 "leave the group for good" if leave_group or self.config.group_type == "share" else
                  "keep their static group membership for a restart (until the session times out)")
         sdnotify.notify("STOPPING=1")
         self._stopping = True

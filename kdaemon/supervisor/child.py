@@ -33,7 +33,7 @@ import traceback
 
 from ..config import ConfigError
 from ..exit_codes import EXIT_BOOT_FAILURE, EXIT_FAILURE, EXIT_OK
-from .heartbeat import HeldPartition, WorkerHeartbeat
+from .heartbeat import HeldPartition, ShareFigures, WorkerHeartbeat
 from .siblings import SIBLING_SIGNAL
 from .parent import PARENT_GONE_SIGNAL, Supervisor
 
@@ -64,6 +64,9 @@ class Heartbeat:
         os.set_blocking(fd, False)
 
     def beat(self, worker) -> None:
+        if getattr(worker, "share", False):
+            self._beat_share(worker)
+            return
         now = time.monotonic()
         consumer = worker.consumer
         ready = worker.ready
@@ -103,6 +106,34 @@ class Heartbeat:
                                    generation, partitions, member_id,
                                    consumer.config.group_protocol if member_id is not None else None,
                                    worker.sink_down_s, worker.problems, self._held_if_due(now, m), epoch))
+
+    def _beat_share(self, worker) -> None:
+        """A share-group member's beat: its member id once, its assignment when it changes (a
+        share group assigns partitions too, shared among members), and its ``ShareFigures``
+        instead of positions and lags (it has none)."""
+        now = time.monotonic()
+        consumer = worker.consumer
+        ready = worker.ready
+        member_now = consumer.member_id or None
+        owned = frozenset(consumer.assignment()) if ready else None
+        moved = ready and owned != self._told
+        figures = ShareFigures(**worker.share_figures())
+        if now < self._next and ready == self._last_ready and member_now == self._member_id and not moved:
+            return
+        self._next = now + self.interval
+        partitions = None
+        if moved:
+            self._told = owned
+            partitions = tuple(sorted(f"{tp.topic}-{tp.partition}" for tp in owned))
+        self._last_ready = ready
+        member_id = member_now if member_now != self._member_id else None
+        self._member_id = member_now
+        share = figures if figures != self._held or now - self._held_at >= HELD_EVERY_S else None
+        if share is not None:
+            self._held, self._held_at = figures, now
+        self._send(WorkerHeartbeat(ready, len(owned or ()), 0, sum(worker.stats.delivered.values()),
+                                   None, partitions, member_id, "share" if member_id is not None else None,
+                                   worker.sink_down_s, worker.problems, None, None, share))
 
     def _held_if_due(self, now: float, m) -> tuple[HeldPartition, ...] | None:
         """The partitions held, with position and lag, if they are news (see ``HELD_EVERY_S``)."""
@@ -222,7 +253,10 @@ def _build_and_run(config, index: int, workers: int, heartbeat: Heartbeat, plugi
 
         def on_tick(worker) -> None:
             heartbeat.beat(worker)
-            metrics.update(worker)
+            if getattr(worker, "share", False):
+                worker.update_metrics(metrics)
+            else:
+                metrics.update(worker)
             supervisor_gone()   # once per poll: gunicorn's getppid() check, and the heartbeat pipe
 
         # Waiting for a broker (to choose the group protocol) beats meanwhile, so the supervisor
@@ -270,7 +304,10 @@ def _build_and_run(config, index: int, workers: int, heartbeat: Heartbeat, plugi
         log.error("worker %d failed:\n%s", index, traceback.format_exc())
         code = EXIT_FAILURE
     try:
-        metrics.update(worker, force=True)
+        if getattr(worker, "share", False):
+            worker.update_metrics(metrics, force=True)
+        else:
+            metrics.update(worker, force=True)
     except Exception:
         pass
     return code

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 
 from ..config import DaemonSection
 from .connections import Connections, Limits
-from .heartbeat import HeldPartition
+from .heartbeat import HeldPartition, ShareFigures
 
 log = logging.getLogger("kdaemon.supervisor")
 
@@ -70,6 +70,9 @@ class WorkerStatus:
     partitions: tuple[HeldPartition, ...]
     delivered: int
     problems: tuple[str, ...]
+    # A share-group member's records (acquired, settled, in flight) instead of positions and
+    # lags per partition, which it has none of; None for a consumer-group worker.
+    share: ShareFigures | None = None
 
     @property
     def lag(self) -> int:
@@ -130,7 +133,8 @@ def _decode_status(msg) -> DaemonStatus:
                      int(w["restarts"]), _opt(w["last_restart_reason"], str),
                      tuple(HeldPartition(str(p["topic"]), int(p["partition"]), _opt(p["position"], int),
                                          _opt(p["lag"], int)) for p in w["partitions"]),
-                     int(w["delivered"]), tuple(str(p) for p in w["problems"]))
+                     int(w["delivered"]), tuple(str(p) for p in w["problems"]),
+                     None if w.get("share") is None else ShareFigures(**{k: int(v) for k, v in w["share"].items()}))
         for w in msg["workers"])
     companions = tuple(CompanionStatus(str(c["name"]), _opt(c["pid"], int), _opt(c["uptime_s"], float))
                        for c in msg["companions"])
@@ -164,7 +168,7 @@ def worker_statuses(procs: Iterable, slots: dict, target: int, now: float) -> tu
         for p in sorted(live.get(index, []), key=lambda p: p.started):
             state = ("retiring" if p.retiring else "stopping") if p.stopping else ("ready" if p.ready else "starting")
             out.append(WorkerStatus(index, p.pid, state, now - p.started, restarts, reason, tuple(p.held),
-                                    p.delivered, tuple(p.problems)))
+                                    p.delivered, tuple(p.problems), getattr(p, "share", None)))
         if index not in live:
             out.append(WorkerStatus(index, None, "restarting", None, restarts, reason, (), 0, ()))
     return tuple(out)

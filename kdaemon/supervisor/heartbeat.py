@@ -5,7 +5,9 @@ at once when its readiness changes; the supervisor reads them with a ``Heartbeat
 pipe.  A line is liveness (the supervisor kills a worker silent for ``heartbeat_timeout_s``),
 readiness (READY=1 once every worker has its assignment) and the figures of systemd's STATUS.
 Both ends use this module, so the fields cannot drift apart.  ``held`` (each partition's
-position and lag) is what ``kdaemon status`` shows per worker (``control.py``).
+position and lag) is what ``kdaemon status`` shows per worker (``control.py``); a share-group
+member (``[kafka] group_type = "share"``) has no positions: it sends ``share`` (its acquired,
+settled and in-flight records) instead.
 """
 
 from __future__ import annotations
@@ -26,6 +28,18 @@ class HeldPartition:
     partition: int
     position: int | None
     lag: int | None
+
+
+@dataclass(frozen=True)
+class ShareFigures:
+    """A share-group member's records since it started: acquired from the broker, settled by
+    verdict (accepted, released, rejected) and held now without a verdict (in flight)."""
+
+    acquired: int
+    accepted: int
+    released: int
+    rejected: int
+    in_flight: int
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,9 @@ class WorkerHeartbeat:
     # the coordinator moved it to a new target.  Sent at once; the supervisor tells the other
     # workers (``siblings.py``).  None: unchanged.
     epoch: int | None = None
+    # A share-group member's figures (instead of ``held``), when they changed.  None: unchanged,
+    # or not a share member.
+    share: ShareFigures | None = None
 
     def encode(self) -> bytes:
         msg = asdict(self)
@@ -81,6 +98,8 @@ class WorkerHeartbeat:
             msg["held"] = [[h.topic, h.partition, h.position, h.lag] for h in self.held]
         if self.epoch is None:
             del msg["epoch"]
+        if self.share is None:
+            del msg["share"]
         return json.dumps(msg).encode() + b"\n"
 
     @classmethod
@@ -101,7 +120,8 @@ class WorkerHeartbeat:
                        None if msg.get("held") is None else tuple(
                            HeldPartition(str(t), int(p), None if pos is None else int(pos),
                                          None if lag is None else int(lag)) for t, p, pos, lag in msg["held"]),
-                       None if msg.get("epoch") is None else int(msg["epoch"]))
+                       None if msg.get("epoch") is None else int(msg["epoch"]),
+                       None if msg.get("share") is None else ShareFigures(**{k: int(v) for k, v in msg["share"].items()}))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"a heartbeat without a valid {exc}") from None
 

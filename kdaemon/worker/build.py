@@ -64,7 +64,8 @@ def sink_context(config: DaemonConfig) -> SinkContext:
     return SinkContext(state_dir=os.path.abspath(d.state_dir), daemon_id=d.daemon_id or socket.gethostname(),
                        heartbeat_timeout_s=d.heartbeat_timeout_s, log_level=d.log_level,
                        memory_budget_bytes=MemoryShares.of(d.memory_budget_mb).sink_bytes,
-                       kafka=config.consumer_options(), on_sink_error=d.on_sink_error)
+                       kafka=config.consumer_options(), on_sink_error=d.on_sink_error,
+                       group_type=config.group_type)
 
 
 def check_against_plugins(config: DaemonConfig, plugins) -> list[str]:

@@ -55,11 +55,13 @@ def load_plugins(config: DaemonConfig, *, configure: bool = True) -> PluginManag
 class Checked:
     """What ``check_file`` found: every problem of the file, of the environment's values over it
     and of the plugins' checks; ``notes`` (sinks whose settings could not be checked) and the
-    ``overrides`` taken from the environment, for ``check-config`` to show."""
+    ``overrides`` taken from the environment, for ``check-config`` to show; for a share group,
+    ``group_settings``: what the daemon sets on the group, and (connected) what it has now."""
     config: DaemonConfig | None
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     overrides: list[Override] = field(default_factory=list)
+    group_settings: list[str] = field(default_factory=list)
 
 
 def check_file(config_path: str, *, connect: bool = False) -> Checked:
@@ -87,6 +89,14 @@ def check_file(config_path: str, *, connect: bool = False) -> Checked:
             problems, notes = preflight_sinks(config, manager)
             checked.problems += problems
             checked.notes += notes
+        if config.group_type == "share" and not checked.problems:
+            from .share_group import configured_lines, current_lines
+            checked.group_settings = configured_lines(config)
+            if connect:
+                now, why = current_lines(config)
+                checked.group_settings += now
+                if why is not None:
+                    checked.notes.append(f"{config.path}: {why}")
     except PluginError as exc:
         checked.problems.append(f"{config.path}: plugins: {exc}")
     except Exception as exc:
@@ -249,6 +259,8 @@ def make_worker(config: DaemonConfig, *, index: int = 0, workers: int = 1,
     consumer."""
     plugins = load_plugins(config)
     parts = build_pipeline_parts(config, plugins)
+    if config.group_type == "share":
+        return make_share_worker(config, parts, index=index, on_tick=on_tick)
     group_protocol = None
     if partitions is None:
         group_protocol = resolve_group_protocol(config, index=index, on_wait=on_wait)
@@ -279,3 +291,30 @@ def make_worker(config: DaemonConfig, *, index: int = 0, workers: int = 1,
 
     return Worker(config, parts, consumer, subscribe_or_assign, on_tick=on_tick,
                   memory=MemoryWatch(config.daemon.memory_budget_mb))
+
+
+def share_consumer_options(config: DaemonConfig, parts, *, index: int = 0) -> dict:
+    """The ``ShareConsumer`` options of worker ``index``: [kafka]'s (the loader refused the
+    consumer-group ones), explicit acknowledgement (the worker accepts a record only once the
+    sink made it durable), the header filter, and the memory budget's fetch shares."""
+    opts = config.consumer_options()
+    opts["share_acknowledgement_mode"] = "explicit"
+    opts["header_filter"] = parts.header_filter
+    opts.setdefault("client_id", f"kdaemon-{os.getpid()}")
+    shares = MemoryShares.of(config.daemon.memory_budget_mb)
+    if shares.budget:
+        opts.setdefault("fetch_max_bytes", shares.fetch_max_bytes)
+        opts.setdefault("fetch_buffer_bytes", shares.fetch_buffer_bytes)
+    return opts
+
+
+def make_share_worker(config: DaemonConfig, parts, *, index: int = 0, on_tick: Callable | None = None):
+    """A member of the share group ``[kafka] group_id`` (``group_type = "share"``); it applies
+    the ``[share]`` settings and reads the delivery count limit when it runs, beating meanwhile."""
+    from ..client.share import ShareConsumer
+    from .share import ShareWorker
+    consumer = ShareConsumer(**share_consumer_options(config, parts, index=index))
+    log.info("worker %d: share group %s member (explicit acknowledgement)", index, config.kafka["group_id"])
+    return ShareWorker(config, parts, consumer, index=index, on_tick=on_tick,
+                       memory=MemoryWatch(config.daemon.memory_budget_mb))
+

@@ -35,6 +35,11 @@ state.
   shutdown — and the loop's next step raises the refusal, which stops the worker.  Every mode
   can end here; nothing leaves it.
 
+A share-group worker (kdaemon/worker/share.py) moves through the same table and uses three of
+its modes: RUNNING; REWINDING, where a failed write or flush released the poll's records (the
+broker hands them out again: there is nothing to seek) and the sink waits to be rebuilt, with
+nothing fetched meanwhile; and STOPPED.
+
 The table is apart from kdaemon/worker/delivery.py (which acts on it) so it can be read, and
 tested, on its own: tests/worker/test_delivery_modes.py checks every legal transition and
 that every other pair raises.

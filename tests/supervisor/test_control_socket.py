@@ -192,3 +192,24 @@ def test_held_partitions_ride_the_heartbeat():
     assert WorkerHeartbeat.decode(unchanged.encode().rstrip(b"\n")).held is None
     with pytest.raises(ValueError):
         WorkerHeartbeat.decode(b'{"ready": true, "assigned": 1, "lag": 0, "delivered": 0, "held": [["a", 0]]}')
+
+
+def test_a_share_members_figures_round_trip_and_render():
+    """A share-group worker's status carries its records (``ShareFigures``) and ``kdaemon status``
+    shows them in place of the partitions table."""
+    from kdaemon.cli.status import render
+    from kdaemon.supervisor.heartbeat import ShareFigures
+    from rich.console import Console
+    figures = ShareFigures(acquired=120, accepted=100, released=15, rejected=3, in_flight=2)
+    status = DaemonStatus(4242, 1_700_000_000.5, "/etc/kdaemon.toml", "/var/kdaemon", 2, False,
+                          (WorkerStatus(0, 100, "ready", 12.5, 0, None, (), 100, (), figures),
+                           WorkerStatus(1, 101, "starting", 1.0, 0, None, (), 0, ())), ())
+    assert DaemonStatus.from_dict(json.loads(json.dumps(status.to_dict()))) == status
+    console = Console(width=160, record=True)
+    console.print(render(status))
+    text = console.export_text()
+    assert "2 record(s) in flight" in text and "partitions, lag" not in text
+    assert "share group members" in text
+    members = text[text.index("share group members"):]
+    row = next(line for line in members.splitlines() if "120" in line)
+    assert [c for c in row.replace("│", " ").split()] == ["0", "120", "100", "15", "3", "2"], text

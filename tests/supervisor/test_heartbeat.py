@@ -44,3 +44,14 @@ def test_reader_joins_split_lines_and_reports_bad_ones(caplog):
 def test_decode_refuses_what_is_not_a_heartbeat(line):
     with pytest.raises(ValueError):
         WorkerHeartbeat.decode(line)
+
+
+def test_a_share_members_figures_round_trip():
+    """A share-group member has no positions: its records' figures ride the beat instead."""
+    from kdaemon.supervisor.heartbeat import ShareFigures
+    beat = WorkerHeartbeat(True, 2, 0, 40, member_id="m", group_protocol="share",
+                           share=ShareFigures(acquired=50, accepted=40, released=6, rejected=2, in_flight=2))
+    line = beat.encode()
+    assert b'"share": {"acquired": 50' in line and b'"held"' not in line
+    assert WorkerHeartbeat.decode(line[:-1]) == beat
+    assert b'"share"' not in WorkerHeartbeat(True, 2, 0, 40).encode()
