@@ -409,3 +409,23 @@ def java_bench(bootstrap: str, topic: str, expected: Sequence[int], mode: str, *
     if proc.returncode:
         raise JavaPeerError(f"the Java bench run exited {proc.returncode}:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def java_share_bench(bootstrap: str, group: str, topic: str, expected: Sequence[int], mode: str, *,
+                     ack: str = "implicit", header: str = "type", value: str = "order.shipped",
+                     settings: dict[str, str] | None = None, max_seconds: float = 300.0,
+                     heap: str = "512m", timeout: float = 900.0) -> dict:
+    """``java_bench``'s workload through Java's KafkaShareConsumer (KafkaPeer.java ``share-bench``):
+    subscribed to ``topic`` in share group ``group`` (its ``share.auto.offset.reset`` set by the
+    caller), ``ack`` "implicit" or "explicit" (every record ACCEPTed as it is processed), until every
+    partition had its ``expected`` count; a final commitSync inside the clock (``commit_s``).  The
+    result has ``java_bench``'s field names."""
+    cmd = peer_command(heap) + ["share-bench", "--bootstrap", bootstrap, "--group", group, "--topic", topic,
+                                "--mode", mode, "--ack", ack, "--expected", ",".join(str(n) for n in expected),
+                                "--header", header, "--value", value, "--max-seconds", repr(float(max_seconds))]
+    for k, v in (settings or {}).items():
+        cmd += ["--set", f"{k}={v}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode:
+        raise JavaPeerError(f"the Java share-bench run exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])

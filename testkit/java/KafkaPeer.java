@@ -54,6 +54,13 @@
 //     Prints one result object with bench/consume's field names (records_per_s, steady_cpu_s,
 //     first_record_s, rss_peak_mb, ...) and the JVM's own costs (construct_s, jit_compile_s,
 //     gc_s); --samples adds [t, records, cpu_s, run-queue wait_s] after every poll (bench/daemon).
+//   share-bench --bootstrap B --group G --topic T --mode raw|json|filter --expected n0,n1,...
+//            [--ack implicit|explicit] [--header type --value V] [--max-seconds S] [--set k=v ...]
+//     bench's workload through a KafkaShareConsumer (KIP-932) subscribed to T in share group G
+//     (bench/share): explicit acknowledges every record ACCEPT as it is processed, implicit
+//     leaves it to the next poll; once every partition had its expected count, commitSync (inside
+//     the clock: settling the records is part of the work), then one result object with bench's
+//     field names plus "commit_s".  A record delivered twice is an error, as more than expected is.
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -85,7 +92,7 @@ public final class KafkaPeer {
     private static final Base64.Decoder B64D = Base64.getDecoder();
 
     public static void main(String[] argv) throws Exception {
-        if (argv.length == 0) throw new IllegalArgumentException("usage: KafkaPeer consume|times|produce|bench ...");
+        if (argv.length == 0) throw new IllegalArgumentException("usage: KafkaPeer consume|share|times|produce|bench|share-bench ...");
         Map<String, List<String>> args = parse(Arrays.copyOfRange(argv, 1, argv.length));
         switch (argv[0]) {
             case "consume": consume(args); break;
@@ -93,6 +100,7 @@ public final class KafkaPeer {
             case "times": times(args); break;
             case "produce": produce(args); break;
             case "bench": bench(args); break;
+            case "share-bench": shareBench(args); break;
             default: throw new IllegalArgumentException("unknown command " + argv[0]);
         }
     }
@@ -715,6 +723,124 @@ public final class KafkaPeer {
         out.put("max_heap_mb", Runtime.getRuntime().maxMemory() / 1048576.0);
         out.put("java", System.getProperty("java.vm.name") + " " + System.getProperty("java.version"));
         if (sampling) out.set("samples", samples);
+        emit(out);
+    }
+
+    // --- share-bench ---------------------------------------------------------------------------
+
+    private static void shareBench(Map<String, List<String>> a) throws Exception {
+        String mode = req(a, "mode");
+        if (!mode.equals("raw") && !mode.equals("json") && !mode.equals("filter")) {
+            throw new IllegalArgumentException("--mode is raw, json or filter, got " + mode);
+        }
+        boolean raw = mode.equals("raw"), json = mode.equals("json");
+        boolean explicit = opt(a, "ack", "implicit").equals("explicit");
+        String headerName = opt(a, "header", "type");
+        byte[] target = opt(a, "value", "order.shipped").getBytes(StandardCharsets.UTF_8);
+        double maxSeconds = Double.parseDouble(opt(a, "max-seconds", "300"));
+        String[] exp = req(a, "expected").split(",");
+        long[] expected = new long[exp.length];
+        long[] counts = new long[exp.length];
+        long left = 0;
+        for (int i = 0; i < exp.length; i++) { expected[i] = Long.parseLong(exp[i]); left += expected[i]; }
+        Properties props = new Properties();
+        props.put("bootstrap.servers", req(a, "bootstrap"));
+        props.put("group.id", req(a, "group"));
+        props.put("client.id", "bench-java-share");
+        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("share.acknowledgement.mode", explicit ? "explicit" : "implicit");
+        applySets(a, props);
+        var os = (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
+        var runtime = ManagementFactory.getRuntimeMXBean();
+        var jit = ManagementFactory.getCompilationMXBean();
+        long constructStart = System.nanoTime(), cpuConstruct = os.getProcessCpuTime();
+        long t0, cpu0, tFirst = 0, cpuFirst = 0, tLast, tCounted, cpuEnd, counted = 0, firstBatch = 0, kept = 0, check = 0;
+        double jvmUptime, constructS, rssSetup, jit0;
+        boolean capped = false;
+        try (KafkaShareConsumer<byte[], byte[]> consumer = new KafkaShareConsumer<>(props)) {
+            consumer.subscribe(List.of(req(a, "topic")));
+            rssSetup = peakRssMb();
+            jvmUptime = runtime.getUptime() / 1e3;
+            jit0 = jit.getTotalCompilationTime() / 1e3;
+            t0 = System.nanoTime();
+            cpu0 = os.getProcessCpuTime();
+            constructS = (t0 - constructStart) / 1e9;
+            while (true) {
+                ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(1000));
+                for (ConsumerRecord<byte[], byte[]> r : recs) {
+                    if (raw) {
+                        check += r.value().length;
+                        kept++;
+                    } else if (json) {
+                        check += JSON.readTree(r.value()).get("id").asLong();
+                        kept++;
+                    } else {
+                        Header h = r.headers().lastHeader(headerName);
+                        if (h != null && Arrays.equals(h.value(), target)) {
+                            check += JSON.readTree(r.value()).get("id").asLong();
+                            kept++;
+                        }
+                    }
+                    int i = r.partition();
+                    if (++counts[i] > expected[i]) {
+                        throw new IllegalStateException("partition " + i + ": " + counts[i] + " records counted, only "
+                                                        + expected[i] + " were produced (delivered twice?)");
+                    }
+                    counted++;
+                    left--;
+                    if (explicit) consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                }
+                long now = System.nanoTime();
+                if (tFirst == 0 && counted > 0) {
+                    tFirst = now;
+                    cpuFirst = os.getProcessCpuTime();
+                    firstBatch = counted;
+                }
+                if (left == 0 || (now - t0) / 1e9 > maxSeconds) {
+                    tCounted = now;
+                    consumer.commitSync(Duration.ofSeconds(30));
+                    tLast = System.nanoTime();
+                    cpuEnd = os.getProcessCpuTime();
+                    capped = left > 0;
+                    break;
+                }
+            }
+        }
+        double seconds = (tLast - t0) / 1e9, steady = tFirst == 0 ? 0 : (tLast - tFirst) / 1e9;
+        long gcCount = 0, gcMs = 0;
+        for (var gc : ManagementFactory.getGarbageCollectorMXBeans()) {
+            gcCount += Math.max(0, gc.getCollectionCount());
+            gcMs += Math.max(0, gc.getCollectionTime());
+        }
+        ObjectNode out = JSON.createObjectNode();
+        out.put("mode", mode);
+        out.put("ack", explicit ? "explicit" : "implicit");
+        out.put("records", counted);
+        out.put("seconds", seconds);
+        out.put("rate_incl_setup", seconds > 0 ? counted / seconds : 0.0);
+        if (tFirst == 0) out.putNull("first_record_s"); else out.put("first_record_s", (tFirst - t0) / 1e9);
+        out.put("first_batch", firstBatch);
+        out.put("steady_seconds", steady);
+        if (counted > firstBatch && steady > 0) out.put("records_per_s", (counted - firstBatch) / steady);
+        else out.putNull("records_per_s");
+        out.put("cpu_s", (cpuEnd - cpu0) / 1e9);
+        if (tFirst == 0) out.putNull("steady_cpu_s"); else out.put("steady_cpu_s", (cpuEnd - cpuFirst) / 1e9);
+        out.put("commit_s", (tLast - tCounted) / 1e9);
+        out.put("check", check);
+        out.put("kept", kept);
+        out.put("capped", capped);
+        ArrayNode cs = out.putArray("counts");
+        for (long c : counts) cs.add(c);
+        out.put("rss_setup_mb", rssSetup);
+        out.put("rss_peak_mb", peakRssMb());
+        out.put("jvm_uptime_at_first_poll_s", jvmUptime);
+        out.put("construct_s", constructS);
+        out.put("construct_cpu_s", (cpu0 - cpuConstruct) / 1e9);
+        out.put("jit_compile_s", jit.getTotalCompilationTime() / 1e3 - jit0);
+        out.put("gc_count", gcCount);
+        out.put("gc_s", gcMs / 1e3);
+        out.put("java", System.getProperty("java.vm.name") + " " + System.getProperty("java.version"));
         emit(out);
     }
 

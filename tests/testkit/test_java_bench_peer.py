@@ -1,6 +1,6 @@
 """The Java peer's ``bench`` sub-command (the consuming benchmarks' workload, testkit/workload.py, in
-the Java KafkaConsumer): the benchmarks compare kdaemon with it, so it must read every record once
-and do the same work.
+the Java KafkaConsumer) and ``share-bench`` (the same in a KafkaShareConsumer, bench/share): the
+benchmarks compare kdaemon with them, so each must read every record once and do the same work.
 
 Correctness only: no figure it prints is asserted (no timed assertions in tests).
 """
@@ -12,8 +12,10 @@ import uuid
 import pytest
 
 from testkit import workload
-from testkit.java_peer import java_bench
+from testkit.group_configs import set_group_configs
+from testkit.java_peer import java_bench, java_share_bench
 from testkit.produce import Record, create_topic, produce
+from testkit.share_groups import share_lag
 
 pytestmark = pytest.mark.kafka
 
@@ -64,3 +66,19 @@ def test_java_bench_stops_capped_when_records_are_missing(kafka, bench_topic):
     assert r["capped"] is True and r["seconds"] > 3.0
     assert all(0 <= got <= n for got, n in zip(r["counts"], expected)), r["counts"]
     assert r["records"] == sum(r["counts"])
+
+
+@pytest.mark.parametrize("ack", ["implicit", "explicit"])
+def test_java_share_bench_reads_every_record_once_and_settles_it(kafka, bench_topic, ack):
+    """One member of a fresh share group (reset to earliest) reads every record once, does the
+    work, and leaves nothing unsettled: the group's lag is 0 on every partition afterwards."""
+    topic, expected, check, kept = bench_topic
+    group = f"java-share-bench-{ack}-{uuid.uuid4().hex[:8]}"
+    set_group_configs(kafka.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    r = java_share_bench(kafka.bootstrap, group, topic, expected, "json", ack=ack,
+                         value=workload.TARGET.decode(), settings={"max.poll.records": "37"}, timeout=180)
+    assert (r["records"], r["counts"], r["capped"], r["ack"]) == (N, expected, False, ack)
+    assert (r["check"], r["kept"]) == (check["json"], kept["json"])
+    assert r["first_batch"] > 0 and r["commit_s"] >= 0
+    lag = share_lag(kafka.host, kafka.port, group)
+    assert {tp: v for tp, (_, v) in lag.items()} == {(topic, p): 0 for p in range(workload.PARTITIONS)}
