@@ -677,22 +677,30 @@ class Delivery:
         self.stats.sink_errors += 1
         if self.config.daemon.on_sink_error == "stop" or self.parts.make_sink is None:
             raise WorkerStop(f"sink flush failed: {type(exc).__name__}: {exc}") from exc
-        delay = self.backoff.failure()
-        self.stall.failed(f"flush failed: {type(exc).__name__}: {exc}",
+        self._close_sinks(f"flush failed: {type(exc).__name__}: {exc}",
                           "what was written since the last commit is read again once the sink is "
-                          "rebuilt (rewinding to the last commit); every partition is paused", delay)
+                          "rebuilt (rewinding to the last commit); every partition is paused")
+
+    def _close_sinks(self, reason: str, meanwhile: str) -> None:
+        """A failure that may have lost what the sink held: close the sink and the DLQ, said
+        with ``meanwhile`` (what happens until they are rebuilt), and wait the backoff before
+        ``_rebuild_sinks`` tries."""
+        delay = self.backoff.failure()
+        self.stall.failed(reason, meanwhile, delay)
         for obj in (self.parts.sink, self.parts.dlq):
             if obj is not None:
                 try:
                     obj.close()
                 except Exception:
-                    log.debug("closing %r after a failed flush failed too", obj, exc_info=True)
+                    log.debug("closing %r after a failure failed too", obj, exc_info=True)
         self._next_try = self._clock() + delay
         self._apply(Event.FLUSH_FAILED)
 
-    def _try_rewind(self) -> None:
+    def _rebuild_sinks(self, meanwhile: str) -> bool:
+        """A new sink and DLQ once the backoff allows: True when rebuilt; a failure waits the
+        next backoff (said with ``meanwhile``), a ``SinkRefused`` stops the worker."""
         if not self._may_try():
-            return
+            return False
         try:
             sink = self.parts.make_sink()  # type: ignore[misc]
             dlq = self.parts.make_dlq() if self.parts.make_dlq is not None else None
@@ -702,10 +710,15 @@ class Delivery:
             delay = self.backoff.failure()
             self._next_try = self._clock() + delay
             self._next_probe = self._clock() + self.probe_backoff.failure()
-            self.stall.failed(f"cannot rebuild the sink: {type(exc).__name__}: {exc}", "still paused", delay)
+            self.stall.failed(f"cannot rebuild the sink: {type(exc).__name__}: {exc}", meanwhile, delay)
             self._apply(Event.REBUILD_FAILED)
-            return
+            return False
         self.parts.sink, self.parts.dlq = sink, dlq
+        return True
+
+    def _try_rewind(self) -> None:
+        if not self._rebuild_sinks("still paused"):
+            return
         assigned = list(self.consumer.assignment())
         unknown = [tp for tp in assigned if tp not in self._committed]
         committed = dict(self._committed)

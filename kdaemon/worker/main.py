@@ -221,11 +221,16 @@ def consumer_options(config: DaemonConfig, parts, *, index: int = 0, static_memb
     opts["header_filter"] = parts.header_filter
     if static_members and config.daemon.assignment == "group":
         opts["group_instance_id"] = _instance_id(config, index, opts)
+    return _every_worker_options(config, opts)
+
+
+def _every_worker_options(config: DaemonConfig, opts: dict) -> dict:
+    """What every worker's client gets, a consumer's or a share consumer's: its client id, and
+    the fetched bytes counted against the worker's memory budget (worker/memory.py): the
+    response in flight and the fetch-ahead buffer capped at their shares unless [kafka] set them."""
     opts.setdefault("client_id", f"kdaemon-{os.getpid()}")
     shares = MemoryShares.of(config.daemon.memory_budget_mb)
     if shares.budget:
-        # Fetched bytes count against the worker's memory budget (worker/memory.py): cap the
-        # response in flight and the fetch-ahead buffer at their shares unless [kafka] set them.
         opts.setdefault("fetch_max_bytes", shares.fetch_max_bytes)
         opts.setdefault("fetch_buffer_bytes", shares.fetch_buffer_bytes)
     return opts
@@ -300,12 +305,7 @@ def share_consumer_options(config: DaemonConfig, parts, *, index: int = 0) -> di
     opts = config.consumer_options()
     opts["share_acknowledgement_mode"] = "explicit"
     opts["header_filter"] = parts.header_filter
-    opts.setdefault("client_id", f"kdaemon-{os.getpid()}")
-    shares = MemoryShares.of(config.daemon.memory_budget_mb)
-    if shares.budget:
-        opts.setdefault("fetch_max_bytes", shares.fetch_max_bytes)
-        opts.setdefault("fetch_buffer_bytes", shares.fetch_buffer_bytes)
-    return opts
+    return _every_worker_options(config, opts)
 
 
 def make_share_worker(config: DaemonConfig, parts, *, index: int = 0, on_tick: Callable | None = None):

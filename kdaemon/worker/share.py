@@ -246,34 +246,12 @@ class ShareDelivery(Delivery):
         the DLQ closed; rebuilt with backoff (``hold``), fetching nothing meanwhile."""
         if self.parts.make_sink is None:
             raise WorkerStop(f"sink {reason}, and it cannot be rebuilt")
-        delay = self.backoff.failure()
-        self.stall.failed(reason, "the poll's records are released for another member (or this one, once the "
-                          "sink is rebuilt) and nothing is fetched meanwhile", delay)
-        for obj in (self.parts.sink, self.parts.dlq):
-            if obj is not None:
-                try:
-                    obj.close()
-                except Exception:
-                    log.debug("closing %r after a failure failed too", obj, exc_info=True)
-        self._next_try = self._clock() + delay
-        self._apply(Event.FLUSH_FAILED)
+        self._close_sinks(reason, "the poll's records are released for another member (or this one, once the "
+                          "sink is rebuilt) and nothing is fetched meanwhile")
 
     def _try_rebuild(self) -> None:
-        if not self._may_try():
+        if not self._rebuild_sinks("still fetching nothing"):
             return
-        try:
-            sink = self.parts.make_sink()  # type: ignore[misc]
-            dlq = self.parts.make_dlq() if self.parts.make_dlq is not None else None
-        except SinkRefused as exc:
-            raise self._stop(exc) from None
-        except Exception as exc:
-            delay = self.backoff.failure()
-            self._next_try = self._clock() + delay
-            self._next_probe = self._clock() + self.probe_backoff.failure()
-            self.stall.failed(f"cannot rebuild the sink: {type(exc).__name__}: {exc}", "still fetching nothing", delay)
-            self._apply(Event.REBUILD_FAILED)
-            return
-        self.parts.sink, self.parts.dlq = sink, dlq
         log.log(logging.INFO if self.stall.attempts <= 1 else logging.DEBUG, "sink rebuilt; fetching again")
         self._apply(Event.REWOUND)
 
