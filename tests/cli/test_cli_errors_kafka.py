@@ -224,7 +224,7 @@ def test_offsets_shows_the_group_its_members_and_who_holds_each_partition(kafka,
     member = KafkaConsumer(topic, bootstrap_servers=kafka.bootstrap, group_id=group, client_id="cli-test-member",
                            enable_auto_commit=False, session_timeout_ms=45000)   # heartbeats starved of CPU under load
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180   # a bound: the join, on a machine busy with other suites
         while not member.assignment() and time.monotonic() < deadline:
             member.poll(200)
         held = {tp.partition for tp in member.assignment()}

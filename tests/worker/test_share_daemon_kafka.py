@@ -119,8 +119,10 @@ def test_more_workers_than_partitions_header_rules_jsonl(kafka, tmp_path):
         wait_for(lambda: kept <= set(output(daemon)), WAIT, f"{len(kept)} kept records in the output",
                  daemon.log_tail, interval=0.3)
         wait_settled(kafka, group, topic, 2, daemon)
-        figures = wait_for(lambda: (f := share_figures(daemon)) and all(v is not None for v in f.values()) and f,
-                           WAIT, "every worker's share figures in kdaemon status")
+        # The figures reach kdaemon status with each worker's next heartbeat: wait for the count.
+        figures = wait_for(lambda: (f := share_figures(daemon)) and all(v is not None for v in f.values())
+                           and sum(v.acquired for v in f.values()) >= len(kept) and f,
+                           WAIT, "every kept record acquired, in kdaemon status's share figures")
 
         def delivered_metric():
             return sum(v for (name, _), v in daemon.metrics().items() if name == "kdaemon_records_delivered_total")
