@@ -157,7 +157,8 @@ def make(path: Path, kind: str = "spark") -> None:
 
 def _kafka_workload(tmp: Path) -> None:
     """A one-node Kafka started with ``-XX:ArchiveClassesAtExit``: a topic made, written and
-    read, then a controlled shutdown (the JVM writes the archive on its way out)."""
+    read, then a controlled shutdown (the JVM writes the archive on its way out).  (The Java
+    peer's class path holds a directory of classes, which the JDK does not archive.)"""
     from testkit.apache_kafka import start_kafka
     from testkit.produce import consume_all, create_topic, produce
     with tempfile.TemporaryDirectory(prefix="kdaemon-cds-kafka-") as d:
