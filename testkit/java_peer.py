@@ -33,15 +33,18 @@ import signal
 import subprocess
 import threading
 import time
+import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testkit import jvm_archive
 from testkit.apache_kafka import KafkaUnavailable, cache_dir, java_binary, kafka_classpath
 from testkit.shared import locked
 
 SOURCE = Path(__file__).resolve().parent / "java" / "KafkaPeer.java"
 MAIN_CLASS = "KafkaPeer"
+JAR = "kafka-peer.jar"
 _LOG4J2 = """<Configuration status="warn"><Appenders><Console name="err" target="SYSTEM_ERR">
 <PatternLayout pattern="[java-peer %d{HH:mm:ss,SSS}] %p %m (%c{1})%n"/></Console></Appenders>
 <Loggers><Root level="WARN"><AppenderRef ref="err"/></Root></Loggers></Configuration>
@@ -61,14 +64,17 @@ def peer_command(heap: str = "256m") -> list[str]:
     log4j = classes / "log4j2-peer.xml"
     if not log4j.exists():
         log4j.write_text(_LOG4J2)
+    classpath = os.pathsep.join([str(classes / JAR), kafka_classpath()])
     return [java_binary(), f"-Xmx{heap}", f"-Dlog4j2.configurationFile={log4j}",
-            "-cp", os.pathsep.join([str(classes), kafka_classpath()]), MAIN_CLASS]
+            *jvm_archive.flags("peer", classpath), "-cp", classpath, MAIN_CLASS]
 
 
 def _compiled() -> Path:
+    """The compiled peer's directory: its classes, and ``JAR`` holding them (a class path of jars
+    only is one the JDK can map a class-data archive for: testkit/jvm_archive.py)."""
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
     out = cache_dir() / "peer" / digest
-    if (out / f"{MAIN_CLASS}.class").exists():
+    if (out / JAR).exists():
         return out
     javac = shutil.which("javac")
     if javac is None:
@@ -80,6 +86,9 @@ def _compiled() -> Path:
                           capture_output=True, text=True, timeout=300)
     if proc.returncode:
         raise JavaPeerError(f"javac {SOURCE.name} failed:\n{proc.stdout}{proc.stderr}")
+    with zipfile.ZipFile(tmp / JAR, "w") as jar:
+        for cls in sorted(tmp.glob("*.class")):
+            jar.write(cls, cls.name)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out

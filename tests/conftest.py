@@ -62,6 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # its start (testkit/jvm_archive.py).  Made once per JDK and pyspark, in the background: the
     # JVMs started meanwhile run without it.
     if not os.environ.get(jvm_archive.DISABLE_ENV):
+        os.environ[jvm_archive.ENABLE_ENV] = "1"
         archive = jvm_archive.archive_path()
         if archive is not None:
             jvm_archive.start_making(archive)
