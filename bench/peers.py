@@ -74,6 +74,16 @@ class Tally:
         self.counts[partition] = c
         self.left -= n
 
+    def take(self, check: int, kept: int, counts: list[int]) -> None:
+        """One poll's work (its checksum and kept count) and its records per partition from
+        ``counts``, which this zeroes for the next poll."""
+        self.check += check
+        self.kept += kept
+        for p, c in enumerate(counts):
+            if c:
+                self.add(p, c)
+                counts[p] = 0
+
     def done(self) -> bool:
         """Called after each poll's records were processed: True when all were counted."""
         now = time.perf_counter()
@@ -192,13 +202,7 @@ def run_confluent(spec: dict, tally: Tally, work, *, group: str, after_poll=None
     tally.start()
     while True:
         msgs = consumer.consume(num_messages=n, timeout=1.0)
-        s, k = work(msgs, counts)
-        tally.check += s
-        tally.kept += k
-        for p, c in enumerate(counts):
-            if c:
-                tally.add(p, c)
-                counts[p] = 0
+        tally.take(*work(msgs, counts), counts)
         if after_poll is not None:
             after_poll()
         if tally.done():

@@ -117,13 +117,7 @@ def worker_confluent(spec: dict, tally: Tally) -> dict:
     tally.start()
     while True:
         msgs = consumer.poll(1.0)
-        s, k = work(msgs, counts)
-        tally.check += s
-        tally.kept += k
-        for p, c in enumerate(counts):
-            if c:
-                tally.add(p, c)
-                counts[p] = 0
+        tally.take(*work(msgs, counts), counts)
         if explicit:
             for m in msgs:
                 acknowledge(m)
