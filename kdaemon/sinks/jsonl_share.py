@@ -38,15 +38,15 @@ offset is stored, and every other is written:
   writers: a look after another writer's flush 0.15-0.26 ms, a full listing 70 ms.  Removing
   old indexes with their data files loses only the dedupe of records that old.
 
-Cost, ``python bench/jsonl_share.py`` (100,000 records of 200 B in batches of 500 on 2
+Cost, ``python bench/share/jsonl_dedupe.py`` (100,000 records of 200 B in batches of 500 on 2
 partitions, a flush every 10 batches, fsync off so the disk does not hide the difference, CPU
-per record, best of 5 rounds; 2 cores shared with other work at a load average of 17-20): the
-dedupe decision (which records to write, and noting them) took 0.16-0.26 µs a record in share
-mode against 0.19-0.23 µs in a consumer group, over four runs; the whole write path takes 5.6-7.2
-µs a record (encoding is most of it), and share mode came out between 13% faster and 18% slower
-than the consumer group across the cases (in order, shuffled, 10% delivered again, two writers
-on one directory, 300 old files) and runs, with no consistent sign: the difference is below
-this machine's noise.  With fsync on, both wait for the disk.
+per record, best of 5 rounds).  On a quiet machine (2026-12-02 07:30 UTC): the dedupe decision
+(which records to write, and noting them) 0.26 µs a record in both modes; the whole write path
+7.5 µs in both in order (encoding is most of it), share mode 3.9% less shuffled, 9.1% less with
+10% delivered again (skipped, not written), 4.5% more with two writers on one directory (each
+takes in the other's flushes), 3.4% less beside 300 old files.  Earlier runs at a load average
+of 17-20 ranged from 13% faster to 18% slower with no consistent sign.  With fsync on, both
+wait for the disk.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``python bench/jsonl_share.py``: what the jsonl sink's share-group dedupe costs (issue #33).
+"""``python bench/share/jsonl_dedupe.py``: what the jsonl sink's share-group dedupe costs (issue #33).
 
 The sink's write path, in CPU time per record (write and flush, encoding included; fsync off so
 the disk does not drown the difference), for the same records:
@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from kdaemon.plugins.types import Record  # noqa: E402
 from kdaemon.sinks.jsonl import JsonlSink  # noqa: E402
