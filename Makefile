@@ -43,10 +43,10 @@ kafka: venv system-deps
 	$(VPY) -c 'from testkit.apache_kafka import kafka_jars, cache_dir; \
 		jars = kafka_jars(); print(f"apache kafka: {len(jars)} jars in {cache_dir()}")'
 
-# The jars the spark sink's Delta format needs (kdaemon/sinks/spark/maven/), staged once so a
+# The jars the spark sink's Delta format needs (kdaemon/sinks/spark/tables/maven/), staged once so a
 # running uploader never downloads.
 spark-jars: venv system-deps
-	$(VPY) -m kdaemon.sinks.spark.jars delta iceberg
+	$(VPY) -m kdaemon.sinks.spark.tables.jars delta iceberg
 
 # The suite runs on PYTEST_WORKERS pytest-xdist workers (PYTEST_WORKERS=0 runs it in one process);
 # --dist loadgroup keeps a module with a cluster of its own on one worker (tests/conftest.py).

@@ -206,8 +206,8 @@ _WORKLOAD = r"""
 import tempfile
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
-from kdaemon.sinks.spark import delta
-from kdaemon.sinks.spark.writer import merged_conf
+from kdaemon.sinks.spark.tables import delta
+from kdaemon.sinks.spark.uploader.writer import merged_conf
 builder = SparkSession.builder.master("local[1]").appName("kdaemon-tests-cds")
 conf = merged_conf(delta.session_conf(), {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
                                           "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",

@@ -28,7 +28,7 @@ from testkit.daemon import Daemon, free_port, wait_for
 from testkit.produce import Writer, create_topic, paced
 
 HOST = "127.0.0.1"
-UPLOADER_MODULE = "kdaemon.sinks.spark.uploader"
+UPLOADER_MODULE = "kdaemon.sinks.spark.uploader.process"
 TYPES = ("order.created", "order.shipped", "page.view", "heartbeat")
 KEPT_TYPES = ("order.created", "order.shipped")
 # The header rule of every test: keep orders, drop the rest (and records without a type).
@@ -334,8 +334,8 @@ def staged_request(directory: Path, topic: str, partition: int, offsets: range,
     """A worker's staged batch of ``offsets`` (written in the staging format) in ``directory``,
     and the uploader request for it; ``values`` and ``keys`` default to ``v<offset>`` and ``k``."""
     from kdaemon.sinks.spark import staged
-    from kdaemon.sinks.spark.layout import BatchId
-    from kdaemon.sinks.spark.uploader import Request
+    from kdaemon.sinks.spark.tables.layout import BatchId
+    from kdaemon.sinks.spark.uploader.process import Request
     directory.mkdir(parents=True, exist_ok=True)
     batch = BatchId(partition, offsets[0], offsets[-1])
     path = str(directory / f"{len(os.listdir(directory)):04d}-{batch.name}.staged")
@@ -350,13 +350,13 @@ def check_unfinished_uploads_settle(path: str, fmt: str, state_dir: Path, commit
     1), as an uploader killed before their manifests leaves them; ``commit_partition_0()`` makes
     partition 0's table commit (with 9 as its recorded offset), partition 1's never happened.
     The next uploader rolls partition 0 forward (manifest written) and 1 back."""
-    from kdaemon.sinks.spark import layout, tables
-    from kdaemon.sinks.spark.layout import BatchId
-    from kdaemon.sinks.spark.uploader import Uploader
+    from kdaemon.sinks.spark.tables import layout, formats
+    from kdaemon.sinks.spark.tables.layout import BatchId
+    from kdaemon.sinks.spark.uploader.process import Uploader
     uploader = Uploader({"type": "spark", "path": path, "format": fmt, "master": "local[1]"}, str(state_dir))
     committed_batch, lost_batch = BatchId(0, 0, 9), BatchId(1, 0, 9)
     for batch in (committed_batch, lost_batch):
-        record = {"files": [], "table": tables.pending_entry(fmt, "t", batch.partition, batch.last)}
+        record = {"files": [], "table": formats.pending_entry(fmt, "t", batch.partition, batch.last)}
         layout.write_durably(layout.pending_path(path, "t", batch), json.dumps(record).encode())
     commit_partition_0()
     for partition in (0, 1):

@@ -113,7 +113,7 @@ THROUGHPUT_SINK = {"max_records": 100_000, "max_age_s": 5}
 GOALS = {"filter-10%": 3.0, "all": 1.0}
 LATENCY_SINK = {"max_records": 20_000, "max_age_s": 1}
 WARMUP_S = 5.0
-UPLOADER_MODULE = "kdaemon.sinks.spark.uploader"
+UPLOADER_MODULE = "kdaemon.sinks.spark.uploader.process"
 RUN_TIMEOUT_S = 900
 
 

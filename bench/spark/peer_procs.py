@@ -33,7 +33,7 @@ WORKLOADS = {
                     "values": [t.decode() for t in TYPES if t != TARGET]}],
     "all": [{"header": "type", "op": "equals", "value": "debug.synthetic", "action": "drop"}],
 }
-UPLOADER_MODULE = "kdaemon.sinks.spark.uploader"
+UPLOADER_MODULE = "kdaemon.sinks.spark.uploader.process"
 
 
 # -- measuring a process tree --------------------------------------------------------------------

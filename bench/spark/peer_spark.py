@@ -14,7 +14,7 @@ stop its CPU and memory sampling first.
 
 **The jars.**  pyspark does not ship its Kafka source.  ``kafka_source_jars()`` resolves a pinned
 Maven project (generated here, written to a temporary directory; the same scheme as
-kdaemon/sinks/spark/jars.py) from Maven Central into ``$KDAEMON_CACHE`` (default
+kdaemon/sinks/spark/tables/jars.py) from Maven Central into ``$KDAEMON_CACHE`` (default
 ``~/.cache/kdaemon``) ``/spark-jars/kafka-source-<digest of the pom>/``, once: the source
 (spark-sql-kafka-0-10_2.13 4.1.1, the release of the installed pyspark), the token provider it
 needs, kafka-clients 3.9.1 and commons-pool2 2.12.1 (the versions its pom asks for).  Every
@@ -110,7 +110,7 @@ def kafka_source_jars() -> list[str]:
 # -- the session ---------------------------------------------------------------------------------
 
 def session_conf(fmt: str, table_path: str | None, kafka: bool) -> dict[str, str]:
-    """The settings kdaemon's uploader gives its session (kdaemon/sinks/spark/writer.py,
+    """The settings kdaemon's uploader gives its session (kdaemon/sinks/spark/uploader/writer.py,
     ``SparkWriter.start``, local mode), the table format's (the same ``session_conf`` the
     uploader calls), and, for the streaming query, the Kafka source's jars."""
     conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
@@ -120,10 +120,10 @@ def session_conf(fmt: str, table_path: str | None, kafka: bool) -> dict[str, str
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     jars: list[str] = []
     if fmt == "delta":
-        from kdaemon.sinks.spark import delta
+        from kdaemon.sinks.spark.tables import delta
         fc = delta.session_conf()
     elif fmt == "iceberg":
-        from kdaemon.sinks.spark import iceberg
+        from kdaemon.sinks.spark.tables import iceberg
         fc = iceberg.session_conf(table_path)
     else:
         fc = {}
@@ -212,7 +212,7 @@ def start_query(spark, spec: dict, topic: str, cp: str, trigger, create_table: b
     else:
         writer = writer.trigger(processingTime=f"{float(trigger)} seconds")
     if fmt == "iceberg":
-        from kdaemon.sinks.spark import iceberg
+        from kdaemon.sinks.spark.tables import iceberg
         ident = iceberg.identifier(path)
         _, namespace, _ = iceberg._parts(path)
         if create_table:
@@ -315,7 +315,7 @@ def commit_times(spark, fmt: str, side: str, path: str) -> dict[str, float]:
                 if add:
                     out.setdefault(_norm(add["path"]), t)
     elif fmt == "iceberg":
-        from kdaemon.sinks.spark import iceberg
+        from kdaemon.sinks.spark.tables import iceberg
         first_seen: dict[int, float] = {}
         for f in (root / "metadata").glob("v*.metadata.json"):
             snap = json.loads(f.read_text()).get("current-snapshot-id")
@@ -346,7 +346,7 @@ def read_table(spark, fmt: str, path: str):
     """The table's rows with each row's data file key (``_file``)."""
     from pyspark.sql import functions as F
     if fmt == "iceberg":
-        from kdaemon.sinks.spark import iceberg
+        from kdaemon.sinks.spark.tables import iceberg
         df = spark.table(iceberg.identifier(path)).withColumn("_file", F.col("_file"))
     else:
         df = spark.read.format(fmt).load(path).withColumn("_file", F.col("_metadata.file_path"))

@@ -57,7 +57,7 @@ from testkit.produce import Writer, committed_offsets, create_topic, paced  # no
 
 TOPIC_PARTITIONS = 4
 TYPES = (b"order.created", b"order.shipped", b"page.view", b"heartbeat")
-UPLOADER_MODULE = "kdaemon.sinks.spark.uploader"
+UPLOADER_MODULE = "kdaemon.sinks.spark.uploader.process"
 _JOB = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \S+ kdaemon\.spark\.uploader: uploaded "
                   r"(\d+) batch\(es\), (\d+) rows \((\d+) new\) in ([\d.]+)s", re.M)
 

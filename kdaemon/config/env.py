@@ -49,7 +49,7 @@ from .schema import key_path, toml_key, toml_string, toml_type, toml_value
 
 PREFIX = "KDAEMON_"
 # kdaemon's own variables that are not configuration: where jars and test brokers are cached
-# (kdaemon.sinks.spark.jars, testkit/), the pure-Python record loop
+# (kdaemon.sinks.spark.tables.jars, testkit/), the pure-Python record loop
 # (kdaemon.protocol.record_loop), a companion's arguments (kdaemon.supervisor.companion_run); and
 # those of the benchmark and fuzzing tools and of the test harness (testkit/shared.py sets
 # KDAEMON_TEST_SERVERS_RUN for a whole run, so every daemon a test starts inherits it).  Their

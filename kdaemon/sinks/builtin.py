@@ -93,6 +93,6 @@ def kdaemon_sink_companions(sink_type: str, settings: dict, context: SinkContext
     settings only when it starts)."""
     if sink_type != "spark":
         return None
-    return [CompanionSpec("spark-uploader", entry="kdaemon.sinks.spark.uploader:run",
+    return [CompanionSpec("spark-uploader", entry="kdaemon.sinks.spark.uploader.process:run",
                           kwargs={"settings": settings, "state_dir": context.state_dir,
                                   "on_sink_error": context.on_sink_error})]

@@ -3,7 +3,7 @@
 The jsonl sink writes, flushes, and only then does the worker commit; a worker killed between
 the two leaves records on disk whose offsets were never committed, and its successor consumes
 them again.  With this index the sink recognises them and writes nothing twice (the Spark
-sink's manifests do the same for Spark output, ``sinks/spark/layout.py``, invariant 3).  Records
+sink's manifests do the same for Spark output, ``sinks/spark/tables/layout.py``, invariant 3).  Records
 are known by the (topic, partition, offset) they carry, so an interceptor must not rewrite
 those (the Spark sink assumes the same).
 

@@ -1,7 +1,7 @@
 """The chaos run's Spark phase: what the uploader made durable, and the read-back with Spark.
 
 While the run goes on, ``SparkOutputReader`` follows the uploads' commit points, the manifests
-(``kdaemon/sinks/spark/layout.py``: a batch is in the output iff its manifest exists), reading
+(``kdaemon/sinks/spark/tables/layout.py``: a batch is in the output iff its manifest exists), reading
 each once: per partition, the rows each upload added (``new_rows``) and the highest offset
 covered.  That is cheap enough to sample twice a second and is what the sampler's lag and the
 faults' recovery times use.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-UPLOADER_MODULE = "kdaemon.sinks.spark.uploader"
+UPLOADER_MODULE = "kdaemon.sinks.spark.uploader.process"
 
 
 class SparkOutputReader:
@@ -97,7 +97,7 @@ class SparkOutputReader:
 
 def uploader(daemon_pid: int) -> psutil.Process | None:
     """The supervisor's uploader child (its command line names the entry
-    ``kdaemon.sinks.spark.uploader:run``), or None while it is being restarted."""
+    ``kdaemon.sinks.spark.uploader.process:run``), or None while it is being restarted."""
     try:
         children = psutil.Process(daemon_pid).children()
     except psutil.NoSuchProcess:

@@ -29,7 +29,7 @@ from testkit.spark import dir_size   # one definition of a directory's size
 
 SAMPLE_S = 0.5
 MB = 1024 * 1024            # the daemon's MB (kdaemon/worker/memory.py): MiB
-UPLOADER_MODULE = "kdaemon.sinks.spark.uploader"
+UPLOADER_MODULE = "kdaemon.sinks.spark.uploader.process"
 
 _STARTED = re.compile(rb"started worker (\d+) \(pid (\d+)\)")
 # "%(asctime)s %(levelname)s worker-<i> %(name)s: %(message)s" (kdaemon/supervisor/child.py)

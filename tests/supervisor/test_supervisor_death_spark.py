@@ -63,7 +63,7 @@ def test_a_killed_supervisors_uploader_jvm_and_workers_exit_committing_only_what
                  "a first commit", d.log_tail, interval=0.5)   # records keep coming meanwhile
         family = d.descendants()
         names = [" ".join(p.cmdline()) for p in family]
-        assert sum("kdaemon.sinks.spark.uploader" in n for n in names) == 1, names
+        assert sum("kdaemon.sinks.spark.uploader.process" in n for n in names) == 1, names
         assert any(p.name() == "java" for p in family), names     # the uploader's Spark JVM
         assert len(family) == 4, names                            # and two workers
         d.signal(signal.SIGKILL)

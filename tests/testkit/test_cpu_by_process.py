@@ -18,7 +18,7 @@ def test_the_report_sums_the_make_test_tree_by_kind(tmp_path, capsys):
         _proc(3, 2, "/usr/bin/java -Xmx384m -Dlog4j2.configurationFile=/tmp/x/faults0/node1/log4j2.xml -cp a.jar",
               9.0, comm="java"),
         _proc(4, 2, "/venv/bin/python /venv/bin/kdaemon run -c /tmp/x/kdaemon.toml", 1.0),
-        _proc(5, 4, "/venv/bin/python -m kdaemon.supervisor.companion_run kdaemon.sinks.spark.uploader:run", 2.0),
+        _proc(5, 4, "/venv/bin/python -m kdaemon.supervisor.companion_run kdaemon.sinks.spark.uploader.process:run", 2.0),
         _proc(6, 5, "bash /venv/lib/python3.11/site-packages/pyspark/bin/spark-class org.apache.spark.deploy.SparkSubmit",
               6.0, comm="bash"),
         _proc(7, 0, "/usr/bin/java -Dlog4j2.configurationFile=/tmp/other/node1/log4j2.xml", 50.0, comm="java"),

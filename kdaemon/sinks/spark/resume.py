@@ -9,7 +9,7 @@ duplicate, after the batch has waited ``max_age_s``.  Starting after them instea
 Connect's sinks do (``SinkTask.open`` and ``SinkTaskContext.offset``).
 
 What counts as "in the output" is exactly what the uploader already drops as duplicates
-(``uploader.Uploader.upload``), one definition for both: ``tables.uploaded_ranges``, every
+(``uploader.Uploader.upload``), one definition for both: ``formats.uploaded_ranges``, every
 manifest's range, and for a Delta or Iceberg table every offset up to the one the table
 recorded for the partition.  So skipping is never less safe
 than reading again: the records skipped are the ones a re-read would have dropped.  A gap
@@ -19,7 +19,7 @@ answer can only be early, never late.
 
 from __future__ import annotations
 
-from . import tables
+from .tables import formats
 
 
 def resume_point(ranges: list[tuple[int, int]], start: int) -> int:
@@ -37,5 +37,5 @@ def resume_point(ranges: list[tuple[int, int]], start: int) -> int:
 def resume_points(root: str, fmt: str, topic: str, positions: dict[int, int]) -> dict[int, int]:
     """Per partition of ``topic``, where its next owner may start instead of ``positions``:
     never before the position itself."""
-    ranges = tables.uploaded_ranges(root, fmt, [(topic, p) for p in positions])
+    ranges = formats.uploaded_ranges(root, fmt, [(topic, p) for p in positions])
     return {p: resume_point(ranges[(topic, p)], start) for p, start in positions.items()}

@@ -28,9 +28,10 @@ import uuid
 from dataclasses import dataclass, field
 
 from ...plugins.types import Record, SinkRefused, TopicPartition
-from . import iceberg, jars, staged, tables
-from .jars import JarsMissing, staged_jars
-from .layout import BatchId
+from .tables import iceberg, jars, formats
+from . import staged
+from .tables.jars import JarsMissing, staged_jars
+from .tables.layout import BatchId
 from .staged import as_bytes
 from ...suggest import unknown_keys
 from .uplink import SparkRefused, SparkUploadError, UploaderClient, UploaderUnavailable
@@ -40,7 +41,7 @@ SETTINGS = {"type", "master", "conf", "path", "format", "table", "max_records", 
             "value_format", "value_schema", "partition_by", "socket", "upload_timeout_s", "state_dir",
             "merge_schema", "direct_writes"}
 VALUE_FORMATS = ("binary", "string", "json")
-FORMATS = ("parquet", *tables.FORMATS)   # path mode's own Parquet layout, or a table (tables.py)
+FORMATS = ("parquet", *formats.FORMATS)   # path mode's own Parquet layout, or a table (tables/formats.py)
 PARTITION_COLUMNS = ("topic", "partition", "date", "timestamp_type")
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
@@ -51,7 +52,7 @@ def spark_mismatch(settings: dict, version: str | None = None, whose: str = jars
     when no staged jars are used (Parquet; a Spark Connect server has its own), or no pyspark.
     ``check-config`` (``preflight_settings``) and the uploader ask, never a worker."""
     fmt = settings.get("format", "parquet")
-    if fmt not in tables.FORMATS or str(settings.get("master", "local[*]")).startswith("sc://"):
+    if fmt not in formats.FORMATS or str(settings.get("master", "local[*]")).startswith("sc://"):
         return None
     version = jars.installed_pyspark() if version is None else version
     return None if version is None else jars.mismatch(fmt, version, whose)
@@ -102,7 +103,7 @@ def validate_settings(settings: dict, *, group_type: str = "consumer") -> None:
                         "with format = \"delta\" or \"iceberg\"")
     if settings.get("format", "parquet") not in FORMATS:
         problems.append(f"format must be one of {', '.join(FORMATS)}, not {settings['format']!r}")
-    elif settings.get("format") in tables.FORMATS:
+    elif settings.get("format") in formats.FORMATS:
         try:
             staged_jars(settings["format"])
         except JarsMissing as exc:

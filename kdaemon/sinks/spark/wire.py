@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+import socket
+import time
+from dataclasses import asdict, dataclass, field
 
-from .layout import BatchId
+from .tables.layout import BatchId
 
 
 def sink_state_dir(settings: dict, state_dir: str) -> str:
@@ -144,3 +146,19 @@ def parse_line(line: bytes) -> dict:
     if not isinstance(msg, dict):
         raise ValueError(f"a request is a JSON object, not {type(msg).__name__}")
     return msg
+
+
+@dataclass(eq=False)
+class Request:
+    """An ``UploadRequest`` as the uploader holds it until its job ends: the connection to answer
+    on, when it came, and the Parquet file the job reads (made from the staged ``file``)."""
+
+    conn: socket.socket | None
+    id: int
+    file: str
+    topic: str
+    batch: BatchId
+    rows: int
+    error: str | None = None
+    received: float = field(default_factory=time.monotonic)
+    held: str | None = None      # the Parquet file the job reads, made from ``file``

@@ -28,8 +28,8 @@ def _start_reader():
     import os
     from pyspark.sql import SparkSession
 
-    from kdaemon.sinks.spark import delta, iceberg
-    from kdaemon.sinks.spark.writer import merged_conf
+    from kdaemon.sinks.spark.tables import delta, iceberg
+    from kdaemon.sinks.spark.uploader.writer import merged_conf
     from testkit.spark import fresh_jvm
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # only loopback, whatever the host name says
     fresh_jvm()   # one with Delta's and Iceberg's jars

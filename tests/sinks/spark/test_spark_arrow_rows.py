@@ -1,4 +1,4 @@
-"""kdaemon/sinks/spark/arrow_rows.py against real Spark, value by value: where pyarrow builds a
+"""kdaemon/sinks/spark/tables/arrow_rows.py against real Spark, value by value: where pyarrow builds a
 job's rows itself (no ``NotDirect``) they must be exactly the rows ``SparkWriter.prepare``
 would have written, and a value Spark's ``from_json`` marks corrupt must never be direct."""
 
@@ -14,10 +14,11 @@ from testkit.spark import requires_spark
 
 requires_spark()
 
-from kdaemon.sinks.spark import arrow_rows, staged   # noqa: E402
-from kdaemon.sinks.spark.arrow_rows import NotDirect, job_rows, parse_json_values, value_arrow_type   # noqa: E402
-from kdaemon.sinks.spark.layout import BatchId   # noqa: E402
-from kdaemon.sinks.spark.writer import _CORRUPT, SparkWriter   # noqa: E402
+from kdaemon.sinks.spark.tables import arrow_rows
+from kdaemon.sinks.spark import staged  # noqa: E402
+from kdaemon.sinks.spark.tables.arrow_rows import NotDirect, job_rows, parse_json_values, value_arrow_type   # noqa: E402
+from kdaemon.sinks.spark.tables.layout import BatchId   # noqa: E402
+from kdaemon.sinks.spark.uploader.writer import _CORRUPT, SparkWriter   # noqa: E402
 
 pytestmark = [pytest.mark.spark]
 

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from kdaemon.sinks.spark import iceberg, tables
+from kdaemon.sinks.spark.tables import iceberg, formats
 from testkit.spark import (Produced, SparkDaemon, assert_exact, make_record, new_topic, produce,
                                  read_output, requires_spark, spark_config, wait_for)
 from testkit.spark_cluster import start_connect, start_standalone
@@ -64,7 +64,7 @@ def _run(kafka, spark, tmp_path, master: str, fmt: str, conf: dict, out) -> None
     assert "companion spark-uploader exited with code -9" in daemon.log()
     rows = read_output(spark, out, fmt)
     assert_exact(rows, produced.expected())
-    recorded = tables.FORMATS[fmt].committed_offsets(str(out))
+    recorded = formats.FORMATS[fmt].committed_offsets(str(out))
     newest = {p: max(r["offset"] for r in rows if r["partition"] == p) for p in range(4)}
     for p, end in produced.ends().items():
         assert newest[p] <= recorded[(topic, p)] < end, (p, recorded, newest, end)

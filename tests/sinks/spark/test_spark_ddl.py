@@ -1,4 +1,4 @@
-"""kdaemon/sinks/spark/ddl.py: Spark's DDL type strings parsed without a JVM.
+"""kdaemon/sinks/spark/tables/ddl.py: Spark's DDL type strings parsed without a JVM.
 
 The unit and property tests need only pyspark's Python types; the parity test (marked spark)
 runs every string of a corpus, and a few hundred generated ones, through ``DataType.fromDDL``
@@ -18,7 +18,7 @@ from hypothesis import given, settings   # noqa: E402
 from hypothesis import strategies as st   # noqa: E402
 from pyspark.sql import types as T   # noqa: E402
 
-from kdaemon.sinks.spark.ddl import PARSER_CONF, NotParsedHere, parse_schema   # noqa: E402
+from kdaemon.sinks.spark.tables.ddl import PARSER_CONF, NotParsedHere, parse_schema   # noqa: E402
 
 
 def S(*fields) -> T.StructType:

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from kdaemon.sinks.spark import delta, delta_log
+from kdaemon.sinks.spark.tables import delta, delta_log
 from testkit.spark import check_unfinished_uploads_settle, requires_spark
 
 requires_spark()

@@ -12,7 +12,8 @@ import os
 
 import pytest
 
-from kdaemon.sinks.spark import arrow_rows, delta, delta_commit, delta_log, staged
+from kdaemon.sinks.spark.tables import arrow_rows, delta, delta_commit, delta_log
+from kdaemon.sinks.spark import staged
 from testkit.spark import requires_spark
 
 requires_spark()

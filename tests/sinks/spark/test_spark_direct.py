@@ -14,8 +14,9 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from kdaemon.sinks.spark import delta_log, iceberg, iceberg_meta, staged, tables
-from kdaemon.sinks.spark.writer import SparkWriter
+from kdaemon.sinks.spark.tables import delta_log, iceberg, iceberg_meta, formats
+from kdaemon.sinks.spark import staged
+from kdaemon.sinks.spark.uploader.writer import SparkWriter
 from testkit.spark import fresh_jvm, requires_spark
 
 requires_spark()
@@ -111,7 +112,7 @@ def test_direct_rows_schema_and_commit_are_the_spark_paths(writer, tmp_path):
     assert _read(writer, direct) == _read(writer, spark)
     assert len(_read(writer, direct)) == 90
     assert _load(writer, direct).schema == _load(writer, spark).schema
-    assert tables.FORMATS[writer.format].committed_offsets(direct) == {("events", 0): 59, ("events", 1): 129}
+    assert formats.FORMATS[writer.format].committed_offsets(direct) == {("events", 0): 59, ("events", 1): 129}
     if writer.format == "delta":
         d_meta, s_meta = ([a["metaData"] for a in _commits(p)[0] if "metaData" in a][0] for p in (direct, spark))
         assert json.loads(d_meta["schemaString"]) == json.loads(s_meta["schemaString"])
@@ -143,7 +144,7 @@ def test_direct_rows_schema_and_commit_are_the_spark_paths(writer, tmp_path):
     assert _write(writer, spark, more, direct=True)
     assert _write(writer, direct, more, direct=False)
     assert _read(writer, direct) == _read(writer, spark)
-    assert tables.FORMATS[writer.format].committed_offsets(spark) == {("events", 0): 59, ("events", 1): 139}
+    assert formats.FORMATS[writer.format].committed_offsets(spark) == {("events", 0): 59, ("events", 1): 139}
 
 
 def test_statistics_skip_files_only_where_they_may(writer, tmp_path):
@@ -235,5 +236,5 @@ def test_delta_direct_commits_are_checkpointed_by_the_jvm_beside_them(writer, tm
     while not any(n.endswith(".checkpoint.parquet") and int(n[:20]) >= 10 for n in os.listdir(delta_log.log_dir(path))):
         assert time.monotonic() < deadline, sorted(os.listdir(delta_log.log_dir(path)))
         time.sleep(0.2)
-    assert tables.FORMATS["delta"].committed_offsets(path) == {("events", 0): 59}
+    assert formats.FORMATS["delta"].committed_offsets(path) == {("events", 0): 59}
     assert _load(writer, path).count() == 60

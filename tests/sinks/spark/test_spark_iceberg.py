@@ -13,9 +13,9 @@ import shutil
 
 import pytest
 
-from kdaemon.sinks.spark import iceberg, iceberg_meta, layout
-from kdaemon.sinks.spark.uploader import Uploader
-from kdaemon.sinks.spark.writer import SparkWriter
+from kdaemon.sinks.spark.tables import iceberg, iceberg_meta, layout
+from kdaemon.sinks.spark.uploader.process import Uploader
+from kdaemon.sinks.spark.uploader.writer import SparkWriter
 from testkit.spark import check_unfinished_uploads_settle, fresh_jvm, requires_spark, staged_request
 
 requires_spark()

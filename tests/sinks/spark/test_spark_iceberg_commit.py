@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kdaemon.sinks.spark import arrow_rows, iceberg, iceberg_commit, iceberg_files, iceberg_meta, staged
+from kdaemon.sinks.spark.tables import arrow_rows, iceberg, iceberg_commit, iceberg_files, iceberg_meta
+from kdaemon.sinks.spark import staged
 from testkit.spark import fresh_jvm, requires_spark
 
 requires_spark()

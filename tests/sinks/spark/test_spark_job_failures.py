@@ -1,5 +1,5 @@
 """A Spark job that fails the same way every time is refused after a few attempts, not retried
-for ever (kdaemon/sinks/spark/failures.py): the uploader's classification of job failures, its
+for ever (kdaemon/sinks/spark/uploader/failures.py): the uploader's classification of job failures, its
 bounded attempts, the refusal on the wire, and the worker stopping the daemon on it.
 
 The exceptions are real pyspark and Py4J ones: a Py4J error as the gateway makes it (its message
@@ -22,14 +22,14 @@ from pyspark.errors import AnalysisException, PySparkValueError  # noqa: E402
 
 from kdaemon.exit_codes import EXIT_SINK_REFUSED  # noqa: E402
 from kdaemon.plugins.types import Record, SinkRefused  # noqa: E402
-from kdaemon.sinks.spark.failures import (DETERMINISTIC, DETERMINISTIC_ATTEMPTS, PERMANENT,  # noqa: E402
+from kdaemon.sinks.spark.uploader.failures import (DETERMINISTIC, DETERMINISTIC_ATTEMPTS, PERMANENT,  # noqa: E402
                                            TRANSIENT, classify)
-from kdaemon.sinks.spark.layout import BatchId  # noqa: E402
+from kdaemon.sinks.spark.tables.layout import BatchId  # noqa: E402
 from kdaemon.sinks.spark.staging import SparkSink  # noqa: E402
 from kdaemon.sinks.spark.uplink import SparkRefused  # noqa: E402
-from kdaemon.sinks.spark.uploader import Request, Uploader  # noqa: E402
+from kdaemon.sinks.spark.uploader.process import Request, Uploader  # noqa: E402
 from kdaemon.sinks.spark.wire import UploadReply, UploadRequest, parse_line  # noqa: E402
-from kdaemon.sinks.spark.writer import SchemaMismatch  # noqa: E402
+from kdaemon.sinks.spark.uploader.writer import SchemaMismatch  # noqa: E402
 
 
 class Gateway:

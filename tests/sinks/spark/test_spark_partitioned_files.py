@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kdaemon.sinks.spark.arrow_rows import WRITE_LANES, NotDirect, PartitionedFiles, write_pieces
+from kdaemon.sinks.spark.tables.arrow_rows import WRITE_LANES, NotDirect, PartitionedFiles, write_pieces
 
 
 def _batch(start: int, n: int) -> pa.Table:

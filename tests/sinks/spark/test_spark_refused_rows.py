@@ -17,8 +17,9 @@ import time
 
 import pytest
 
-from kdaemon.sinks.spark import iceberg, layout, refused_rows, tables
-from kdaemon.sinks.spark.refused_rows import Condition
+from kdaemon.sinks.spark.tables import iceberg, layout, formats
+from kdaemon.sinks.spark.uploader import refused_rows
+from kdaemon.sinks.spark.uploader.refused_rows import Condition
 from testkit.spark import (Produced, Sent, SparkDaemon, assert_exact, committed, fresh_jvm, new_topic, produce,
                            read_output, requires_spark, row_key, spark_config, staged_request)
 
@@ -72,9 +73,9 @@ def test_the_conditions_of_a_delta_table_as_delta_checks_them(tmp_path):
 
 
 def test_a_refused_row_the_dead_letter_pass_cannot_keep_out_is_deterministic_unless_the_policy_stops():
-    from kdaemon.sinks.spark.failures import DETERMINISTIC, PERMANENT, classify
-    from kdaemon.sinks.spark.uploader import StoppedAtRefusedRows
-    from kdaemon.sinks.spark.writer import RowsRefused
+    from kdaemon.sinks.spark.uploader.failures import DETERMINISTIC, PERMANENT, classify
+    from kdaemon.sinks.spark.uploader.process import StoppedAtRefusedRows
+    from kdaemon.sinks.spark.uploader.writer import RowsRefused
     line = "[DELTA_NOT_NULL_CONSTRAINT_VIOLATED] NOT NULL constraint violated for column: key."
     assert classify(RowsRefused(line)).kind == DETERMINISTIC
     try:
@@ -105,9 +106,9 @@ def lake(tmp_path_factory):
 def _uploader(lake, tmp_path, fmt: str, name: str, on_sink_error: str = "retry"):
     """An uploader of a table at ``<lake>/db/<name>``, its session able to write both formats
     (the first one started launches the module's JVM, the others reuse it)."""
-    from kdaemon.sinks.spark.uploader import Uploader
+    from kdaemon.sinks.spark.uploader.process import Uploader
     path = lake / "db" / name
-    other = tables.FORMATS["delta" if fmt == "iceberg" else "iceberg"].session_conf(str(path))
+    other = formats.FORMATS["delta" if fmt == "iceberg" else "iceberg"].session_conf(str(path))
     settings = {"type": "spark", "format": fmt, "master": "local[1]", "path": str(path), "value_schema": SCHEMA,
                 "partition_by": ["topic"], "conf": other}
     uploader = Uploader(settings, str(tmp_path / "state"), on_sink_error)
@@ -171,7 +172,7 @@ def test_rows_an_iceberg_table_refuses_go_to_the_dead_letters(lake, tmp_path, ca
     assert req.error is None
     kept = sorted(r.offset for r in spark.read.format("iceberg").load(path).select("offset").collect())
     assert kept == [0, 1, 3, 5, 6, 7]
-    assert tables.FORMATS["iceberg"].committed_offsets(path) == {("t", 0): 7}
+    assert formats.FORMATS["iceberg"].committed_offsets(path) == {("t", 0): 7}
     dead = _dead_letters(spark, path)
     prefix = f"the iceberg table at {path} refuses the row: "
     assert {o: r["error"] for o, r in dead.items()} == {2: prefix + NOT_NULL, 4: prefix + "NOT NULL column value.id"}
@@ -193,7 +194,7 @@ def test_rows_the_table_refuses_go_to_the_dead_letters_and_the_rest_is_appended(
     spark = uploader.writer.spark
     kept = sorted(r.offset for r in spark.read.format("delta").load(path).select("offset").collect())
     assert kept == [0, 1, 2, 3, 4, 6, 7, 9, 11, 12]
-    assert tables.FORMATS["delta"].committed_offsets(path) == {("t", 0): 12}   # the batch is in
+    assert formats.FORMATS["delta"].committed_offsets(path) == {("t", 0): 12}   # the batch is in
     assert (3, 12) in layout.uploaded_ranges(path, "t", 0)
     dead = _dead_letters(spark, path)
     assert sorted(dead) == [5, 8, 10]
@@ -213,12 +214,12 @@ def test_rows_the_table_refuses_go_to_the_dead_letters_and_the_rest_is_appended(
     assert req.error is None
     assert len([r for r in caplog.records if "refuses rows of this job" in r.getMessage()]) == 1
     assert sorted(_dead_letters(spark, path)) == [5, 8, 10, 14]
-    assert tables.FORMATS["delta"].committed_offsets(path) == {("t", 0): 15}
+    assert formats.FORMATS["delta"].committed_offsets(path) == {("t", 0): 15}
 
 
 def test_under_the_stop_policy_a_refused_row_refuses_the_job_at_once_naming_the_constraint(lake, tmp_path):
-    from kdaemon.sinks.spark.failures import PERMANENT, classify
-    from kdaemon.sinks.spark.uploader import StoppedAtRefusedRows
+    from kdaemon.sinks.spark.uploader.failures import PERMANENT, classify
+    from kdaemon.sinks.spark.uploader.process import StoppedAtRefusedRows
     uploader = _uploader(lake, tmp_path, "delta", "stopping", on_sink_error="stop")
     path = _constrained(uploader, tmp_path)
     req = staged_request(tmp_path / "staged", "t", 0, range(3, 6), [_value(o, -1.0 if o == 4 else None)
@@ -229,7 +230,7 @@ def test_under_the_stop_policy_a_refused_row_refuses_the_job_at_once_naming_the_
                      r"violated by row with values: - value.amount : -1.0", str(refused.value)), str(refused.value)
     failure = classify(refused.value)
     assert failure.kind == PERMANENT and 'on_sink_error to "retry" or "dlq"' in failure.fix
-    assert tables.FORMATS["delta"].committed_offsets(path) == {("t", 0): 2}   # nothing of the job
+    assert formats.FORMATS["delta"].committed_offsets(path) == {("t", 0): 2}   # nothing of the job
     assert not os.path.exists(layout.dlq_root(path))
 
 

@@ -13,11 +13,11 @@ import pytest
 pytest.importorskip("pyarrow", reason="the spark sink needs pyarrow (pip install -e '.[spark]')")
 
 from kdaemon.client.types import TopicPartition  # noqa: E402
-from kdaemon.sinks.spark import layout  # noqa: E402
-from kdaemon.sinks.spark.layout import BatchId  # noqa: E402
+from kdaemon.sinks.spark.tables import layout  # noqa: E402
+from kdaemon.sinks.spark.tables.layout import BatchId  # noqa: E402
 from kdaemon.sinks.spark.resume import resume_point, resume_points  # noqa: E402
 from kdaemon.sinks.spark.staging import SparkSink  # noqa: E402
-from kdaemon.sinks.spark.uploader import Uploader  # noqa: E402
+from kdaemon.sinks.spark.uploader.process import Uploader  # noqa: E402
 from kdaemon.sinks.spark.wire import ResumeQuery, UploadReply, UploadRequest  # noqa: E402
 from tests.sinks.spark.test_spark_sink_rules import TOPIC, FakeWriter, _records, _stage  # noqa: E402
 
@@ -100,7 +100,7 @@ def test_a_question_to_an_idle_uploader_is_answered_at_once(up, tmp_path):
 
 
 def test_a_question_that_cannot_be_answered_says_why(up, tmp_path, monkeypatch):
-    from kdaemon.sinks.spark import uploader as uploader_mod
+    from kdaemon.sinks.spark.uploader import process as uploader_mod
 
     def broken(*_args):
         raise OSError("manifests unreadable")
@@ -125,7 +125,7 @@ class _ServingWriter(FakeWriter):
 def test_the_spark_sink_asks_a_running_uploader(tmp_path, monkeypatch):
     """A worker's sink uploads a batch; another worker's sink, given that partition and one
     more, asks where they start and hears "after the batch" and "where you are"."""
-    from kdaemon.sinks.spark import uploader as uploader_mod
+    from kdaemon.sinks.spark.uploader import process as uploader_mod
     monkeypatch.setattr(uploader_mod.signal, "signal", lambda *_: None)   # serve() runs in a thread here
     settings = {"type": "spark", "path": str(tmp_path / "out"), "socket": str(tmp_path / "up.sock")}
     up = Uploader(settings, str(tmp_path / "state"))
@@ -192,7 +192,7 @@ class _SlowStartWriter(_ServingWriter):
 def test_questions_are_answered_while_the_session_starts(tmp_path, monkeypatch):
     """The session takes 10-20 s to start: a worker given partitions meanwhile hears at once
     (from the output's files), and its uploads wait for the session."""
-    from kdaemon.sinks.spark import uploader as uploader_mod
+    from kdaemon.sinks.spark.uploader import process as uploader_mod
     monkeypatch.setattr(uploader_mod.signal, "signal", lambda *_: None)
     settings = {"type": "spark", "path": str(tmp_path / "out"), "socket": str(tmp_path / "up.sock")}
     _manifest(settings["path"], 0, 0, 41)

@@ -1,4 +1,4 @@
-"""The uploader before its SparkSession is up (kdaemon/sinks/spark/session_start.py): with direct
+"""The uploader before its SparkSession is up (kdaemon/sinks/spark/uploader/session_start.py): with direct
 writes it serves whole jobs into a Delta or Iceberg table while Spark starts, a job that needs
 Spark waits for the session, a failed start fails that job and ends the uploader, and the JVM
 starts at a lower CPU priority.  The session's start is held by the test (no JVM is launched by
@@ -19,11 +19,11 @@ from testkit.spark import requires_spark
 requires_spark()
 
 from kdaemon.plugins.types import Record  # noqa: E402
-from kdaemon.sinks.spark import tables  # noqa: E402
-from kdaemon.sinks.spark.session_start import JVM_NICE, SessionStart  # noqa: E402
+from kdaemon.sinks.spark.tables import formats  # noqa: E402
+from kdaemon.sinks.spark.uploader.session_start import JVM_NICE, SessionStart  # noqa: E402
 from kdaemon.sinks.spark.staging import SparkSink  # noqa: E402
-from kdaemon.sinks.spark.uploader import EXIT_CANNOT_START, Uploader  # noqa: E402
-from kdaemon.sinks.spark.writer import SparkStartError  # noqa: E402
+from kdaemon.sinks.spark.uploader.process import EXIT_CANNOT_START, Uploader  # noqa: E402
+from kdaemon.sinks.spark.uploader.writer import SparkStartError  # noqa: E402
 
 pytestmark = [pytest.mark.spark]
 
@@ -53,7 +53,7 @@ class _HeldStart:
 
 
 def _serve(tmp_path, monkeypatch, fmt: str, held: _HeldStart):
-    from kdaemon.sinks.spark import uploader as uploader_mod
+    from kdaemon.sinks.spark.uploader import process as uploader_mod
     monkeypatch.setattr(uploader_mod.signal, "signal", lambda *_: None)   # serve() runs in a thread here
     path = tmp_path / "lake" / "db" / "events"
     settings = {"type": "spark", "format": fmt, "master": "local[1]", "path": str(path),
@@ -89,10 +89,10 @@ def test_direct_jobs_are_served_while_the_session_starts(tmp_path, monkeypatch, 
         sink.write(_records(0, range(0, 30)) + _records(1, range(0, 12)))
         sink.flush()   # confirmed: committed to the table
         assert not up.writer.session_ready and not held.release.is_set()
-        assert tables.FORMATS[fmt].committed_offsets(path) == {(TOPIC, 0): 29, (TOPIC, 1): 11}
+        assert formats.FORMATS[fmt].committed_offsets(path) == {(TOPIC, 0): 29, (TOPIC, 1): 11}
         sink.write(_records(0, range(30, 40)))
         sink.flush()
-        assert tables.FORMATS[fmt].committed_offsets(path) == {(TOPIC, 0): 39, (TOPIC, 1): 11}
+        assert formats.FORMATS[fmt].committed_offsets(path) == {(TOPIC, 0): 39, (TOPIC, 1): 11}
     finally:
         _stop(up, sink, serving, held)
     rows = spark.read.format(fmt).load(path).select("partition", "offset", "value.n", "value.kind").collect()
@@ -104,7 +104,7 @@ def test_a_job_that_needs_spark_waits_and_fails_with_the_start(tmp_path, monkeyp
     """A table the direct path does not write (here: another schema) needs Spark: its job waits
     for the session; a session that cannot start fails the job (the worker keeps its batch and
     rewinds) and ends the uploader, which the supervisor starts again with backoff."""
-    from kdaemon.sinks.spark import delta
+    from kdaemon.sinks.spark.tables import delta
     from pyspark.sql import types as T
     import pyarrow as pa
     held = _HeldStart(fail=True)
@@ -127,7 +127,7 @@ def test_a_job_that_needs_spark_waits_and_fails_with_the_start(tmp_path, monkeyp
         assert result == [EXIT_CANNOT_START]
     finally:
         _stop(up, sink, serving, held)
-    assert tables.delta.committed_offsets(path) == {("else", 0): 0}   # nothing of the job
+    assert formats.delta.committed_offsets(path) == {("else", 0): 0}   # nothing of the job
 
 
 def test_the_jvm_starts_at_a_lower_priority_with_direct_writes(tmp_path):

@@ -95,8 +95,8 @@ def test_kill_uploader_and_workers_loses_and_duplicates_nothing(broker, spark, t
     if fmt != "parquet":
         # The table records each partition's newest offset it holds (a batch may end in records
         # the header rule dropped: at most the partition's end).
-        from kdaemon.sinks.spark import tables
-        recorded = tables.FORMATS[fmt].committed_offsets(str(out))
+        from kdaemon.sinks.spark.tables import formats
+        recorded = formats.FORMATS[fmt].committed_offsets(str(out))
         newest = {p: max(r["offset"] for r in rows if r["partition"] == p) for p in range(4)}
         for p, end in produced.ends().items():
             assert newest[p] <= recorded.get((topic, p), -1) < end, (p, recorded, newest, end)

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from kdaemon.sinks.spark import tables
+from kdaemon.sinks.spark.tables import formats
 from testkit.spark import (SizeSampler, SparkDaemon, make_record, new_topic, produce, Produced,
                                  read_output, requires_spark, row_key, spark_config, assert_exact,
                                  committed, ts_of)
@@ -269,7 +269,7 @@ def test_a_new_group_starts_where_the_table_already_is(broker, spark, tmp_path):
             assert "uploaded " in daemon.log()
     log = daemon.log()
     starts = re.findall(rf"{re.escape(topic)}-(\d) starts at offset (\d+), where the sink's output already is", log)
-    recorded = tables.FORMATS["delta"].committed_offsets(str(out))
+    recorded = formats.FORMATS["delta"].committed_offsets(str(out))
     assert sorted(starts) == sorted((str(p), str(recorded[(topic, p)] + 1)) for p in range(2)), log
     assert "uploaded " not in log, log
     assert_exact(read_output(spark, out, "delta"), produced.expected())

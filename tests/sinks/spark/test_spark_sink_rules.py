@@ -18,11 +18,12 @@ import pyarrow.parquet as pq  # noqa: E402
 from kdaemon.client.types import OffsetAndMetadata, TopicPartition  # noqa: E402
 from kdaemon.config import parse  # noqa: E402
 from kdaemon.plugins.types import Record  # noqa: E402
-from kdaemon.sinks.spark import layout, uploader as uploader_mod  # noqa: E402
-from kdaemon.sinks.spark.layout import BatchId  # noqa: E402
+from kdaemon.sinks.spark.tables import layout
+from kdaemon.sinks.spark.uploader import process as uploader_mod  # noqa: E402
+from kdaemon.sinks.spark.tables.layout import BatchId  # noqa: E402
 from kdaemon.sinks.spark.staging import (SparkSink, SparkUploadError, UploaderUnavailable,  # noqa: E402
                                           validate_settings)
-from kdaemon.sinks.spark.uploader import Request, Uploader  # noqa: E402
+from kdaemon.sinks.spark.uploader.process import Request, Uploader  # noqa: E402
 from kdaemon.sinks.spark.wire import UploadReply, UploadRequest, parse_line  # noqa: E402
 from kdaemon.worker.build import PipelineParts  # noqa: E402
 from kdaemon.worker.pipeline import Mode, Worker  # noqa: E402
@@ -55,7 +56,7 @@ class FakeWriter:
         self.careful: list[bool] = []   # how each job was prepared
 
     def prepare(self, batches, tmp_dir, careful=True):
-        from kdaemon.sinks.spark.writer import Job
+        from kdaemon.sinks.spark.uploader.writer import Job
         self.careful.append(careful)
         return Job(df=batches, tmp_dir=tmp_dir)
 
@@ -67,7 +68,7 @@ class FakeWriter:
         batches, tmp_dir = job.df, job.tmp_dir
         self.jobs += 1
         if self.bad_value and not self.careful[-1]:
-            from kdaemon.sinks.spark.writer import BadValues
+            from kdaemon.sinks.spark.uploader.writer import BadValues
             raise BadValues("[USER_RAISED_EXCEPTION] kdaemon: a value does not parse as value_schema")
         tables = []
         self.held_offsets = []

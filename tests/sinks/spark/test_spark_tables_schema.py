@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from kdaemon.sinks.spark import tables
-from kdaemon.sinks.spark.uploader import Uploader
-from kdaemon.sinks.spark.writer import SchemaMismatch
+from kdaemon.sinks.spark.tables import formats
+from kdaemon.sinks.spark.uploader.process import Uploader
+from kdaemon.sinks.spark.uploader.writer import SchemaMismatch
 from testkit.spark import fresh_jvm, requires_spark, staged_request
 
 requires_spark()
@@ -34,7 +34,7 @@ def _uploader(lake, tmp_path, fmt: str, name: str, schema: str, merge: bool | No
     settings = {"type": "spark", "format": fmt, "master": "local[1]", "path": str(lake / "db" / name),
                 "value_schema": schema, "partition_by": ["topic"]}
     if fmt == "iceberg":   # a session that writes both formats: Delta's settings added by the user
-        delta = tables.FORMATS["delta"].session_conf()
+        delta = formats.FORMATS["delta"].session_conf()
         settings["conf"] = {k: delta[k] for k in ("spark.jars", "spark.sql.extensions",
                                                   "spark.sql.catalog.spark_catalog")}
     if merge is not None:
@@ -60,7 +60,7 @@ def test_a_new_field_fails_without_merge_schema_and_joins_with_it(lake, tmp_path
     with pytest.raises(SchemaMismatch, match="set merge_schema = true") as failed:
         strict.upload([req])
     print(f"{fmt} without merge_schema: {failed.value}")
-    assert tables.FORMATS[fmt].committed_offsets(str(lake / "db" / name)) == {("t", 0): 2}
+    assert formats.FORMATS[fmt].committed_offsets(str(lake / "db" / name)) == {("t", 0): 2}
 
     merging = _uploader(lake, tmp_path, fmt, name, "id BIGINT, kind STRING", merge=True)
     assert merging.upload([req])[0] == 3 and req.error is None
@@ -68,7 +68,7 @@ def test_a_new_field_fails_without_merge_schema_and_joins_with_it(lake, tmp_path
     reader = spark.read.format(fmt).load(str(lake / "db" / name))
     got = sorted((r["id"], r["kind"]) for r in reader.select("offset", "value.*").collect())
     assert got == [(0, None), (1, None), (2, None), (3, "y"), (4, "y"), (5, "y")]
-    assert tables.FORMATS[fmt].committed_offsets(str(lake / "db" / name)) == {("t", 0): 5}
+    assert formats.FORMATS[fmt].committed_offsets(str(lake / "db" / name)) == {("t", 0): 5}
 
     # A type change is not one merge_schema makes: named as such.
     changed = _uploader(lake, tmp_path, fmt, name, "id STRING, kind STRING", merge=True)

@@ -27,7 +27,8 @@ pytest.importorskip("pyarrow", reason="the spark sink needs pyarrow (pip install
 
 from kdaemon.exit_codes import EXIT_CONFIG, EXIT_SINK_REFUSED  # noqa: E402
 from kdaemon.plugins.companion import CompanionSpec  # noqa: E402
-from kdaemon.sinks.spark import jars, staging  # noqa: E402
+from kdaemon.sinks.spark.tables import jars
+from kdaemon.sinks.spark import staging  # noqa: E402
 from kdaemon.supervisor.companion_run import launch  # noqa: E402
 from testkit.daemon import Daemon  # noqa: E402
 from testkit.spark import spark_config  # noqa: E402
@@ -69,7 +70,7 @@ def test_a_mismatch_names_both_versions_and_the_fix():
     assert found.line().startswith(f"the installed pyspark is {FAKE}, but the staged iceberg jars are built for "
                                    "Spark 4.1; to fix: install pyspark 4.1 (pip install 'pyspark==4.1.*'")
     assert "stage iceberg jars built for Spark 4.3" in found.fix
-    assert "python -m kdaemon.sinks.spark.jars iceberg" in found.fix
+    assert "python -m kdaemon.sinks.spark.tables.jars iceberg" in found.fix
     jvm = jars.mismatch("delta", "4.2.0", jars.JVM)
     assert jvm.problem == "the JVM's Spark (spark.version) is 4.2.0, but the staged delta jars are built for Spark 4.1"
     assert "SPARK_HOME" in jvm.fix
@@ -96,7 +97,7 @@ def test_check_config_names_both_versions(tmp_path):
 def test_the_uploader_refuses_to_start_with_exit_6_once(tmp_path):
     """The uploader as the supervisor starts it: one line, exit 6, before any JVM or socket."""
     settings = {"type": "spark", "path": str(tmp_path / "lake"), "format": "iceberg"}
-    spec = CompanionSpec("spark-uploader", entry="kdaemon.sinks.spark.uploader:run",
+    spec = CompanionSpec("spark-uploader", entry="kdaemon.sinks.spark.uploader.process:run",
                          kwargs={"settings": settings, "state_dir": str(tmp_path / "state")})
     argv, env = launch(spec, "INFO", shim(tmp_path))
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
@@ -147,7 +148,7 @@ def test_a_jvm_of_another_spark_is_refused_once_the_session_is_up(tmp_path, monk
     hands back a session that says 4.3.0."""
     from pyspark.sql import SparkSession
 
-    from kdaemon.sinks.spark.writer import SparkMismatchError, SparkWriter
+    from kdaemon.sinks.spark.uploader.writer import SparkMismatchError, SparkWriter
 
     class Session:
         version = FAKE

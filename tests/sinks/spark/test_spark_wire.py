@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kdaemon.sinks.spark.layout import BatchId
+from kdaemon.sinks.spark.tables.layout import BatchId
 from kdaemon.sinks.spark.wire import ResumeQuery, UploadReply, UploadRequest, decode_request, parse_line
 
 

@@ -20,10 +20,11 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import arrow_rows, ddl, jars, refused_rows, tables
-from ...backoff import Backoff
-from ...durations import duration
-from .staging import spark_mismatch, validate_settings
+from ..tables import arrow_rows, ddl, jars, formats
+from . import refused_rows
+from ....backoff import Backoff
+from ....durations import duration
+from ..staging import spark_mismatch, validate_settings
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
@@ -212,7 +213,7 @@ class SparkWriter:
         self._direct_rows = self._direct_rows_types()
         if self._direct_rows and self.format == "iceberg":
             try:   # pyiceberg's import (0.5 s) now, while the workers read their first batches
-                from . import iceberg_commit  # noqa: F401
+                from ..tables import iceberg_commit  # noqa: F401
             except ImportError:
                 pass   # iceberg.append_files says so, and Spark writes the jobs
 
@@ -244,8 +245,8 @@ class SparkWriter:
             # (Spark would otherwise pick the address the host name resolves to).
             conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        if self.format in tables.FORMATS:
-            conf.update(tables.FORMATS[self.format].session_conf(self.path))
+        if self.format in formats.FORMATS:
+            conf.update(formats.FORMATS[self.format].session_conf(self.path))
         if remote:
             # A Connect client sets only runtime SQL settings; the server owns the rest (its
             # jars, UI, driver address), and Spark warns about every other one it is sent.
@@ -293,7 +294,7 @@ class SparkWriter:
         write where the uploader may not see), Parquet path mode (not yet),
         ``merge_schema`` (Delta's writer evolves the table), a ``value_schema`` type that only
         Spark reads, or ``direct_writes = false``."""
-        if not (self.direct and self.format in tables.FORMATS and self.settings.get("direct_writes", True)
+        if not (self.direct and self.format in formats.FORMATS and self.settings.get("direct_writes", True)
                 and not self.settings.get("merge_schema", False)):
             return None
         from pyspark.sql import types as T
@@ -327,7 +328,8 @@ class SparkWriter:
         if not (self.direct_writes and self.format == "delta"):
             return
         import pyarrow as pa
-        from . import delta, staged
+        from ..tables import delta
+        from .. import staged
         one = pa.table({"topic": ["kdaemon-warm-up"], "partition": pa.array([0], pa.int32()),
                         "offset": [0], "timestamp": [0], "timestamp_type": pa.array([0], pa.int8()),
                         "key": pa.array([None], pa.binary()), "value": pa.array([None], pa.binary()),
@@ -349,14 +351,14 @@ class SparkWriter:
         # A batch at a time: the job's memory is two batches' rows, whatever its size.
         pieces = arrow_rows.each_batch_rows(batches, self.value_format, arrow_value)
         try:
-            version = tables.FORMATS[self.format].append_files(pieces, self.path, self.partition_by, versions, schema)
+            version = formats.FORMATS[self.format].append_files(pieces, self.path, self.partition_by, versions, schema)
         except arrow_rows.NotDirect as exc:
             log.debug("this job goes through Spark: %s", exc)
             return False
         if version is None:
             log.debug("this job goes through Spark: the table is not one the direct path writes")
             return False
-        if self.format == "delta" and tables.delta.checkpoint_due(self.path, version):
+        if self.format == "delta" and formats.delta.checkpoint_due(self.path, version):
             self._checkpoint_soon()
         return True
 
@@ -370,7 +372,7 @@ class SparkWriter:
             return
 
         def loop() -> None:
-            from . import delta
+            from ..tables import delta
             while not self._stopping:
                 if self.spark is None:   # the session still starts: the request waits for it
                     time.sleep(0.5)
@@ -477,7 +479,7 @@ class SparkWriter:
         df = df.withColumn("headers", F.map_from_entries("headers"))
         job = Job(df=None, tmp_dir=tmp_dir)
         dead = []   # the dead letters: _DEAD_COLUMNS, the raw value
-        refusals = refused_rows.conditions(self.format, self.path) if careful and self.format in tables.FORMATS else []
+        refusals = refused_rows.conditions(self.format, self.path) if careful and self.format in formats.FORMATS else []
         if refusals:
             df = df.withColumn("_raw", F.col("value"))
         if self.value_format == "string":
@@ -532,15 +534,15 @@ class SparkWriter:
         return data_dir
 
     def append_table(self, job: "Job", versions: dict[tuple[str, int], int]) -> None:
-        """Table mode: the format's append (``tables.py``); ``versions`` holds each topic
+        """Table mode: the format's append (``tables/formats.py``); ``versions`` holds each topic
         partition's newest offset among the rows."""
         df = job.df.drop("_batch")
         merge = bool(self.settings.get("merge_schema", False))
         if self.format == "delta" and len(versions) > 1 and job.cached is None \
-                and tables.delta.commits_per_partition(self.spark, merge):
+                and formats.delta.commits_per_partition(self.spark, merge):
             job.cached = df = df.persist()   # one append per partition: read the held files once
         try:
-            tables.FORMATS[self.format].append(self.spark, df, self.path, self.partition_by, versions,
+            formats.FORMATS[self.format].append(self.spark, df, self.path, self.partition_by, versions,
                                                merge_schema=merge)
         except Exception as exc:
             raise_bad_values(exc)

@@ -4,7 +4,7 @@ A running daemon never downloads: ``stage(kind)`` resolves a pinned Maven projec
 (``maven/<kind>.pom.xml`` beside this file: exact versions, chosen to match the installed
 pyspark) from Maven Central into ``$KDAEMON_CACHE`` (default ``~/.cache/kdaemon``)
 ``/spark-jars/<kind>-<digest of the pom>/``, once; ``make install`` and ``make test`` call it
-(``python -m kdaemon.sinks.spark.jars delta``).  ``staged_jars(kind)`` is what the uploader puts
+(``python -m kdaemon.sinks.spark.tables.jars delta``).  ``staged_jars(kind)`` is what the uploader puts
 on ``spark.jars``; nothing staged is a clear error naming the command, at the uploader's start,
 not a download.
 
@@ -53,7 +53,7 @@ def staged_jars(kind: str) -> list[str]:
     d = stage_dir(kind)
     jars = sorted(str(p) for p in d.glob("*.jar")) if (d / "complete").exists() else []
     if not jars:
-        raise JarsMissing(f"the {kind} jars are not staged in {d}: run `python -m kdaemon.sinks.spark.jars {kind}` "
+        raise JarsMissing(f"the {kind} jars are not staged in {d}: run `python -m kdaemon.sinks.spark.tables.jars {kind}` "
                           "(Maven resolves them from Maven Central, once; `make install` does it)")
     return jars
 
@@ -102,7 +102,7 @@ class SparkMismatch:
             (f"run the uploader with Spark {self.wanted} (pyspark starts the Spark SPARK_HOME names: unset it for "
              f"pyspark's own, or point it at a Spark {self.wanted})")
         return (f"{use}, or stage {self.kind} jars built for Spark {_minor(self.found)} ({_pom(self.kind)}: its "
-                f"spark.minor and the {self.kind} version, then python -m kdaemon.sinks.spark.jars {self.kind})")
+                f"spark.minor and the {self.kind} version, then python -m kdaemon.sinks.spark.tables.jars {self.kind})")
 
     def line(self) -> str:
         return f"{self.problem}; to fix: {self.fix}"

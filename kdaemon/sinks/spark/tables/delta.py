@@ -27,7 +27,7 @@ JVM; it refuses, writing nothing, any table whose writer rules a blind append do
 follow.  Delta's checkpoints stay the JVM's (``checkpoint_due``, ``checkpoint``): the caller
 runs one beside the jobs every ``delta.checkpointInterval`` commits, as Delta's writer would.
 
-The rest of the exactly-once bookkeeping is shared with Iceberg (``tables.py``): the recorded
+The rest of the exactly-once bookkeeping is shared with Iceberg (``formats.py``): the recorded
 versions are the table's committed offsets, read from its log (``delta_log.transactions``).
 
 One table per (topic, consumer group): the application ids name the topic partition only.

@@ -15,7 +15,7 @@ it again with backoff (and at once after a reload that changed the settings).
 
 Exactly-once holds when the uploader and Spark's executors see the same filesystem at ``path``
 (local mode, or a shared mount): in Parquet mode the uploader moves Spark's output into place
-itself; a Delta or Iceberg table (``format = "delta"``/``"iceberg"``, ``tables.py``) gets
+itself; a Delta or Iceberg table (``format = "delta"``/``"iceberg"``, ``tables/formats.py``) gets
 commits that record each partition's newest offset, which the uploader reads back from the
 table's own files.
 
@@ -54,21 +54,22 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 import pyarrow.parquet as pq
 
-from ...exit_codes import EXIT_SINK_REFUSED
-from . import layout, refused_rows, tables
+from ....exit_codes import EXIT_SINK_REFUSED
+from .. import staged
+from ..resume import resume_points
+from ..tables import formats
+from ..tables import layout
+from ..tables.layout import BatchId
+from ..wire import Request, ResumeQuery, UploadReply, decode_request, parse_line, socket_path, staging_root
+from . import refused_rows
 from .failures import DETERMINISTIC, DETERMINISTIC_ATTEMPTS, PERMANENT, classify
-from .layout import BatchId
-from . import staged
+from .fresh import Fresh, inspect_batch, versions_of
+from .session_start import SessionStart
 from .writer import (BadValues, RowsRefused, SparkMismatchError, SparkStartError, SparkWriter, first_line,
                      wait_for_master)
-from .fresh import Fresh, inspect_batch, versions_of
-from .resume import resume_points
-from .session_start import SessionStart
-from .wire import ResumeQuery, UploadReply, decode_request, parse_line, socket_path, staging_root
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
@@ -93,20 +94,6 @@ class StoppedAtRefusedRows(Exception):
     """The table refused a row of the job for what it holds, and ``daemon.on_sink_error =
     "stop"``: the job is refused at once (``failures``: permanent), nothing of it committed,
     and the daemon stops with the table's line instead of dead-lettering the row."""
-
-
-
-@dataclass(eq=False)
-class Request:
-    conn: socket.socket | None
-    id: int
-    file: str
-    topic: str
-    batch: BatchId
-    rows: int
-    error: str | None = None
-    received: float = field(default_factory=time.monotonic)
-    held: str | None = None      # the Parquet file the job reads, made from ``file``
 
 
 
@@ -188,7 +175,7 @@ class Uploader:
                     return _cannot_start(exc)
             self._remove_own_tmp()
             log.info("uploader listening on %s, writing to %s%s%s", self.socket_path, self.root,
-                     f" (an {self.writer.format} table)" if self.writer.format in tables.FORMATS else "",
+                     f" (an {self.writer.format} table)" if self.writer.format in formats.FORMATS else "",
                      "" if self.writer.session_ready else "; its Spark session starts meanwhile")
             while not self._stop:
                 self._turn(server, 0.5)
@@ -465,7 +452,7 @@ class Uploader:
         with layout.partition_locks(root, partitions):
             for topic, partition in sorted(partitions):
                 self._finish_interrupted(topic, partition)
-            ranges = tables.uploaded_ranges(root, self.writer.format, partitions)
+            ranges = formats.uploaded_ranges(root, self.writer.format, partitions)
             fresh: list[Fresh] = []
             try:
                 return self._upload_held(requests, ranges, fresh)
@@ -583,7 +570,7 @@ class Uploader:
 
     def _write_rows_once(self, fresh: list[Fresh], careful: bool) -> None:
         """Path mode moves the job's files into place under their batch names; table mode
-        appends them to the Delta or Iceberg table (``tables.py``).  Either way pending records
+        appends them to the Delta or Iceberg table (``tables/formats.py``).  Either way pending records
         announce first what is about to appear, and the values that do not parse (``careful``)
         are moved into ``_kdaemon/dlq``."""
         root = self.root
@@ -603,7 +590,7 @@ class Uploader:
             versions = versions_of(fresh)
             self._announce(fresh, versions, moves)
             layout.move_durably(moves)
-            if self.writer.format in tables.FORMATS:
+            if self.writer.format in formats.FORMATS:
                 self.writer.append_table(job, versions)
         finally:
             self.writer.finish(job)
@@ -615,8 +602,8 @@ class Uploader:
         place, and in a table the commit about to record ``versions``."""
         for f in fresh:
             record: dict = {"files": [os.path.relpath(target, self.root) for _, target in moves.get(f.req.batch.name, ())]}
-            if self.writer.format in tables.FORMATS:
-                record["table"] = tables.pending_entry(self.writer.format, f.req.topic, f.req.batch.partition,
+            if self.writer.format in formats.FORMATS:
+                record["table"] = formats.pending_entry(self.writer.format, f.req.topic, f.req.batch.partition,
                                                        versions[(f.req.topic, f.req.batch.partition)])
             layout.write_durably(layout.pending_path(self.root, f.req.topic, f.req.batch), json.dumps(record).encode())
 
@@ -633,7 +620,7 @@ class Uploader:
             manifest = layout.manifest_path(self.root, topic, batch)
             if os.path.exists(manifest):
                 pass
-            elif "table" in record and tables.committed(self.root, record["table"]):
+            elif "table" in record and formats.committed(self.root, record["table"]):
                 self._write_manifest(topic, batch, recovered=True, table=record["table"])
                 log.warning("batch %s of %s: its %s commit (partition %s up to offset %s) happened before the "
                             "uploader stopped; its manifest is written now", batch.name, topic,

@@ -46,7 +46,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from . import delta_log, iceberg_meta
+from ..tables import delta_log, iceberg_meta
 from .failures import text
 
 # The error classes of a row the table refuses, wherever they appear in a failed job's text

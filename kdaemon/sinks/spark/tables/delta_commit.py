@@ -33,7 +33,7 @@ import json
 import time
 import uuid
 
-from ... import __version__
+from .... import __version__
 from .delta_log import TableState
 from .layout import create_if_absent
 

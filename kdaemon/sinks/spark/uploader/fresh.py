@@ -5,12 +5,9 @@ records (``layout.py``: the exactly-once rules)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import pyarrow.compute as pc
 
-if TYPE_CHECKING:
-    from .uploader import Request
+from ..wire import Request
 
 
 @dataclass(eq=False)
@@ -18,7 +15,7 @@ class Fresh:
     """A batch of this job that is not uploaded yet: how many of its rows are new (not inside
     ``drop``, the ranges of manifests it overlaps) and its record timestamps (ms)."""
 
-    req: "Request"
+    req: Request
     drop: list[tuple[int, int]]
     new_rows: int
     min_ts: int | None
@@ -35,7 +32,7 @@ def versions_of(fresh: list[Fresh]) -> dict[tuple[str, int], int]:
     return versions
 
 
-def inspect_batch(req: "Request", table, drop: list[tuple[int, int]]) -> Fresh:
+def inspect_batch(req: Request, table, drop: list[tuple[int, int]]) -> Fresh:
     """A staged batch's number of rows not inside ``drop``, its timestamp range, and the batch
     without those rows, which is what the job writes: a partition read again by its next owner
     after a rebalance (kdaemon/worker/delivery.py ``on_revoked``) comes in batches that overlap

@@ -69,7 +69,7 @@ _JAVA_CLASS = re.compile(r"\b(?:[a-z_$][\w$]*\.)+([A-Z][\w$]*(?:Error|Exception)
 
 _LINKAGE_FIX = ("the JVM's classes do not match their jars (a Delta or Iceberg jar built for another Spark, Scala "
                 "or Java version on spark.jars, or in [sink] conf): stage the jars pinned for this pyspark "
-                "(python -m kdaemon.sinks.spark.jars delta|iceberg) and remove any other, then start the daemon "
+                "(python -m kdaemon.sinks.spark.tables.jars delta|iceberg) and remove any other, then start the daemon "
                 "again")
 _STOP_POLICY_FIX = ("the table refuses a row for what it holds (a CHECK constraint, a NOT NULL column) and "
                     "daemon.on_sink_error = \"stop\": set on_sink_error to \"retry\" or \"dlq\" to write such rows to "

@@ -9,7 +9,7 @@ by ``partition_by`` (identity partitions on the same columns as path mode and De
 Iceberg has no idempotent-writer id like Delta's.  Each job is one append whose snapshot carries
 the property ``kdaemon.offsets``: every partition's newest offset in the table once the append
 is in (``iceberg_meta.py``).  Before writing, the uploader reads the table's committed offsets
-and drops rows at or below them, beside the manifests' ranges (``tables.py``): a job repeated
+and drops rows at or below them, beside the manifests' ranges (``formats.py``): a job repeated
 after a crash, or another uploader's overlapping batch, adds nothing.  The read and the append
 of a partition happen under its upload lock (``layout.partition_locks``), which is what keeps
 two uploaders from both appending the same new rows: on one host or a shared filesystem with
@@ -135,7 +135,7 @@ def append_files(pieces, table_path: str, partition_by: list[str], versions: dic
     takes the Spark path.  ``NotDirect`` (rows this path does not write) leaves no file either.
 
     The caller holds the upload lock of every partition in ``versions`` and has dropped the
-    rows at or below the offsets the table recorded (``tables.py``), so no other writer adds a
+    rows at or below the offsets the table recorded (``formats.py``), so no other writer adds a
     row of these partitions meanwhile.  Other partitions' commits may land first: the commit
     is then built again on the new metadata (its offsets merged, the table checked again); if
     the new metadata records one of *our* partitions further than when we began, the lock did
