@@ -33,6 +33,15 @@ from typing import Protocol
 
 TOPIC = "demo.events"
 TYPES = ["order.created", "order.shipped", "order.cancelled", "page.view", "heartbeat"]
+# The sample's JSON values as Spark reads them back: the Spark sink parses each value into these
+# typed columns (``value.id``, ...), so the read-back shows the sample's fields, not hex bytes.
+VALUE_SCHEMA = "id BIGINT, type STRING, amount DOUBLE, customer STRING"
+
+
+def sample_value(i: int, rng: random.Random) -> dict:
+    """The sample's ``i``-th value: the fields ``VALUE_SCHEMA`` declares."""
+    return {"id": i, "type": rng.choice(TYPES), "amount": round(rng.uniform(1, 500), 2),
+            "customer": f"c{rng.randrange(1000)}"}
 
 
 def _seed(bootstrap: str, records: int, partitions: int) -> dict[int, int]:
@@ -53,8 +62,8 @@ def _seed(bootstrap: str, records: int, partitions: int) -> dict[int, int]:
     rng = random.Random(42)
     now_ms = int(time.time() * 1000)
     for i in range(records):
-        kind = rng.choice(TYPES)
-        value = {"id": i, "type": kind, "amount": round(rng.uniform(1, 500), 2), "customer": f"c{rng.randrange(1000)}"}
+        value = sample_value(i, rng)
+        kind = value["type"]
         producer.produce(TOPIC, key=f"c{i % 1000}".encode(), value=json.dumps(value).encode(),
                          headers=[("type", kind.encode()), ("source", b"demo")], timestamp=now_ms,
                          on_delivery=delivered)
@@ -79,7 +88,7 @@ def _config(template: Path, bootstrap: str, state_dir: Path, metrics_port: int, 
     raw["dlq"]["path"] = str(state_dir / "dlq")
     if sink == "spark":
         raw["sink"] = {"type": "spark", "master": "local[2]", "path": str(state_dir / "spark-out"),
-                       "max_records": 20000, "max_age_s": 5}
+                       "max_records": 20000, "max_age_s": 5, "value_format": "json", "value_schema": VALUE_SCHEMA}
     path = state_dir / "kdaemon.toml"
     path.write_text(dump_toml(raw))
     return path
@@ -298,7 +307,9 @@ def read_back_command(sink: str, out: Path, python: str = sys.executable) -> str
     if sink == "spark":
         code = ("from pyspark.sql import SparkSession; "
                 'spark = SparkSession.builder.master("local[1]").getOrCreate(); '
-                f'df = spark.read.parquet({where}); df.show(5); print(df.count(), "records")')
+                f'df = spark.read.parquet({where}); '
+                'df.select("partition", "offset", "timestamp", "value.*").show(5, truncate=False); '
+                'print(df.count(), "records")')
     else:
         code = ("import json, pathlib; "
                 f'rows = [json.loads(l) for f in sorted(pathlib.Path({where}).glob("*.jsonl")) for l in open(f)]; '
