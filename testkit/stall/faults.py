@@ -275,6 +275,10 @@ class UploaderKiller(threading.Thread):
         self.kills = 0
         self.lifetimes: list[float] = []
         self.error: BaseException | None = None
+        # (pid, start time) of each uploader killed: on a loaded machine a SIGKILLed process can
+        # still look alive (not yet a zombie) at the next poll; it is killed again but counted once,
+        # so ``kills`` stays the number of uploaders the supervisor had to restart.
+        self._killed: set[tuple[int, float]] = set()
 
     def run(self) -> None:
         try:
@@ -287,18 +291,23 @@ class UploaderKiller(threading.Thread):
             self.error = exc
 
     def _kill(self, family: list[psutil.Process]) -> None:
-        for p in family:
-            self.sampler.note(p, "uploader")
         try:
-            self.lifetimes.append(time.time() - family[0].create_time())
+            started = family[0].create_time()
         except psutil.NoSuchProcess:
-            pass
+            return
+        again = (family[0].pid, started) in self._killed
+        if not again:
+            for p in family:
+                self.sampler.note(p, "uploader")
         for p in family:
             try:
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
-        self.kills += 1
+        if not again:
+            self._killed.add((family[0].pid, started))
+            self.lifetimes.append(time.time() - started)
+            self.kills += 1
 
 
 class UploaderKilled(SinkFault):
