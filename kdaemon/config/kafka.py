@@ -19,9 +19,10 @@ from typing import Any, Callable
 from ..client.config import ConsumerConfig
 from ..client.share.config import NOT_FOR_SHARE_GROUPS, ShareConsumerConfig
 from ..secrets import read_secret
-from ..suggest import did_you_mean
+from ..settings import did_you_mean
 from .model import GROUP_PROTOCOLS, GROUP_TYPES
-from .schema import STRING, Kind, key_path, kinds_of, string_or_list
+from ..settings import STRING, Kind, key_path, kinds_of
+from .schema import string_or_list
 
 SECRETS = ("sasl_password", "ssl_password")
 SECRET_SOURCES = {f"{name}{suffix}": name for name in SECRETS for suffix in ("_env", "_file")}

@@ -9,7 +9,7 @@ from typing import TextIO
 
 from ..plugins.types import Record, SinkWriteError
 from .encoding import encode_batch
-from ..suggest import unknown_keys
+from ..settings import unknown_keys
 
 
 def check_settings(kind: str, settings: dict, known: set[str]) -> None:

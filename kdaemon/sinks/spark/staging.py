@@ -33,7 +33,7 @@ from . import staged
 from .tables.jars import JarsMissing, staged_jars
 from .tables.layout import BatchId
 from .staged import as_bytes
-from ...suggest import unknown_keys
+from ...settings import unknown_keys
 from .uplink import SparkRefused, SparkUploadError, UploaderClient, UploaderUnavailable
 from .wire import UploadReply, socket_path, staging_root
 
