@@ -214,9 +214,19 @@ class SettingsError(ValueError):
         self.problems = tuple(problems)
         super().__init__("\n".join(self.lines()))
 
+    @classmethod
+    def joined(cls, errors: Iterable[SettingsError]) -> SettingsError:
+        """The problems of several tables as one error (each keyed by its table's path, under an
+        empty ``where``): a factory that checks sub-tables of its settings raises them at once."""
+        return cls("", [(_join(e.where, key), text) for e in errors for key, text in e.problems])
+
     def lines(self, where: str | None = None) -> list[str]:
+        return [f"{path}: {text}" for path, text in self.located(where)]
+
+    def located(self, where: str | None = None) -> list[tuple[str, str]]:
+        """The problems as (``where.key``, text) pairs, under ``where`` (default: the error's)."""
         w = self.where if where is None else where
-        return [f"{_join(w, key)}: {text}" for key, text in self.problems]
+        return [(_join(w, key), text) for key, text in self.problems]
 
 
 def _join(where: str, rel: str) -> str:
