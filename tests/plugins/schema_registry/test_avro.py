@@ -102,6 +102,14 @@ def test_avro_settings_errors_name_the_key():
         sr.avro_deserializer({**base, "avro": {"logical_types": 1}})
 
 
+def test_the_registry_and_the_formats_tables_are_checked_at_once():
+    with pytest.raises(ValueError) as info:
+        sr.avro_deserializer({"schema_registry": {"url": "http://r:1", "timeout_ms": -1}, "avro": {"logical_types": 1}})
+    assert str(info.value).splitlines() == [
+        "schema_registry.timeout_ms: expected an integer >= 1 (milliseconds), found integer -1",
+        "avro.logical_types: expected true or false, found integer 1"]
+
+
 def test_settings_errors_as_the_daemon_reports_them():
     with pytest.raises(ValueError, match=r"<run_plugin>: deserializer\.settings\.schema_registry\.url: required"):
         run_plugin(sr, [], deserializer=("schema_registry_avro", {"schema_registry": {}}))
