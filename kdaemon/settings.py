@@ -297,15 +297,16 @@ def parse_settings(cls: type[T], table: Any, where: str, *, ignore: Collection[s
     for key, value in table.items():
         if key in ignore:
             continue
+        name = toml_key(str(key))
         if retired is not None and key in retired:
-            problems.append((toml_key(key), retired[key]))
+            problems.append((name, retired[key]))
             continue
         f = known.get(key)
         if f is None:
             names = ", ".join(sorted(known)) or "none"
-            problems.append((toml_key(key), f"unknown setting{did_you_mean(key, known)} (known: {names})"))
+            problems.append((name, f"unknown setting{did_you_mean(str(key), known)} (known: {names})"))
             continue
-        wrong = f.kind.located(toml_key(key), value)
+        wrong = f.kind.located(name, value)
         if wrong:
             problems += wrong
             continue
