@@ -32,7 +32,7 @@ from ...plugins.types import Record, SinkRefused, TopicPartition
 from .tables import jars
 from . import staged
 from .tables.layout import BatchId
-from .settings import SHARE_GROUP_REFUSED, SparkSettings  # noqa: F401  (SHARE_GROUP_REFUSED: re-exported)
+from .settings import DEFAULT_MAX_BYTES, SHARE_GROUP_REFUSED, SparkSettings  # noqa: F401  (the first two: re-exported)
 from .staged import as_bytes
 from .uplink import SparkRefused, SparkUploadError, UploaderClient, UploaderUnavailable
 from .wire import UploadReply, socket_path, staging_root
