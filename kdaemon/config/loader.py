@@ -1,7 +1,7 @@
 """Reading a configuration file into ``DaemonConfig``: every problem at once, one line each.
 
-Each section is checked against the TOML types of the dataclass it fills (``kdaemon.settings.kinds_of``)
-before anything looks at its values, so a wrong type is reported as ``section.key: expected
+Each section is checked against the TOML types of the dataclass it fills
+(``kdaemon.settings.kinds_of``) before anything looks at its values, so a wrong type is reported as ``section.key: expected
 ..., found ...`` and a follow-up check never trips over it (no "give the topics" after
 ``daemon.topics[1]: expected a string``: the topics were given, wrongly).
 
@@ -19,13 +19,12 @@ import tomllib
 from collections.abc import Mapping
 
 from ..protocol.header_match import DEFAULTS as FILTER_DEFAULTS, rule_problems
-from ..settings import did_you_mean
+from ..settings import NUMBER, STRING, TABLE, Kind, check_table, did_you_mean, key_path, kinds_of, list_of
 from .env import Layout, Override, Overrides, read_overrides
 from .kafka import KAFKA_KINDS, SECRET_SOURCES, SECRETS, kafka_section
 from .model import (DEFAULT_DLQ_DIR, DEFAULT_PLUGINS, ERROR_POLICIES_DESERIALIZE, ERROR_POLICIES_SINK, ON_STOP,
                     SHARE_ISOLATION_LEVELS, SHARE_OFFSET_RESETS, ConfigError, DaemonConfig, DaemonSection,
                     DeserializerConfig, FilterConfig, InterceptorConfig, ShareSection, SinkConfig)
-from ..settings import NUMBER, STRING, TABLE, Kind, check_table, key_path, kinds_of, list_of
 from .schema import section_kind, table_array_kind
 
 
