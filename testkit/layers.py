@@ -48,8 +48,8 @@ LEAVES: frozenset[str] = frozenset({
     "backoff",    # the one Backoff type
     "exit_codes", # the exit codes workers and the supervisor share
     "durations",  # how long, as log lines and STATUS= word it
-    "suggest",    # "did you mean": unknown keys named with their closest known one
     "secrets",    # a password named by an environment variable or a file
+    "settings",   # the one settings checker: TOML tables into typed dataclasses, "did you mean" included
 })
 
 RANK: dict[str, int] = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -3,14 +3,16 @@
 Validation collects *every* problem and reports each as ``file: section.key: problem`` so an
 operator fixes a file in one pass (the CLI exits 2).  A value of the wrong TOML type is always
 ``file: section.key: expected <type>, found <type> <value>`` (``daemon.topics[1]`` for a list
-element), from one description of each key's type (``schema``).  ``KDAEMON_<SECTION>_<KEY>``
+element), from one description of each key's type (``kdaemon.settings``, the checker every sink
+and plugin uses too).  ``KDAEMON_<SECTION>_<KEY>``
 environment variables set values over the file (``env``) and get the same checks; their
 problems start ``environment <VARIABLE>:`` instead of ``file:``.
 
 The package, by responsibility:
 
 * ``model``: the dataclasses (their annotations are the type schema) and ``ConfigError``;
-* ``schema``: TOML type descriptions (``Kind``) derived from those annotations, and the wording;
+* ``schema``: the file's own kinds (its sections, arrays of tables, the consumer's list options),
+  on top of ``kdaemon.settings`` (``Kind`` derived from those annotations, and the wording);
 * ``kafka``: the ``[kafka]`` section, typed from ``ConsumerConfig`` and checked by it (by
   ``ShareConsumerConfig`` with ``group_type = "share"``, which refuses consumer-group options);
 * ``loader``: ``load``/``parse``, the other sections (``[share]``: a share group's configs), the

@@ -44,8 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..suggest import did_you_mean
-from .schema import key_path, toml_key, toml_string, toml_type, toml_value
+from ..settings import did_you_mean, key_path, toml_key, toml_string, toml_type, toml_value
 
 PREFIX = "KDAEMON_"
 # kdaemon's own variables that are not configuration: where jars and test brokers are cached

@@ -19,9 +19,9 @@ from typing import Any, Callable
 from ..client.config import ConsumerConfig
 from ..client.share.config import NOT_FOR_SHARE_GROUPS, ShareConsumerConfig
 from ..secrets import read_secret
-from ..suggest import did_you_mean
+from ..settings import STRING, Kind, did_you_mean, key_path, kinds_of
 from .model import GROUP_PROTOCOLS, GROUP_TYPES
-from .schema import STRING, Kind, key_path, kinds_of, string_or_list
+from .schema import string_or_list
 
 SECRETS = ("sasl_password", "ssl_password")
 SECRET_SOURCES = {f"{name}{suffix}": name for name in SECRETS for suffix in ("_env", "_file")}

@@ -1,7 +1,7 @@
 """Reading a configuration file into ``DaemonConfig``: every problem at once, one line each.
 
-Each section is checked against the TOML types of the dataclass it fills (``schema.kinds_of``)
-before anything looks at its values, so a wrong type is reported as ``section.key: expected
+Each section is checked against the TOML types of the dataclass it fills
+(``kdaemon.settings.kinds_of``) before anything looks at its values, so a wrong type is reported as ``section.key: expected
 ..., found ...`` and a follow-up check never trips over it (no "give the topics" after
 ``daemon.topics[1]: expected a string``: the topics were given, wrongly).
 
@@ -19,22 +19,13 @@ import tomllib
 from collections.abc import Mapping
 
 from ..protocol.header_match import DEFAULTS as FILTER_DEFAULTS, rule_problems
-from ..suggest import did_you_mean
+from ..settings import NUMBER, STRING, TABLE, Kind, check_table, did_you_mean, key_path, kinds_of, list_of
 from .env import Layout, Override, Overrides, read_overrides
 from .kafka import KAFKA_KINDS, SECRET_SOURCES, SECRETS, kafka_section
 from .model import (DEFAULT_DLQ_DIR, DEFAULT_PLUGINS, ERROR_POLICIES_DESERIALIZE, ERROR_POLICIES_SINK, ON_STOP,
                     SHARE_ISOLATION_LEVELS, SHARE_OFFSET_RESETS, ConfigError, DaemonConfig, DaemonSection,
                     DeserializerConfig, FilterConfig, InterceptorConfig, ShareSection, SinkConfig)
-from .schema import NUMBER, STRING, TABLE, Kind, check_table, key_path, kinds_of, list_of
-
-
-def _table(name: str) -> Kind:
-    return Kind(f"a table ([{name}])", lambda v: isinstance(v, dict))
-
-
-def _table_array(name: str) -> Kind:
-    # Elements are checked by the section, so that one bad entry does not hide the others.
-    return Kind(f"an array of tables ([[{name}]])", lambda v: isinstance(v, list))
+from .schema import section_kind, table_array_kind
 
 
 DAEMON_KINDS = kinds_of(DaemonSection)
@@ -54,8 +45,8 @@ TABLES: dict[str, dict[str, Kind]] = {"kafka": KAFKA_KINDS, "daemon": DAEMON_KIN
 TABLE_ARRAYS = ("filters", "interceptors")
 TOP_KINDS: dict[str, Kind] = {
     "plugins": list_of(STRING, "a list of plugin names"),
-    **{name: _table(name) for name in TABLES},
-    **{name: _table_array(name) for name in TABLE_ARRAYS},
+    **{name: section_kind(name) for name in TABLES},
+    **{name: table_array_kind(name) for name in TABLE_ARRAYS},
 }
 # What KDAEMON_<SECTION>_<KEY> variables can set (kdaemon.config.env).
 ENV_LAYOUT = Layout(

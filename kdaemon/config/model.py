@@ -1,6 +1,6 @@
 """The loaded configuration as typed dataclasses, and the one error every problem is reported in.
 
-The annotations here are also the configuration's type schema: ``kdaemon.config.schema`` reads
+The annotations here are also the configuration's type schema: ``kdaemon.settings`` reads
 them to check a file's values and to word each problem, so a field's type is written once.
 """
 

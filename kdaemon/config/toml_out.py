@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .schema import toml_key, toml_value
+from ..settings import toml_key, toml_value
 
 
 def _is_table_array(value: Any) -> bool:

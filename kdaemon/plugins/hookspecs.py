@@ -8,6 +8,9 @@ plugins can offer the same kind of thing without clashing, and an unused factory
 A factory receives the ``settings`` table from the configuration entry that named it (a plain
 dict of TOML values) and returns the object the worker will call.  Raise ``ValueError`` from a
 factory for bad settings: the message is shown to the operator as a configuration error.
+``kdaemon.plugins.parse_settings(Dataclass, settings, where)`` parses the table into a frozen
+dataclass and raises ``SettingsError`` (a ``ValueError``) listing every problem, which the
+operator reads one per line as the daemon's own (``sink.key: expected ..., found ...``).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from ..suggest import did_you_mean
+from ..settings import did_you_mean
 
 Op = Literal["equals", "in", "prefix", "regex", "exists", "missing"]
 OPS: tuple[str, ...] = ("equals", "in", "prefix", "regex", "exists", "missing")

@@ -41,7 +41,7 @@ def _validate_spark(settings: dict, context: SinkContext | None) -> None:
         from .spark.staging import validate_settings
     except ImportError as exc:
         raise ValueError(f"the spark sink needs the spark extra (pip install 'kdaemon[spark]'): {exc}") from None
-    # The same checks the workers and the uploader make (a share group refused: staging.py).
+    # The same checks the workers and the uploader make (a share group refused: spark/settings.py).
     validate_settings(settings, group_type=context.group_type if context is not None else "consumer")
 
 
@@ -88,11 +88,16 @@ def kdaemon_sinks(context: SinkContext | None):
 @hookimpl
 def kdaemon_sink_companions(sink_type: str, settings: dict, context: SinkContext):
     """The spark sink's uploader: one process per daemon holding the SparkSession.  Its spec
-    carries the whole ``[sink]`` table and ``[daemon] on_sink_error`` (what to do with rows a
-    table refuses), so a reload that changes any of them restarts the uploader (which reads its
-    settings only when it starts)."""
+    carries the sink's ``SparkSettings`` (as ``to_wire()`` writes them: every default filled in)
+    and ``[daemon] on_sink_error`` (what to do with rows a table refuses), so a reload that
+    changes any of them restarts the uploader (which reads its settings only when it starts)."""
     if sink_type != "spark":
         return None
+    try:
+        from .spark.settings import SparkSettings
+    except ImportError as exc:
+        raise ValueError(f"the spark sink needs the spark extra (pip install 'kdaemon[spark]'): {exc}") from None
+    parsed = SparkSettings.parse(settings, group_type=context.group_type)
     return [CompanionSpec("spark-uploader", entry="kdaemon.sinks.spark.uploader.process:run",
-                          kwargs={"settings": settings, "state_dir": context.state_dir,
+                          kwargs={"settings": parsed.to_wire(), "state_dir": context.state_dir,
                                   "on_sink_error": context.on_sink_error})]

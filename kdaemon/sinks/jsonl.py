@@ -43,13 +43,14 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ..plugins.types import Record, SinkWriteError
+from ..settings import SettingsError, parse_settings, setting
 from .encoding import encode_batch
 from .jsonl_index import directory_high, highest_of, merge, rename_index, write_index
 from .jsonl_share import SharedOffsets, spans_of
-from .simple import check_settings
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +61,30 @@ OPEN_SUFFIX = ".jsonl.open"
 DONE_SUFFIX = ".jsonl"
 _BUFFER_BYTES = 256 * 1024
 _STALE_EMPTY_AGE_S = 60.0  # an empty orphan younger than this may be a writer's brand-new file
-_SETTINGS = {"path", "prefix", "max_bytes", "max_age_s", "fsync", "dedupe"}
-_PREFIX_OK = re.compile(r"[A-Za-z0-9._-]+")
 GROUP_TYPES = ("consumer", "share")
+
+
+@dataclass(frozen=True)
+class JsonlSettings:
+    """The ``[sink]`` table of ``type = "jsonl"`` (``kdaemon.settings.parse_settings``)."""
+
+    path: str = setting(pattern=r"(?s).+", expected="a directory path",
+                        needs="the directory to write files into (created if missing)")
+    prefix: str = setting(DEFAULT_PREFIX, pattern=r"[A-Za-z0-9._-]+",
+                          expected="a file-name part (letters, digits, '.', '_', '-')")
+    max_bytes: int = setting(DEFAULT_MAX_BYTES, min=1)
+    max_age_s: float = setting(DEFAULT_MAX_AGE_S, above=0, expected="a positive number of seconds")
+    fsync: bool = True
+    dedupe: bool = True   # never write a stored record twice
+
+    @classmethod
+    def parse(cls, settings: Mapping) -> JsonlSettings:
+        return parse_settings(cls, settings, "sink", check=_path_problems)
+
+
+def _path_problems(s: JsonlSettings):
+    if os.path.exists(s.path) and not os.path.isdir(s.path):
+        yield "path", f"{s.path} exists and is not a directory"
 
 
 class JsonlWriteError(Exception):
@@ -116,47 +138,21 @@ class JsonlSink:
             self.recovered = self.recover_orphans()
 
     @classmethod
-    def _parse_settings(cls, settings: dict):
-        check_settings("jsonl", settings, _SETTINGS)
-        path = settings.get("path")
-        if not isinstance(path, str) or not path:
-            raise ValueError("path is required: the directory to write files into")
-        prefix = settings.get("prefix", DEFAULT_PREFIX)
-        if not isinstance(prefix, str) or not _PREFIX_OK.fullmatch(prefix):
-            raise ValueError(f"prefix must be a non-empty file-name part (letters, digits, '.', '_', '-'), "
-                             f"not {prefix!r}")
-        max_bytes = settings.get("max_bytes", DEFAULT_MAX_BYTES)
-        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes <= 0:
-            raise ValueError(f"max_bytes must be a positive integer, not {max_bytes!r}")
-        max_age_s = settings.get("max_age_s", DEFAULT_MAX_AGE_S)
-        if not isinstance(max_age_s, (int, float)) or isinstance(max_age_s, bool) or max_age_s <= 0:
-            raise ValueError(f"max_age_s must be a positive number of seconds, not {max_age_s!r}")
-        fsync = settings.get("fsync", True)
-        if not isinstance(fsync, bool):
-            raise ValueError(f"fsync must be true or false, not {fsync!r}")
-        dedupe = settings.get("dedupe", True)
-        if not isinstance(dedupe, bool):
-            raise ValueError(f"dedupe must be true or false, not {dedupe!r}")
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise ValueError(f"path {path!r} exists and is not a directory")
-        return path, prefix, max_bytes, max_age_s, fsync, dedupe
-
-    @classmethod
-    def validate_settings(cls, settings: dict) -> None:
+    def validate_settings(cls, settings: Mapping) -> None:
         """The checks of ``from_settings`` without creating anything (for check-config)."""
-        cls._parse_settings(settings)
+        JsonlSettings.parse(settings)
 
     @classmethod
-    def from_settings(cls, settings: dict, **kwargs) -> JsonlSink:
-        """Settings: ``path`` (directory, required; created if missing), ``prefix``
-        ("records"), ``max_bytes`` (128 MiB), ``max_age_s`` (3600), ``fsync`` (true),
-        ``dedupe`` (true: never write a stored record twice)."""
-        path, prefix, max_bytes, max_age_s, fsync, dedupe = cls._parse_settings(settings)
+    def from_settings(cls, settings: Mapping, **kwargs) -> JsonlSink:
+        """Settings: ``JsonlSettings`` (``path``, the directory, is required and created if
+        missing)."""
+        s = JsonlSettings.parse(settings)
         try:
-            return cls(path, prefix=prefix, max_bytes=max_bytes, max_age_s=float(max_age_s),
-                       fsync=fsync, dedupe=dedupe, **kwargs)
+            return cls(s.path, prefix=s.prefix, max_bytes=s.max_bytes, max_age_s=s.max_age_s,
+                       fsync=s.fsync, dedupe=s.dedupe, **kwargs)
         except OSError as exc:
-            raise ValueError(f"cannot use directory {path!r}: {exc.strerror or exc}") from exc
+            raise SettingsError("sink", [("path", f"cannot use directory {s.path}: {exc.strerror or exc}")]) \
+                from exc
 
     # -- the Sink protocol ----------------------------------------------------------------------
 

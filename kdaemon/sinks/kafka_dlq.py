@@ -55,7 +55,8 @@ Settings: ``topic`` (required; it must exist: the producer never creates topics)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..client.config import ConsumerConfig
@@ -66,10 +67,9 @@ from ..client.producer import Producer, ProducerSettings, connection_config
 from ..plugins.companion import SinkContext
 from ..plugins.types import Record, SinkRefused
 from ..protocol.compression import CODEC_BY_NAME
+from ..settings import found, parse_settings, setting
 from .encoding import ERROR_HEADER, PLUGIN_HEADER, STAGE_HEADER, error_parts
-from .simple import check_settings
 
-_SETTINGS = {"topic", "bootstrap_servers", "compression", "timeout_ms"}
 DEFAULT_TIMEOUT_MS = 30_000
 # How long one look at the topic (a Metadata request) may take: at start-up before consuming,
 # and as the probe while the worker waits for the cluster (it blocks the worker's loop).
@@ -81,38 +81,56 @@ ORIGINAL_TIMESTAMP_HEADER = "kdaemon.original.timestamp"
 _CONNECT_STAGES = {"interceptor": "TRANSFORMATION", "sink": "TASK_PUT", "delivery": "KAFKA_CONSUME"}
 
 
-def _parse(settings: dict, context: SinkContext | None) -> tuple[str, dict, str, int]:
-    check_settings("kafka", settings, _SETTINGS)
-    topic = settings.get("topic")
-    if not isinstance(topic, str) or not topic.strip():
-        raise ValueError("topic is required: the Kafka topic dead letters are written to")
-    overrides: dict[str, Any] = {}
-    if "bootstrap_servers" in settings:
-        servers = settings["bootstrap_servers"]
-        if isinstance(servers, str):
-            servers = [s for s in servers.split(",") if s.strip()]
-        if not isinstance(servers, (list, tuple)) or not servers or \
-                not all(isinstance(s, str) and s.strip() for s in servers):
-            raise ValueError(f"bootstrap_servers must be a non-empty string or list of host:port strings, "
-                             f"not {settings['bootstrap_servers']!r}")
-        overrides["bootstrap_servers"] = tuple(s.strip() for s in servers)
-    codec = settings.get("compression", "none")
-    if codec not in CODEC_BY_NAME:
-        raise ValueError(f"compression must be one of {', '.join(CODEC_BY_NAME)}, not {codec!r}")
-    timeout_ms = settings.get("timeout_ms", DEFAULT_TIMEOUT_MS)
-    if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms <= 0:
-        raise ValueError(f"timeout_ms must be a positive integer (milliseconds), not {timeout_ms!r}")
-    if context is not None and context.heartbeat_timeout_s and timeout_ms >= context.heartbeat_timeout_s * 1000:
-        raise ValueError(f"timeout_ms ({timeout_ms}) must be below [daemon] heartbeat_timeout_s "
-                         f"({context.heartbeat_timeout_s:g} s): the supervisor kills a worker blocked that long")
+@dataclass(frozen=True)
+class KafkaDlqSettings:
+    """The table of ``type = "kafka"``, a sink meant for ``[dlq]`` (``kdaemon.settings.parse_settings``)."""
+
+    topic: str = setting(pattern=r"(?s).*\S.*", expected="a topic name",
+                         needs="the Kafka topic dead letters are written to")
+    bootstrap_servers: str | tuple[str, ...] | None = setting(
+        None, expected="a string or a list of strings (host:port)")
+    compression: str = setting("none", choices=tuple(CODEC_BY_NAME))
+    timeout_ms: int = setting(DEFAULT_TIMEOUT_MS, min=1, expected="a positive integer (milliseconds)")
+
+    def servers(self) -> tuple[str, ...] | None:
+        """``bootstrap_servers`` as the producer takes them: a comma-separated string split
+        (empty parts dropped), a list's elements stripped (an empty one is a problem)."""
+        if self.bootstrap_servers is None:
+            return None
+        if isinstance(self.bootstrap_servers, str):
+            return tuple(s.strip() for s in self.bootstrap_servers.split(",") if s.strip())
+        return tuple(s.strip() for s in self.bootstrap_servers)
+
+
+def _parse(settings: Mapping, context: SinkContext | None) -> tuple[str, dict, str, int]:
+    """(topic, the connection's overrides, codec, timeout_ms); ``SettingsError`` naming every
+    problem, those that need the daemon's context (``[kafka]``, the heartbeat timeout) too."""
+    s = parse_settings(KafkaDlqSettings, settings, "sink", check=lambda s: _context_problems(s, context))
+    servers = s.servers()
+    return s.topic.strip(), ({"bootstrap_servers": servers} if servers is not None else {}), s.compression, \
+        s.timeout_ms
+
+
+def _context_problems(s: KafkaDlqSettings, context: SinkContext | None) -> Iterator[tuple[str, str]]:
+    servers = s.servers()
+    if servers is not None and (not servers or not all(servers)):
+        yield "bootstrap_servers", f"expected a host:port string or a non-empty list of them, " \
+                                   f"found {found(s.bootstrap_servers)}"
+        return
+    if context is not None and context.heartbeat_timeout_s and s.timeout_ms >= context.heartbeat_timeout_s * 1000:
+        yield "timeout_ms", (f"expected an integer below [daemon] heartbeat_timeout_s "
+                             f"({context.heartbeat_timeout_s:g} s, after which the supervisor kills a worker "
+                             f"blocked that long), found {found(s.timeout_ms)}")
     kafka: Mapping[str, Any] = context.kafka if context is not None else {}
-    if "bootstrap_servers" not in kafka and "bootstrap_servers" not in overrides:
-        raise ValueError("bootstrap_servers is required when [kafka] has none")
+    if "bootstrap_servers" not in kafka and servers is None:
+        yield "bootstrap_servers", "required when [kafka] has none"
+        return
     try:
-        connection_config(kafka, **overrides)
+        connection_config(kafka, **({"bootstrap_servers": servers} if servers is not None else {}))
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"connection settings: {str(exc).replace('invalid consumer configuration: ', '')}") from None
-    return topic.strip(), overrides, codec, timeout_ms
+        text = str(exc).replace("invalid consumer configuration: ", "")
+        yield ("bootstrap_servers" if servers is not None and text.startswith("bootstrap server") else ""), \
+            f"connection settings: {text}"
 
 
 def connect_headers(record: Record) -> list[tuple[str, bytes | None]]:
@@ -164,7 +182,7 @@ def refused_for_good(topic: str, exc: KafkaClientError) -> SinkRefused:
     return SinkRefused(f"dead-letter topic {topic}: {exc}", target=topic, fix=getattr(exc, "fix", ""))
 
 
-def preflight_settings(settings: dict, context: SinkContext | None,
+def preflight_settings(settings: Mapping, context: SinkContext | None,
                        timeout_ms: int = PREFLIGHT_TIMEOUT_MS) -> str | None:
     """``check_topic`` for a ``[dlq]`` table, without building the sink (``kdaemon
     check-config``)."""
@@ -182,12 +200,12 @@ class KafkaDeadLetterSink:
         self.timeout_ms = timeout_ms
 
     @classmethod
-    def validate_settings(cls, settings: dict, context: SinkContext | None = None) -> None:
+    def validate_settings(cls, settings: Mapping, context: SinkContext | None = None) -> None:
         """The checks of ``from_settings`` without connecting (for check-config)."""
         _parse(settings, context)
 
     @classmethod
-    def from_settings(cls, settings: dict, context: SinkContext | None = None) -> "KafkaDeadLetterSink":
+    def from_settings(cls, settings: Mapping, context: SinkContext | None = None) -> "KafkaDeadLetterSink":
         topic, overrides, codec, timeout_ms = _parse(settings, context)
         config = connection_config(context.kafka if context is not None else {}, **overrides)
         producer = Producer(config, ProducerSettings(compression=codec, client_id_suffix="-dlq"))

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TextIO
 
 from ..plugins.types import Record, SinkWriteError
+from ..settings import parse_settings
 from .encoding import encode_batch
-from ..suggest import unknown_keys
 
 
-def check_settings(kind: str, settings: dict, known: set[str]) -> None:
-    """Refuse keys a sink does not know (``type`` is always allowed: it is the [sink] table)."""
-    unknown = sorted(set(settings) - known - {"type"})
-    if unknown:
-        raise ValueError(f"unknown {kind} sink setting(s): {unknown_keys(unknown, known)} "
-                         f"(known: {', '.join(sorted(known | {'type'}))})")
+@dataclass(frozen=True)
+class NoSettings:
+    """The settings of a sink that takes none: any key but ``type`` is unknown."""
 
 
 class StdoutSink:
@@ -32,7 +30,7 @@ class StdoutSink:
 
     @classmethod
     def from_settings(cls, settings: dict) -> StdoutSink:
-        check_settings("stdout", settings, set())
+        parse_settings(NoSettings, settings, "sink")
         return cls()
 
     def _out(self) -> TextIO:
@@ -68,7 +66,7 @@ class NullSink:
 
     @classmethod
     def from_settings(cls, settings: dict) -> NullSink:
-        check_settings("null", settings, set())
+        parse_settings(NoSettings, settings, "sink")
         return cls()
 
     def write(self, records: Sequence[Record]) -> None:

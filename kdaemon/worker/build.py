@@ -1,7 +1,9 @@
 """Turn a validated configuration and the loaded plugins into the objects a worker runs.
 
 Done once per worker (after fork).  Unknown names and factories that refuse their settings are
-reported as configuration problems in the same ``file: section.key: problem`` form.
+reported as configuration problems in the same ``file: section.key: problem`` form.  A factory
+that checks its table with ``kdaemon.settings.parse_settings`` raises a ``SettingsError``: its
+problems are listed one per line, each under the table the factory was given (``table_of``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from ..config import ConfigError, DaemonConfig, FilterConfig
 from ..plugins.companion import SinkContext
 from ..plugins.types import SinkRefused
 from ..protocol.header_match import HeaderRule, HeaderRules, resolve_default
+from ..settings import SettingsError
 from .memory import MemoryShares
 
 
@@ -66,6 +69,18 @@ def sink_context(config: DaemonConfig) -> SinkContext:
                        memory_budget_bytes=MemoryShares.of(d.memory_budget_mb).sink_bytes,
                        kafka=config.consumer_options(), on_sink_error=d.on_sink_error,
                        group_type=config.group_type)
+
+
+def table_of(kind: str, table: str, exc: SettingsError) -> str:
+    """Where ``exc``'s problems are in the file.  A sink's settings are its whole table, which it
+    calls ``sink`` (its first name part): the daemon says ``dlq`` where it is the DLQ.  Another
+    factory's settings are the ``settings`` table of the entry naming it, and its problems'
+    ``where`` is a path inside that table (``schema_registry`` for
+    ``[deserializer.settings.schema_registry]``; empty for the table itself)."""
+    if kind == "sink":
+        first, dot, rest = exc.where.partition(".")
+        return table + dot + rest
+    return f"{table}.{exc.where}" if exc.where else table
 
 
 def check_against_plugins(config: DaemonConfig, plugins) -> list[str]:
@@ -133,9 +148,19 @@ def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False
     path = config.path
 
     def problem(where: str, text: str) -> None:
-        problems.append(f"{path}: {where}: {text}")
+        line = f"{path}: {where}: {text}"
+        if line not in problems:   # the key and value deserializers share one settings table
+            problems.append(line)
 
-    def make(kind: str, where: str, factories: dict, name: str, settings: dict):
+    def refused(kind: str, where: str, table: str, name: str, exc: Exception) -> None:
+        if isinstance(exc, SettingsError):
+            for at, text in exc.located(table_of(kind, table, exc)):
+                problem(at, text)
+        else:
+            problem(where, f"{kind} {name!r} refused its settings: {exc}")
+
+    def make(kind: str, where: str, table: str, factories: dict, name: str, settings: dict):
+        """``table``: where ``settings`` are in the file, for the problems a factory names."""
         factory = factories.get(name)
         if factory is None:
             problem(where, f"no {kind} named {name!r} (available: {', '.join(sorted(factories)) or 'none'}; "
@@ -149,14 +174,14 @@ def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False
                 try:
                     validate(settings)
                 except (ValueError, TypeError, KeyError) as exc:
-                    problem(where, f"{kind} {name!r} refused its settings: {exc}")
+                    refused(kind, where, table, name, exc)
                 except Exception as exc:   # a plugin's bug: named, never a traceback
                     problem(where, f"{kind} {name!r}: validate(settings) failed with {type(exc).__name__}: {exc}")
             return None
         try:
             return factory(settings)
         except (ValueError, TypeError, KeyError) as exc:
-            problem(where, f"{kind} {name!r} refused its settings: {exc}")
+            refused(kind, where, table, name, exc)
         except Exception as exc:
             problem(where, f"{kind} {name!r} could not be built: {type(exc).__name__}: {exc}")
         return None
@@ -171,7 +196,8 @@ def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False
         if pending_rules:
             chain.append(_rule_group(pending_rules, config.daemon.filter_default))
             pending_rules = []
-        built = make("header filter", f"filters[{i}].plugin", filter_factories, f.plugin, f.settings)
+        built = make("header filter", f"filters[{i}].plugin", f"filters[{i}].settings", filter_factories, f.plugin,
+                     f.settings)
         if built is not None:
             if not callable(built):
                 problem(f"filters[{i}].plugin", f"filter {f.plugin!r} did not return a callable")
@@ -182,23 +208,24 @@ def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False
     header_filter = None if not chain else chain[0] if len(chain) == 1 else FilterChain(chain)
 
     deserializers = plugins.deserializers()
-    key_d = make("deserializer", "deserializer.key", deserializers, config.deserializer.key,
+    key_d = make("deserializer", "deserializer.key", "deserializer.settings", deserializers, config.deserializer.key,
                  config.deserializer.settings)
-    value_d = make("deserializer", "deserializer.value", deserializers, config.deserializer.value,
-                   config.deserializer.settings)
+    value_d = make("deserializer", "deserializer.value", "deserializer.settings", deserializers,
+                   config.deserializer.value, config.deserializer.settings)
 
     interceptor_factories = plugins.interceptors()
     interceptors = []
     for i, ic in enumerate(config.interceptors):
-        built = make("interceptor", f"interceptors[{i}].name", interceptor_factories, ic.name, ic.settings)
+        built = make("interceptor", f"interceptors[{i}].name", f"interceptors[{i}].settings", interceptor_factories,
+                     ic.name, ic.settings)
         if built is not None:
             interceptors.append((ic.name, built))
 
     sink_factories = plugins.sinks(sink_context(config))
-    sink = make("sink", "sink.type", sink_factories, config.sink.type, config.sink.settings)
+    sink = make("sink", "sink.type", "sink", sink_factories, config.sink.type, config.sink.settings)
     dlq = None
     if config.dlq is not None:
-        dlq = make("sink", "dlq.type", sink_factories, config.dlq.type, config.dlq.settings)
+        dlq = make("sink", "dlq.type", "dlq", sink_factories, config.dlq.type, config.dlq.settings)
     if problems:
         for obj in (sink, dlq):
             if obj is not None:

@@ -42,8 +42,9 @@ deserializers".
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from kdaemon.plugins import hookimpl
+from kdaemon.plugins import SettingsError, hookimpl, parse_settings
 
 from .avro import AvroDecoder
 from .client import SchemaRegistryClient
@@ -54,8 +55,22 @@ from .protobuf import ProtobufDecoder
 from .settings import RegistrySettings, registry_settings
 from .wire import message_indexes, split
 
-AVRO_KEYS = ("logical_types",)
-JSON_SCHEMA_KEYS = ("validate",)
+@dataclass(frozen=True)
+class AvroOptions:
+    """``[deserializer.settings.avro]``."""
+
+    logical_types: bool = True
+
+
+@dataclass(frozen=True)
+class JsonSchemaOptions:
+    """``[deserializer.settings.json_schema]``."""
+
+    validate: bool = True
+
+
+AVRO_KEYS = tuple(AvroOptions.__dataclass_fields__)
+JSON_SCHEMA_KEYS = tuple(JsonSchemaOptions.__dataclass_fields__)
 
 # One registry client per settings in this process, and one decoder per (format, settings,
 # options): the key and value deserializers, whatever their formats, and a configuration
@@ -64,31 +79,34 @@ _clients: dict[RegistrySettings, SchemaRegistryClient] = {}
 _decoders: dict[tuple, object] = {}
 
 
-def _options_table(settings: Mapping, name: str, known: tuple[str, ...]) -> Mapping:
-    table = settings.get(name, {})
-    if not isinstance(table, Mapping):
-        raise ValueError(f"{name} must be a table ({', '.join(f'{k} = ...' for k in known)}), not {table!r}")
-    unknown = sorted(set(table) - set(known))
-    if unknown:
-        raise ValueError(f"{name}: unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})")
-    return table
-
-
-def _bool(table: Mapping, name: str, key: str, default: bool) -> bool:
-    value = table.get(key, default)
-    if not isinstance(value, bool):
-        raise ValueError(f"{name}.{key} must be true or false, not {value!r}")
-    return value
+def _checked(settings: Mapping, options: tuple[str, type] | None = None):
+    """The registry's settings and the format's options (``(table name, dataclass)``), every
+    problem of both in one ``SettingsError``; the other keys of the shared
+    ``[deserializer.settings]`` table are the other deserializers' (ignored)."""
+    errors, registry, parsed = [], None, None
+    try:
+        registry = registry_settings(settings)
+    except SettingsError as exc:
+        errors.append(exc)
+    if options is not None:
+        name, cls = options
+        try:
+            parsed = parse_settings(cls, settings.get(name, {}), name, ignore=())
+        except SettingsError as exc:
+            errors.append(exc)
+    if errors:
+        raise SettingsError.joined(errors)
+    return registry, parsed
 
 
 def avro_settings(settings: Mapping) -> bool:
-    """``logical_types`` from ``[deserializer.settings.avro]``; ``ValueError`` naming the key."""
-    return _bool(_options_table(settings, "avro", AVRO_KEYS), "avro", "logical_types", True)
+    """``logical_types`` from ``[deserializer.settings.avro]``; ``SettingsError`` naming the key."""
+    return parse_settings(AvroOptions, settings.get("avro", {}), "avro", ignore=()).logical_types
 
 
 def json_schema_settings(settings: Mapping) -> bool:
-    """``validate`` from ``[deserializer.settings.json_schema]``; ``ValueError`` naming the key."""
-    return _bool(_options_table(settings, "json_schema", JSON_SCHEMA_KEYS), "json_schema", "validate", True)
+    """``validate`` from ``[deserializer.settings.json_schema]``; ``SettingsError`` naming the key."""
+    return parse_settings(JsonSchemaOptions, settings.get("json_schema", {}), "json_schema", ignore=()).validate
 
 
 def _decoder(key: tuple, registry: RegistrySettings, make):
@@ -115,22 +133,22 @@ def _deserializer(decoder):
 
 def avro_deserializer(settings: dict):
     """Factory of ``schema_registry_avro``: ``(topic, headers, data) -> object``."""
-    registry = registry_settings(settings)
-    logical_types = avro_settings(settings)
+    registry, options = _checked(settings, ("avro", AvroOptions))
+    logical_types = options.logical_types
     return _deserializer(_decoder(("avro", registry, logical_types), registry,
                                   lambda client: AvroDecoder(client, logical_types=logical_types)))
 
 
 def protobuf_deserializer(settings: dict):
     """Factory of ``schema_registry_protobuf``: ``(topic, headers, data) -> dict``."""
-    registry = registry_settings(settings)
+    registry, _ = _checked(settings)
     return _deserializer(_decoder(("protobuf", registry), registry, ProtobufDecoder))
 
 
 def json_deserializer(settings: dict):
     """Factory of ``schema_registry_json``: ``(topic, headers, data) -> object``."""
-    registry = registry_settings(settings)
-    validate = json_schema_settings(settings)
+    registry, options = _checked(settings, ("json_schema", JsonSchemaOptions))
+    validate = options.validate
     return _deserializer(_decoder(("json", registry, validate), registry,
                                   lambda client: JsonSchemaDecoder(client, validate=validate)))
 

@@ -1,7 +1,9 @@
 """``[deserializer.settings.schema_registry]``: where the registry is and how to reach it.
 
-Checked once, in the factory (so ``kdaemon check-config`` reports mistakes), with messages
-naming the key as ``schema_registry.<key>``.  Nothing here opens a connection.
+Checked once, in the factory (so ``kdaemon check-config`` reports mistakes), by kdaemon's
+settings checker (``kdaemon.settings.parse_settings``): every problem of the table at once,
+each naming the key as ``schema_registry.<key>`` (the daemon says
+``deserializer.settings.schema_registry.<key>``).  Nothing here opens a connection.
 
 The password may be given inline, or as ``password_env`` (an environment variable) or
 ``password_file`` (a file; a relative path is looked up under ``$CREDENTIALS_DIRECTORY``, a
@@ -12,18 +14,39 @@ from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from kdaemon.plugins import SettingsError, found, parse_settings, setting
 from kdaemon.secrets import read_secret
 
 TABLE = "schema_registry"
-KEYS = ("url", "username", "password", "password_env", "password_file", "ca_file", "cert_file",
-        "key_file", "verify", "timeout_ms", "retry_backoff_ms")
 DEFAULT_TIMEOUT_MS = 5_000
 DEFAULT_RETRY_BACKOFF_MS = 5_000
+_GIVEN = r"(?s).+"   # a string that is not empty
+
+
+@dataclass(frozen=True)
+class RegistryTable:
+    """The table as written (``RegistrySettings`` is what the client takes)."""
+
+    url: str | tuple[str, ...] = setting(expected="a URL or a non-empty list of URLs",
+                                         needs="the registry's base URL, e.g. \"https://registry:8081\"")
+    username: str | None = setting(None, pattern=_GIVEN, expected="a non-empty string")
+    password: str | None = setting(None, pattern=_GIVEN, expected="a non-empty string", repr=False)
+    password_env: str | None = setting(None, pattern=_GIVEN, expected="an environment variable's name")
+    password_file: str | None = setting(None, pattern=_GIVEN, expected="a file name")
+    ca_file: str | None = setting(None, pattern=_GIVEN, expected="a file name")
+    cert_file: str | None = setting(None, pattern=_GIVEN, expected="a file name")
+    key_file: str | None = setting(None, pattern=_GIVEN, expected="a file name")
+    verify: bool = True
+    timeout_ms: int = setting(DEFAULT_TIMEOUT_MS, min=1, expected="an integer >= 1 (milliseconds)")
+    retry_backoff_ms: int = setting(DEFAULT_RETRY_BACKOFF_MS, min=0, expected="an integer >= 0 (milliseconds)")
+
+
+KEYS = tuple(RegistryTable.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -48,7 +71,7 @@ class RegistrySettings:
         try:
             ctx = ssl.create_default_context(cafile=self.ca_file)
         except (OSError, ssl.SSLError) as exc:
-            raise ValueError(f"{TABLE}.ca_file: cannot load {self.ca_file}: {exc}") from None
+            raise SettingsError(TABLE, [("ca_file", f"cannot load {self.ca_file}: {exc}")]) from None
         if not self.verify:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
@@ -56,98 +79,65 @@ class RegistrySettings:
             try:
                 ctx.load_cert_chain(self.cert_file, self.key_file)
             except (OSError, ssl.SSLError) as exc:
-                raise ValueError(f"{TABLE}.cert_file/key_file: cannot load the client certificate "
-                                 f"{self.cert_file} (key {self.key_file or 'in the same file'}): {exc}") from None
+                raise SettingsError(TABLE, [("cert_file", f"cannot load the client certificate {self.cert_file} "
+                                                          f"(key {self.key_file or 'in the same file'}): {exc}")]) \
+                    from None
         return ctx
 
 
 def registry_settings(settings: Mapping, env: Mapping[str, str] | None = None) -> RegistrySettings:
-    """Validate ``settings["schema_registry"]``; raises ``ValueError`` naming the bad key."""
+    """``settings["schema_registry"]`` checked; ``SettingsError`` naming every problem."""
     env = os.environ if env is None else env
     table = settings.get(TABLE)
     if table is None:
-        raise ValueError(f"needs a [deserializer.settings.{TABLE}] table with url = \"http(s)://host:port\" "
-                         "(the registry's base URL)")
-    if not isinstance(table, Mapping):
-        raise ValueError(f"{TABLE} must be a table (url = ..., username = ..., ...), not {table!r}")
-    unknown = sorted(set(table) - set(KEYS))
-    if unknown:
-        raise ValueError(f"{TABLE}: unknown key(s) {', '.join(unknown)} (known: {', '.join(KEYS)})")
-
-    urls = _urls(table.get("url"))
-    username = _optional_str(table, "username")
-    password = _password(table, env)
-    if password is not None and username is None:
-        raise ValueError(f"{TABLE}.username: required when a password is given (basic auth)")
-    if username is not None and password is None:
-        raise ValueError(f"{TABLE}.password: basic auth needs one of password, password_env, password_file")
-    ca_file, cert_file, key_file = (_optional_path(table, k) for k in ("ca_file", "cert_file", "key_file"))
-    if key_file and not cert_file:
-        raise ValueError(f"{TABLE}.key_file: given without cert_file (the client certificate)")
-    verify = table.get("verify", True)
-    if not isinstance(verify, bool):
-        raise ValueError(f"{TABLE}.verify must be true or false, not {verify!r}")
-    if (ca_file or cert_file or not verify) and not any(u.startswith("https:") for u in urls):
-        raise ValueError(f"{TABLE}: ca_file, cert_file and verify apply to https URLs only; url is "
-                         f"{', '.join(urls)}")
-    out = RegistrySettings(urls, username, password, ca_file, cert_file, key_file, verify,
-                           _millis(table, "timeout_ms", DEFAULT_TIMEOUT_MS, minimum=1) / 1000,
-                           _millis(table, "retry_backoff_ms", DEFAULT_RETRY_BACKOFF_MS, minimum=0) / 1000)
+        raise SettingsError(TABLE, [("", f"required: a [deserializer.settings.{TABLE}] table with "
+                                         "url = \"http(s)://host:port\" (the registry's base URL)")])
+    secret: list[str] = []   # the password, once read from where the table says
+    t = parse_settings(RegistryTable, table, TABLE, ignore=(), check=lambda t: _problems(t, env, secret))
+    out = RegistrySettings(_urls(t.url), t.username, secret[0] if secret else None, t.ca_file, t.cert_file,
+                           t.key_file, t.verify, t.timeout_ms / 1000, t.retry_backoff_ms / 1000)
     out.ssl_context()   # fail now on unreadable certificate files
     return out
 
 
-def _urls(value) -> tuple[str, ...]:
-    items = [value] if isinstance(value, str) else value
-    if value is None:
-        raise ValueError(f"{TABLE}.url: required: the registry's base URL, e.g. \"https://registry:8081\"")
-    if not isinstance(items, list) or not items or not all(isinstance(u, str) for u in items):
-        raise ValueError(f"{TABLE}.url must be a URL or a non-empty list of URLs, not {value!r}")
-    out = []
-    for u in items:
+def _urls(url: str | tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(u.rstrip("/") for u in ((url,) if isinstance(url, str) else url))
+
+
+def _problems(t: RegistryTable, env: Mapping[str, str], secret: list[str]) -> Iterator[tuple[str, str]]:
+    """What the table's keys say together (and the files and variables they name)."""
+    urls = (t.url,) if isinstance(t.url, str) else t.url
+    if not urls:
+        yield "url", f"expected a URL or a non-empty list of URLs, found {found(list(t.url))}"
+    for u in urls:
         parts = urlsplit(u)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{TABLE}.url: {u!r} is not an http:// or https:// URL")
-        if parts.username is not None or parts.password is not None:
-            raise ValueError(f"{TABLE}.url: put credentials in username and password(_env/_file), "
-                             "not in the URL (URLs appear in error messages)")
-        if parts.query or parts.fragment:
-            raise ValueError(f"{TABLE}.url: {u!r} has a query or fragment; give the base URL only")
-        out.append(u.rstrip("/"))
-    return tuple(out)
-
-
-def _optional_str(table: Mapping, key: str) -> str | None:
-    value = table.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{TABLE}.{key} must be a non-empty string, not {value!r}")
-    return value
-
-
-def _optional_path(table: Mapping, key: str) -> str | None:
-    value = _optional_str(table, key)
-    if value is not None and not Path(value).is_file():
-        raise ValueError(f"{TABLE}.{key}: {value} does not exist or is not a file")
-    return value
-
-
-def _password(table: Mapping, env: Mapping[str, str]) -> str | None:
-    given = [k for k in ("password", "password_env", "password_file") if k in table]
+            yield "url", f"expected an http:// or https:// URL, found {found(u)}"
+        elif parts.username is not None or parts.password is not None:
+            yield "url", ("put credentials in username and password(_env/_file), not in the URL (URLs appear in "
+                          "error messages)")
+        elif parts.query or parts.fragment:
+            yield "url", f"{u!r} has a query or fragment; give the base URL only"
+    given = [k for k in ("password", "password_env", "password_file") if getattr(t, k) is not None]
     if len(given) > 1:
-        raise ValueError(f"{TABLE}: give one of {', '.join(given)}, not several")
-    if not given:
-        return None
-    key = given[0]
-    value = _optional_str(table, key)
-    if key == "password":
-        return value
-    return read_secret(f"{TABLE}.{key}", key.rpartition("_")[2], value, env)
-
-
-def _millis(table: Mapping, key: str, default: int, minimum: int) -> int:
-    value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{TABLE}.{key} must be an integer >= {minimum} (milliseconds), not {value!r}")
-    return value
+        yield "", f"give one of {', '.join(given)}, not several"
+    elif given == ["password"]:
+        secret.append(t.password)
+    elif given:
+        key = given[0]
+        try:
+            secret.append(read_secret(f"{TABLE}.{key}", key.rpartition("_")[2], getattr(t, key), env))
+        except ValueError as exc:
+            yield key, str(exc).partition(": ")[2]
+    if given and t.username is None:
+        yield "username", "required when a password is given (basic auth)"
+    if t.username is not None and not given:
+        yield "password", "basic auth needs one of password, password_env, password_file"
+    for key in ("ca_file", "cert_file", "key_file"):
+        value = getattr(t, key)
+        if value is not None and not Path(value).is_file():
+            yield key, f"{value} does not exist or is not a file"
+    if t.key_file and not t.cert_file:
+        yield "key_file", "given without cert_file (the client certificate)"
+    if (t.ca_file or t.cert_file or not t.verify) and not any(u.startswith("https:") for u in urls):
+        yield "", f"ca_file, cert_file and verify apply to https URLs only; url is {', '.join(urls)}"

@@ -51,9 +51,26 @@ PLUGIN = textwrap.dedent('''
 
     make_buggy.validate = buggy_validate
 
+    from dataclasses import dataclass
+    from kdaemon.plugins import parse_settings, setting
+
+    @dataclass(frozen=True)
+    class TypedSettings:
+        url: str = setting(pattern=r"https://.+", expected="an https:// URL", needs="where records go")
+        batch: int = setting(100, min=1)
+
+    def check_typed(settings):
+        return parse_settings(TypedSettings, settings, "sink")
+
+    def make_typed(settings):
+        check_typed(settings)
+        return Sink()
+
+    make_typed.validate = check_typed
+
     @hookimpl
     def kdaemon_sinks(context):
-        return {"checked": make_checked, "unchecked": make_unchecked, "buggy": make_buggy}
+        return {"checked": make_checked, "unchecked": make_unchecked, "buggy": make_buggy, "typed": make_typed}
 ''')
 
 
@@ -95,6 +112,22 @@ def test_check_config_runs_a_plugin_sinks_validate(tmp_path):
     proc = kdaemon("check-config", "-c", str(path), cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == f"{path}: OK", proc.stderr
     assert proc.stderr == ""
+
+
+def test_a_plugin_sink_checked_with_parse_settings_words_its_problems_as_the_daemon_does(tmp_path):
+    """Every problem of the table on its own line, under the table the sink was given: [sink],
+    or [dlq] when the same sink is the dead-letter queue."""
+    path = config(tmp_path, "127.0.0.1:9", 'type = "typed"\nurl = "http://x"\nbatch = 0\nbatchh = 1')
+    with open(path, "a") as f:
+        f.write('\n[dlq]\ntype = "typed"\nbatch = true\n')
+    proc = kdaemon("check-config", "-c", str(path), cwd=tmp_path)
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f'{path}: sink.url: expected an https:// URL, found string "http://x"',
+        f"{path}: sink.batch: expected a positive integer, found integer 0",
+        f"{path}: sink.batchh: unknown setting (did you mean 'batch'?) (known: batch, url)",
+        f"{path}: dlq.batch: expected a positive integer, found boolean true",
+        f"{path}: dlq.url: required: where records go"], proc.stderr
 
 
 def test_a_validate_that_raises_a_plugin_bug_is_named(tmp_path):

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings, strategies as st
 
 from kdaemon.config import ConfigError, dump_toml, load
-from kdaemon.config.schema import toml_type
+from kdaemon.settings import toml_type
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "etc" / "kdaemon.toml"
 PYTHON_WORDS = ("object is not", "NoneType", "Traceback", "object has no attribute", "unhashable",

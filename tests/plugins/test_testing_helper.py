@@ -192,7 +192,7 @@ def test_a_sink_refusing_for_good_is_its_error_too():
 def test_unknown_names_and_refused_settings():
     with pytest.raises(ValueError, match=r"no interceptor named 'nope' \(available: drop-first, none"):
         run_plugin(Upper(), [], interceptors=["nope"])
-    with pytest.raises(ValueError, match=r"unknown null sink setting"):
+    with pytest.raises(ValueError, match=r"<run_plugin>: sink\.colour: unknown setting \(known: none\)"):
         run_plugin(Upper(), [], sink=("null", {"colour": "red"}))
 
 

@@ -25,126 +25,51 @@ import shutil
 import socket
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ...plugins.types import Record, SinkRefused, TopicPartition
-from .tables import iceberg, jars, formats
+from .tables import jars
 from . import staged
-from .tables.jars import JarsMissing, staged_jars
 from .tables.layout import BatchId
+from .settings import DEFAULT_MAX_BYTES, SHARE_GROUP_REFUSED, SparkSettings  # noqa: F401  (the first two: re-exported)
 from .staged import as_bytes
-from ...suggest import unknown_keys
 from .uplink import SparkRefused, SparkUploadError, UploaderClient, UploaderUnavailable
 from .wire import UploadReply, socket_path, staging_root
 
-SETTINGS = {"type", "master", "conf", "path", "format", "table", "max_records", "max_bytes", "max_age_s",
-            "value_format", "value_schema", "partition_by", "socket", "upload_timeout_s", "state_dir",
-            "merge_schema", "direct_writes"}
-VALUE_FORMATS = ("binary", "string", "json")
-FORMATS = ("parquet", *formats.FORMATS)   # path mode's own Parquet layout, or a table (tables/formats.py)
-PARTITION_COLUMNS = ("topic", "partition", "date", "timestamp_type")
-DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
-
-def spark_mismatch(settings: dict, version: str | None = None, whose: str = jars.PYSPARK) -> jars.SparkMismatch | None:
+def spark_mismatch(settings: SparkSettings | Mapping, version: str | None = None,
+                   whose: str = jars.PYSPARK) -> jars.SparkMismatch | None:
     """Whether Spark ``version`` (default: the installed pyspark's, which this imports) is one the
     staged jars of the settings' table format are built for (``jars.mismatch``); None if so, or
     when no staged jars are used (Parquet; a Spark Connect server has its own), or no pyspark.
     ``check-config`` (``preflight_settings``) and the uploader ask, never a worker."""
-    fmt = settings.get("format", "parquet")
-    if fmt not in formats.FORMATS or str(settings.get("master", "local[*]")).startswith("sc://"):
+    s = SparkSettings.of(settings)
+    if not s.table_format or s.master.startswith("sc://"):
         return None
     version = jars.installed_pyspark() if version is None else version
-    return None if version is None else jars.mismatch(fmt, version, whose)
+    return None if version is None else jars.mismatch(s.format, version, whose)
 
 
-def preflight_settings(settings: dict) -> None:
+def preflight_settings(settings: SparkSettings | Mapping) -> None:
     """``check-config``'s look beyond the settings themselves: ``SinkRefused`` if the installed
     pyspark is not the Spark the staged jars are built for (the uploader would refuse to start,
     exit 6)."""
-    found = spark_mismatch(settings)
+    s = SparkSettings.of(settings)
+    found = spark_mismatch(s)
     if found is not None:
-        raise SinkRefused(found.problem, target=f"the {settings.get('format')} output at {settings.get('path')}",
-                          fix=found.fix)
+        raise SinkRefused(found.problem, target=f"the {s.format} output at {s.path}", fix=found.fix)
 
 
-SHARE_GROUP_REFUSED = (
-    "the spark sink cannot consume from a share group ([kafka] group_type = \"share\"): its exactly-once "
-    "rests on each partition having one owner whose offsets rise (the uploader keeps a batch's offset range "
-    "per partition and commits a table version with it, docs/SPARK.md), while a share group hands one "
-    "partition's records to many workers out of order and again after a lock expiry or a crash; "
-    "consume with a consumer group ([kafka] group_type = \"consumer\", the default), which also scales "
-    "workers up to the partition count, or write JSON lines (type = \"jsonl\") from the share group")
+def validate_settings(settings: Mapping, *, group_type: str = "consumer") -> SparkSettings:
+    """The ``[sink]`` settings of the spark sink, parsed and checked (``SparkSettings.parse``):
+    ``kdaemon.settings.SettingsError`` naming every problem.
 
-
-def validate_settings(settings: dict, *, group_type: str = "consumer") -> None:
-    """Raise ValueError naming every problem with the ``[sink]`` settings of the spark sink.
-
-    Workers and the uploader both call this, so a bad setting stops the daemon at boot instead
+    Workers and the uploader both parse them, so a bad setting stops the daemon at boot instead
     of failing every upload.  ``group_type`` (``SinkContext.group_type``): a share group is
-    refused, whatever the settings (``SHARE_GROUP_REFUSED`` says why); check-config and a
-    worker's build ask the same (``sinks/builtin.py``)."""
-    problems = []
-    if group_type != "consumer":
-        problems.append(SHARE_GROUP_REFUSED if group_type == "share" else
-                        f"group_type must be \"consumer\" or \"share\", not {group_type!r}")
-    unknown = set(settings) - SETTINGS
-    if unknown:
-        problems.append(f"unknown spark sink settings: {unknown_keys(unknown, SETTINGS - {'type'})} "
-                        f"(known: {', '.join(sorted(SETTINGS - {'type'}))})")
-    if "table" in settings:
-        # Spark's default catalog is in memory: the table it names was gone at every uploader
-        # restart, and its appends were at-least-once.
-        problems.append("`table` is no longer supported (a table in Spark's in-memory catalog was lost at every "
-                        "uploader restart): write a Delta table with format = \"delta\" and path = its location, "
-                        "and register that location in your catalog (CREATE TABLE ... USING DELTA LOCATION ...)")
-    elif not settings.get("path"):
-        problems.append("the spark sink needs `path`: the Parquet output directory, or the table's location "
-                        "with format = \"delta\" or \"iceberg\"")
-    if settings.get("format", "parquet") not in FORMATS:
-        problems.append(f"format must be one of {', '.join(FORMATS)}, not {settings['format']!r}")
-    elif settings.get("format") in formats.FORMATS:
-        try:
-            staged_jars(settings["format"])
-        except JarsMissing as exc:
-            problems.append(str(exc))
-        if settings["format"] == "iceberg" and isinstance(settings.get("path"), str) and settings["path"]:
-            if (problem := iceberg.check_path(settings["path"])) is not None:
-                problems.append(problem)
-    if "merge_schema" in settings:
-        if not isinstance(settings["merge_schema"], bool):
-            problems.append(f"merge_schema must be true or false, not {settings['merge_schema']!r}")
-        elif settings["merge_schema"] and settings.get("format", "parquet") == "parquet":
-            problems.append("merge_schema applies to format = \"delta\" or \"iceberg\" (Parquet files each keep "
-                            "their own schema: read them with Spark's mergeSchema option)")
-    if "direct_writes" in settings and not isinstance(settings["direct_writes"], bool):
-        problems.append(f"direct_writes must be true or false, not {settings['direct_writes']!r}")
-    for name in ("max_records", "max_bytes", "max_age_s", "upload_timeout_s"):
-        if name in settings:
-            try:
-                ok = float(settings[name]) > 0
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                problems.append(f"{name} must be a positive number, not {settings[name]!r}")
-    value_format = settings.get("value_format", "json" if settings.get("value_schema") else "binary")
-    if value_format not in VALUE_FORMATS:
-        problems.append(f"value_format must be one of {', '.join(VALUE_FORMATS)}, not {value_format!r}")
-    elif value_format == "json" and not settings.get("value_schema"):
-        problems.append("value_format = \"json\" needs value_schema (a Spark DDL string such as "
-                        "\"id BIGINT, type STRING\")")
-    elif settings.get("value_schema") and value_format != "json":
-        problems.append(f"value_schema is only used with value_format = \"json\", not {value_format!r}")
-    if settings.get("value_schema") is not None and not isinstance(settings["value_schema"], str):
-        problems.append("value_schema must be a Spark DDL string")
-    partition_by = settings.get("partition_by", ["topic", "date"])
-    if not isinstance(partition_by, (list, tuple)) or not all(c in PARTITION_COLUMNS for c in partition_by):
-        problems.append(f"partition_by must be a list of columns among {', '.join(PARTITION_COLUMNS)}, "
-                        f"not {partition_by!r}")
-    if settings.get("conf") is not None and not isinstance(settings["conf"], dict):
-        problems.append("conf must be a table of Spark settings")
-    if problems:
-        raise ValueError("; ".join(problems))
+    refused, whatever the settings; check-config and a worker's build ask the same
+    (``sinks/builtin.py``)."""
+    return SparkSettings.parse(settings, group_type=group_type)
 
 
 @dataclass
@@ -172,21 +97,19 @@ class SparkSink:
     # the upload in flight (kdaemon/worker/delivery.py ``on_revoked``).
     deduplicates_by_offset = True
 
-    def __init__(self, settings: dict, state_dir: str, *, heartbeat_timeout_s: float | None = None,
+    def __init__(self, settings: SparkSettings | Mapping, state_dir: str, *, heartbeat_timeout_s: float | None = None,
                  memory_bytes: int = 0, group_type: str = "consumer") -> None:
-        validate_settings(settings, group_type=group_type)
-        self.max_records = int(settings.get("max_records", 100_000))
+        self.settings = settings = SparkSettings.of(settings, group_type=group_type)
+        self.max_records = settings.max_records
         # Unless [sink] max_bytes says otherwise, a batch is staged before its buffers pass the
-        # sink's share of the worker's memory budget (``memory_bytes``; SinkContext).  The
-        # buffers hold Python objects: about twice the bytes ``_Buffer.size`` counts.
-        default_bytes = DEFAULT_MAX_BYTES if not memory_bytes else min(DEFAULT_MAX_BYTES, memory_bytes // 2)
-        self.max_bytes = int(settings.get("max_bytes", default_bytes))
-        self.max_age_s = float(settings.get("max_age_s", 10.0))
-        self.output = str(settings.get("path", ""))   # named when the uploader refuses for good
+        # sink's share of the worker's memory budget (``memory_bytes``; SinkContext).
+        self.max_bytes = settings.batch_bytes(memory_bytes)
+        self.max_age_s = settings.max_age_s
+        self.output = settings.path   # named when the uploader refuses for good
         self.staging = os.path.join(staging_root(settings, state_dir), str(os.getpid()))
         _discard_dead_staging(os.path.dirname(self.staging))
         os.makedirs(self.staging, exist_ok=True)
-        timeout = float(settings.get("upload_timeout_s", 300))
+        timeout = settings.upload_timeout_s
         if heartbeat_timeout_s:
             # A worker waiting for its upload sends no heartbeat to the supervisor, which kills
             # it after heartbeat_timeout_s.  Give up (and retry: a finished upload is then
@@ -204,7 +127,7 @@ class SparkSink:
         self._questions: dict[int, tuple[str, dict[int, int]]] = {}   # ask_resume's, unanswered
 
     @classmethod
-    def from_settings(cls, settings: dict, state_dir: str = "./var/kdaemon") -> "SparkSink":
+    def from_settings(cls, settings: SparkSettings | Mapping, state_dir: str = "./var/kdaemon") -> "SparkSink":
         return cls(settings, state_dir)
 
     # -- the Sink interface ---------------------------------------------------------------------

@@ -15,23 +15,27 @@ import os
 import socket
 import time
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from .tables.layout import BatchId
 
+if TYPE_CHECKING:
+    from .settings import SparkSettings
 
-def sink_state_dir(settings: dict, state_dir: str) -> str:
+
+def sink_state_dir(settings: SparkSettings, state_dir: str) -> str:
     """The spark sink's state directory: ``[sink] state_dir`` if set, else the daemon's.  Workers
     and the uploader both derive the socket and the staging root from it, so they agree."""
-    return os.path.abspath(settings.get("state_dir") or state_dir)
+    return os.path.abspath(settings.state_dir or state_dir)
 
 
-def socket_path(settings: dict, state_dir: str) -> str:
+def socket_path(settings: SparkSettings, state_dir: str) -> str:
     """Where the uploader of the daemon with this state directory listens (unless ``[sink]
     socket`` says otherwise)."""
-    return settings.get("socket") or os.path.join(sink_state_dir(settings, state_dir), "spark-uploader.sock")
+    return settings.socket or os.path.join(sink_state_dir(settings, state_dir), "spark-uploader.sock")
 
 
-def staging_root(settings: dict, state_dir: str) -> str:
+def staging_root(settings: SparkSettings, state_dir: str) -> str:
     """Where workers stage batches, one directory per worker process (named by its pid); the
     uploader's hold directory (``held-<owner>``, see ``uploader.Uploader.upload``) is beside them."""
     return os.path.join(sink_state_dir(settings, state_dir), "spark-staging")

@@ -67,21 +67,24 @@ def test_wire_format_errors(data, message):
 # -- settings -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("table, message", [
-    (None, r"needs a \[deserializer\.settings\.schema_registry\] table with url"),
-    ("http://r", r"schema_registry must be a table"),
+    (None, r"schema_registry: required: a \[deserializer\.settings\.schema_registry\] table with url"),
+    ("http://r", r'schema_registry: expected a table, found string "http://r"'),
     ({}, r"schema_registry\.url: required"),
-    ({"url": "r:8081"}, r"schema_registry\.url: 'r:8081' is not an http:// or https:// URL"),
-    ({"url": []}, r"schema_registry\.url must be a URL or a non-empty list of URLs"),
+    ({"url": "r:8081"}, r'schema_registry\.url: expected an http:// or https:// URL, found string "r:8081"'),
+    ({"url": []}, r"schema_registry\.url: expected a URL or a non-empty list of URLs, found array \[\]"),
     ({"url": "http://u:p@r:1"}, r"schema_registry\.url: put credentials in username and password"),
-    ({"url": "http://r:1", "urls": "x"}, r"schema_registry: unknown key\(s\) urls \(known: url, username,"),
+    ({"url": "http://r:1", "urls": "x"}, r"schema_registry\.urls: unknown setting \(did you mean 'url'\?\) "
+                                         r"\(known: ca_file, cert_file,"),
     ({"url": "http://r:1", "username": "u"}, r"schema_registry\.password: basic auth needs one of"),
     ({"url": "http://r:1", "password": "p"}, r"schema_registry\.username: required when a password is given"),
     ({"url": "http://r:1", "username": "u", "password": "p", "password_env": "X"}, r"give one of password, password_env"),
     ({"url": "http://r:1", "username": "u", "password_env": "NOPE_NOT_SET"}, r"password_env: environment variable 'NOPE_NOT_SET' is not set"),
     ({"url": "http://r:1", "username": "u", "password_file": "/nonexistent/pw"}, r"password_file: cannot read /nonexistent/pw"),
-    ({"url": "http://r:1", "timeout_ms": 0}, r"schema_registry\.timeout_ms must be an integer >= 1 \(milliseconds\), not 0"),
-    ({"url": "http://r:1", "retry_backoff_ms": "5s"}, r"schema_registry\.retry_backoff_ms must be an integer >= 0"),
-    ({"url": "http://r:1", "verify": "no"}, r"schema_registry\.verify must be true or false"),
+    ({"url": "http://r:1", "timeout_ms": 0},
+     r"schema_registry\.timeout_ms: expected an integer >= 1 \(milliseconds\), found integer 0"),
+    ({"url": "http://r:1", "retry_backoff_ms": "5s"},
+     r'schema_registry\.retry_backoff_ms: expected an integer >= 0 \(milliseconds\), found string "5s"'),
+    ({"url": "http://r:1", "verify": "no"}, r'schema_registry\.verify: expected true or false, found string "no"'),
     ({"url": "http://r:1", "verify": False}, r"apply to https URLs only"),
     ({"url": "https://r:1", "ca_file": "/nonexistent.pem"}, r"schema_registry\.ca_file: /nonexistent\.pem does not exist"),
     ({"url": "https://r:1", "key_file": "/etc/hostname"}, r"schema_registry\.key_file: given without cert_file"),
@@ -93,15 +96,22 @@ def test_settings_errors_name_the_key(table, message):
 
 def test_avro_settings_errors_name_the_key():
     base = {"schema_registry": {"url": "http://r:1"}}
-    with pytest.raises(ValueError, match=r"avro: unknown key\(s\) logical \(known: logical_types\)"):
+    with pytest.raises(ValueError, match=r"avro\.logical: unknown setting \(known: logical_types\)"):
         sr.avro_deserializer({**base, "avro": {"logical": False}})
-    with pytest.raises(ValueError, match=r"avro\.logical_types must be true or false"):
+    with pytest.raises(ValueError, match=r"avro\.logical_types: expected true or false, found integer 1"):
         sr.avro_deserializer({**base, "avro": {"logical_types": 1}})
 
 
+def test_the_registry_and_the_formats_tables_are_checked_at_once():
+    with pytest.raises(ValueError) as info:
+        sr.avro_deserializer({"schema_registry": {"url": "http://r:1", "timeout_ms": -1}, "avro": {"logical_types": 1}})
+    assert str(info.value).splitlines() == [
+        "schema_registry.timeout_ms: expected an integer >= 1 (milliseconds), found integer -1",
+        "avro.logical_types: expected true or false, found integer 1"]
+
+
 def test_settings_errors_as_the_daemon_reports_them():
-    with pytest.raises(ValueError, match=r"deserializer 'schema_registry_avro' refused its settings: "
-                                         r"schema_registry\.url: required"):
+    with pytest.raises(ValueError, match=r"<run_plugin>: deserializer\.settings\.schema_registry\.url: required"):
         run_plugin(sr, [], deserializer=("schema_registry_avro", {"schema_registry": {}}))
 
 

@@ -107,11 +107,11 @@ def test_a_ref_outside_the_references_is_not_fetched(registry):
 
 
 def test_settings_errors_name_the_key(registry):
-    with pytest.raises(ValueError, match=r"json_schema: unknown key\(s\) strict \(known: validate\)"):
+    with pytest.raises(ValueError, match=r"json_schema\.strict: unknown setting \(known: validate\)"):
         sr.json_deserializer({**settings(registry), "json_schema": {"strict": True}})
-    with pytest.raises(ValueError, match=r"json_schema\.validate must be true or false, not 'yes'"):
+    with pytest.raises(ValueError, match=r'json_schema\.validate: expected true or false, found string "yes"'):
         sr.json_deserializer({**settings(registry), "json_schema": {"validate": "yes"}})
-    with pytest.raises(ValueError, match=r"json_schema must be a table"):
+    with pytest.raises(ValueError, match=r"json_schema: expected a table, found boolean true"):
         sr.json_deserializer({**settings(registry), "json_schema": True})
 
 

@@ -129,7 +129,7 @@ def test_partitions_are_apart_and_dedupe_can_be_turned_off(tmp_path):
     off2.write([rec(0)])
     off2.close()
     assert stored(tmp_path / "off") == [("t", 0, 0), ("t", 0, 0)]
-    with pytest.raises(ValueError, match="dedupe must be true or false"):
+    with pytest.raises(ValueError, match='sink.dedupe: expected true or false, found string "yes"'):
         JsonlSink.from_settings({"type": "jsonl", "path": str(tmp_path / "x"), "dedupe": "yes"})
 
 

@@ -30,15 +30,18 @@ CONTEXT = SinkContext(state_dir="/nonexistent", daemon_id="d", heartbeat_timeout
 
 
 @pytest.mark.parametrize("settings,problem", [
-    ({}, "topic is required"),
-    ({"topic": " "}, "topic is required"),
+    ({}, "sink.topic: required: the Kafka topic dead letters are written to"),
+    ({"topic": " "}, 'sink.topic: expected a topic name, found string " "'),
     ({"topic": "dlq", "compresion": "gzip"},
-     "unknown kafka sink setting(s): compresion (did you mean 'compression'?)"),
-    ({"topic": "dlq", "compression": "brotli"}, "compression must be one of none, gzip, snappy, lz4, zstd, not 'brotli'"),
-    ({"topic": "dlq", "timeout_ms": 0}, "timeout_ms must be a positive integer"),
-    ({"topic": "dlq", "timeout_ms": 60_000}, "timeout_ms (60000) must be below [daemon] heartbeat_timeout_s (60 s)"),
-    ({"topic": "dlq", "bootstrap_servers": []}, "bootstrap_servers must be a non-empty string or list"),
-    ({"topic": "dlq", "bootstrap_servers": "nohostport"}, "connection settings: bootstrap server"),
+     "sink.compresion: unknown setting (did you mean 'compression'?)"),
+    ({"topic": "dlq", "compression": "brotli"},
+     'sink.compression: expected one of none, gzip, snappy, lz4, zstd, found string "brotli"'),
+    ({"topic": "dlq", "timeout_ms": 0}, "sink.timeout_ms: expected a positive integer (milliseconds), found integer 0"),
+    ({"topic": "dlq", "timeout_ms": 60_000},
+     "sink.timeout_ms: expected an integer below [daemon] heartbeat_timeout_s (60 s"),
+    ({"topic": "dlq", "bootstrap_servers": []},
+     "sink.bootstrap_servers: expected a host:port string or a non-empty list of them, found array []"),
+    ({"topic": "dlq", "bootstrap_servers": "nohostport"}, "sink.bootstrap_servers: connection settings: bootstrap server"),
 ])
 def test_settings_are_checked_with_a_clear_error(settings, problem):
     with pytest.raises(ValueError) as info:
@@ -61,7 +64,7 @@ def test_the_consumers_connection_settings_carry_over_and_bootstrap_may_be_overr
     finally:
         sink.close()
     assert "secret" not in repr(CONTEXT)
-    with pytest.raises(ValueError, match="bootstrap_servers is required when \\[kafka\\] has none"):
+    with pytest.raises(ValueError, match="sink.bootstrap_servers: required when \\[kafka\\] has none"):
         KafkaDeadLetterSink.validate_settings({"topic": "dlq"}, SinkContext("/x", "d", 60.0))
 
 
@@ -83,8 +86,8 @@ def test_check_config_names_the_dlq_problem(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "kdaemon.cli", "check-config", "-c", str(path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == EXIT_CONFIG, proc.stderr
-    assert f"{path}: dlq.type: sink 'kafka' refused its settings: topic is required: the Kafka topic dead " \
-           "letters are written to" in proc.stderr.splitlines(), proc.stderr
+    assert f"{path}: dlq.topic: required: the Kafka topic dead letters are written to" in proc.stderr.splitlines(), \
+        proc.stderr
 
 
 def record(headers) -> Record:

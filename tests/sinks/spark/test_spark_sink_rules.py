@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -393,20 +394,23 @@ def test_commit_metadata_always_says_spark(tmp_path):
 
 
 @pytest.mark.parametrize("settings, problem", [
-    ({}, "needs `path`"),
-    ({"path": "x", "table": "t"}, "`table` is no longer supported"),
-    ({"path": "x", "format": "csv"}, "format must be one of parquet, delta, iceberg"),
-    ({"path": "x", "value_format": "json"}, "needs value_schema"),
-    ({"path": "x", "value_format": "xml"}, "value_format must be one of"),
-    ({"path": "x", "value_schema": "a INT", "value_format": "string"}, "only used with"),
-    ({"path": "x", "max_records": 0}, "max_records must be a positive number"),
-    ({"path": "x", "partition_by": ["key"]}, "partition_by"),
-    ({"path": "x", "bogus": 1}, "unknown spark sink settings: bogus"),
-    ({"path": "/events", "format": "iceberg"}, "<warehouse>/<namespace>/<table>"),
-    ({"path": "/lake/db/ev.ents", "format": "iceberg"}, "may not contain '.'"),
+    ({}, "sink.path: required: the Parquet output directory"),
+    ({"path": "x", "table": "t"}, "sink.table: no longer supported"),
+    ({"path": "x", "format": "csv"}, 'sink.format: expected one of parquet, delta, iceberg, found string "csv"'),
+    ({"path": "x", "value_format": "json"}, 'sink.value_format: "json" needs value_schema'),
+    ({"path": "x", "value_format": "xml"}, 'sink.value_format: expected one of binary, string, json, found string "xml"'),
+    ({"path": "x", "value_schema": "a INT", "value_format": "string"}, 'sink.value_schema: only used with'),
+    ({"path": "x", "max_records": 0}, "sink.max_records: expected a positive integer, found integer 0"),
+    ({"path": "x", "partition_by": ["key"]}, 'sink.partition_by[0]: expected one of topic, partition, date, '
+                                             'timestamp_type, found string "key"'),
+    ({"path": "x", "bogus": 1}, "sink.bogus: unknown setting (known: conf,"),
+    ({"path": "/events", "format": "iceberg"}, "sink.path: with format = \"iceberg\", path is the table's location "
+                                               "<warehouse>/<namespace>/<table>"),
+    ({"path": "/lake/db/ev.ents", "format": "iceberg"}, "sink.path: the Iceberg namespace and table name in path "
+                                                        "may not contain '.'"),
 ])
 def test_bad_settings_are_named(settings, problem):
-    with pytest.raises(ValueError, match=problem.replace("(", r"\(")):
+    with pytest.raises(ValueError, match=re.escape(problem)):
         validate_settings({"type": "spark", **settings})
 
 

@@ -54,12 +54,14 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Mapping
 
 import pyarrow.parquet as pq
 
 from ....exit_codes import EXIT_SINK_REFUSED
 from .. import staged
 from ..resume import resume_points
+from ..settings import SparkSettings
 from ..tables import formats
 from ..tables import layout
 from ..tables.layout import BatchId
@@ -98,13 +100,13 @@ class StoppedAtRefusedRows(Exception):
 
 
 class Uploader:
-    def __init__(self, settings: dict, state_dir: str, on_sink_error: str = "retry") -> None:
-        self.settings = settings
+    def __init__(self, settings: SparkSettings | Mapping, state_dir: str, on_sink_error: str = "retry") -> None:
+        self.settings = settings = SparkSettings.of(settings)
         # ``[daemon] on_sink_error``, for the rows a table refuses (``_rows_refused``): the
         # workers' policy for records a sink refuses for what they are.
         self.on_sink_error = on_sink_error
         self.writer = SparkWriter(settings)
-        self.root = settings["path"]
+        self.root = settings.path
         self.socket_path = socket_path(settings, state_dir)
         # This uploader's Spark output goes to _kdaemon/tmp/<owner>-<job>: one uploader per
         # state dir, so at start it may remove whatever an earlier one of its own left there
@@ -667,13 +669,14 @@ def _unlink_quietly(path: str) -> None:
 def run(settings: dict, state_dir: str, on_sink_error: str = "retry") -> int:
     """The uploader process: serve until SIGTERM.  The spark sink's ``CompanionSpec`` names
     this function (``kdaemon.sinks.builtin``); the supervisor's companion runner calls it in a
-    fresh interpreter with the ``[sink]`` table, the daemon's state directory and ``[daemon]
+    fresh interpreter with the sink's ``SparkSettings`` as ``to_wire()`` wrote them (parsed
+    here again, as a ``[sink]`` table would be), the daemon's state directory and ``[daemon]
     on_sink_error`` (for the rows a table refuses), so this layer never reads the
     configuration file."""
     try:
-        uploader = Uploader(settings, state_dir, on_sink_error)
+        uploader = Uploader(SparkSettings.parse(settings), state_dir, on_sink_error)
     except ValueError as exc:
-        log.error("bad spark sink settings: %s", exc)
+        log.error("bad spark sink settings: %s", "; ".join(str(exc).splitlines()))
         return EXIT_BAD_SETTINGS
     try:
         return uploader.serve()

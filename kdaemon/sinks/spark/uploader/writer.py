@@ -13,7 +13,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -24,7 +24,8 @@ from ..tables import arrow_rows, ddl, jars, formats
 from . import refused_rows
 from ....backoff import Backoff
 from ....durations import duration
-from ..staging import spark_mismatch, validate_settings
+from ..settings import SparkSettings
+from ..staging import spark_mismatch
 
 log = logging.getLogger("kdaemon.spark.uploader")
 
@@ -176,15 +177,14 @@ def first_line(exc: BaseException) -> str:
 class SparkWriter:
     """Everything that talks to Spark: session, transformation, the write of one job."""
 
-    def __init__(self, settings: dict) -> None:
-        validate_settings(settings)
-        self.settings = settings
-        self.path = settings.get("path")
-        self.format = settings.get("format", "parquet")
-        self.value_schema = settings.get("value_schema")
-        self.value_format = settings.get("value_format", "json" if self.value_schema else "binary")
-        self.partition_by = list(settings.get("partition_by", ["topic", "date"]))
-        self.master = settings.get("master", "local[*]")
+    def __init__(self, settings: SparkSettings | Mapping) -> None:
+        self.settings = settings = SparkSettings.of(settings)
+        self.path = settings.path
+        self.format = settings.format
+        self.value_schema = settings.value_schema
+        self.value_format = settings.value_format
+        self.partition_by = list(settings.partition_by)
+        self.master = settings.master
         self.spark = None
         self._value_struct = None  # value_schema plus the corrupt-record column
         # Local mode runs on this machine: Spark can read the uploader's held Parquet files itself.
@@ -206,7 +206,7 @@ class SparkWriter:
         if self.value_schema:
             try:
                 self._value_struct = self._checked_value_struct(
-                    ddl.parse_schema(self.value_schema, conf=self.settings.get("conf")))
+                    ddl.parse_schema(self.value_schema, conf=self.settings.conf))
             except ddl.NotParsedHere as exc:
                 log.info("value_schema is parsed once the Spark session is up (%s)", exc)
                 return
@@ -251,7 +251,7 @@ class SparkWriter:
             # A Connect client sets only runtime SQL settings; the server owns the rest (its
             # jars, UI, driver address), and Spark warns about every other one it is sent.
             conf = {k: v for k, v in conf.items() if k.startswith("spark.sql.") and k not in _STATIC_SQL}
-        conf = merged_conf(conf, self.settings.get("conf") or {})
+        conf = merged_conf(conf, self.settings.conf)
         for k, v in conf.items():
             builder = builder.config(k, v)
         from pyspark import SparkContext
@@ -294,8 +294,8 @@ class SparkWriter:
         write where the uploader may not see), Parquet path mode (not yet),
         ``merge_schema`` (Delta's writer evolves the table), a ``value_schema`` type that only
         Spark reads, or ``direct_writes = false``."""
-        if not (self.direct and self.format in formats.FORMATS and self.settings.get("direct_writes", True)
-                and not self.settings.get("merge_schema", False)):
+        if not (self.direct and self.format in formats.FORMATS and self.settings.direct_writes
+                and not self.settings.merge_schema):
             return None
         from pyspark.sql import types as T
         value_type, arrow_value = {"binary": (T.BinaryType(), None), "string": (T.StringType(), None)}.get(
@@ -537,7 +537,7 @@ class SparkWriter:
         """Table mode: the format's append (``tables/formats.py``); ``versions`` holds each topic
         partition's newest offset among the rows."""
         df = job.df.drop("_batch")
-        merge = bool(self.settings.get("merge_schema", False))
+        merge = self.settings.merge_schema
         if self.format == "delta" and len(versions) > 1 and job.cached is None \
                 and formats.delta.commits_per_partition(self.spark, merge):
             job.cached = df = df.persist()   # one append per partition: read the held files once
