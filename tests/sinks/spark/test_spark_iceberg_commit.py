@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kdaemon.sinks.spark.tables import arrow_rows, iceberg, iceberg_commit, iceberg_files, iceberg_meta
+from kdaemon.sinks.spark.tables import arrow_rows, iceberg, iceberg_catalog, iceberg_commit, iceberg_files, \
+    iceberg_meta
 from kdaemon.sinks.spark import staged
 from testkit.spark import fresh_jvm, requires_spark
 
@@ -299,6 +300,34 @@ def test_a_lost_race_is_built_again_on_the_winners_metadata(tmp_path, monkeypatc
     assert iceberg_meta.committed_offsets(path) == {("events", 0): 8, ("events", 1): 2}
     meta = _metadata(path, 4)
     assert len(meta["snapshots"]) == 4
+    assert sorted(_read_without_jvm(path).column("offset").to_pylist()) == sorted([*range(9), *range(3)])
+    _no_strays(path)
+
+
+def test_a_race_lost_at_the_link_is_built_again_not_retried_by_pyiceberg(tmp_path, monkeypatch):
+    """The other uploader's version appears between our catalog's read and its link: pyiceberg's
+    Transaction would apply our staged updates (the offsets we read) to the winner's metadata;
+    the catalog refuses that base, and the append is built again on it, both partitions'
+    offsets in the summary."""
+    path = str(tmp_path / "db" / "link")
+    assert _append(path, [_batch(tmp_path, 0, range(0, 5))]) == 2
+    real_link, real_files, built = iceberg_catalog.create_if_absent, iceberg_files.data_files, []
+
+    def create_if_absent(directory, name, data):
+        monkeypatch.setattr(iceberg_catalog, "create_if_absent", real_link)
+        assert _append(path, [_batch(tmp_path, 1, range(0, 3))]) == 3   # the winner
+        return real_link(directory, name, data)
+
+    def data_files(meta, files):
+        built.append(len(files))
+        return real_files(meta, files)
+
+    monkeypatch.setattr(iceberg_catalog, "create_if_absent", create_if_absent)
+    monkeypatch.setattr(iceberg_files, "data_files", data_files)
+    assert _append(path, [_batch(tmp_path, 0, range(5, 9))]) == 4
+    assert len(built) == 3   # ours, the winner's, ours again
+    raw = _metadata(path, 4)
+    assert json.loads(raw["snapshots"][-1]["summary"][iceberg_meta.SUMMARY_KEY]) == {"events": {"0": 8, "1": 2}}
     assert sorted(_read_without_jvm(path).column("offset").to_pylist()) == sorted([*range(9), *range(3)])
     _no_strays(path)
 

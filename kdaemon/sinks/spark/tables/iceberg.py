@@ -17,9 +17,10 @@ working ``flock``.  (Delta checks its application versions inside the commit its
 needs no lock for that; Iceberg's append would rebase onto a concurrent commit instead.)
 
 The direct path (``append_files``, a local master) needs no Spark at all: ``iceberg_files``
-writes the data files, pyiceberg the manifests and metadata, and ``iceberg_commit`` commits
-them as Iceberg's Hadoop tables do (the table created there too, as Spark creates it).  A
-table it would write differently from Spark's Iceberg (``refusal``) goes to ``append``.
+writes the data files, and ``iceberg_commit`` appends them with pyiceberg's ``Transaction`` on
+kdaemon's Hadoop-layout catalog (``iceberg_catalog``; the table created there too, as Spark
+creates it).  A table it would write differently from Spark's Iceberg (``refusal``) goes to
+``append``.
 """
 
 from __future__ import annotations
@@ -147,7 +148,6 @@ def append_files(pieces, table_path: str, partition_by: list[str], versions: dic
         log.warning("Iceberg jobs go through Spark: %s (pip install pyiceberg)", exc)
         return None
     from .arrow_rows import NotDirect
-    from .iceberg_meta import offsets_of
     try:
         rows_schema = iceberg_schema(schema)
         # What refusal() would find of the table once created: checked before creating it.
@@ -169,21 +169,21 @@ def append_files(pieces, table_path: str, partition_by: list[str], versions: dic
     codec = base.metadata.properties.get("write.parquet.compression-codec", "zstd").lower()
     written = iceberg_files.write_files(pieces, table_path, partition_by, iceberg_commit.schema_json(base.metadata),
                                         "none" if codec == "uncompressed" else codec)
-    start = offsets_of(base.raw, table_path)
+    start = recorded_offsets(base.metadata, table_path)
 
     def build(current):
-        if current is not base:   # a lost race: the new metadata
+        offsets = recorded_offsets(current.metadata, table_path)
+        if current.metadata_location != base.metadata_location:   # a lost race: the new metadata
             why = refusal(current, rows_schema, table_path, partition_by)
             if why:
                 raise iceberg_commit.Unsupported(why)
-            now = offsets_of(current.raw, table_path)
-            moved = sorted(k for k in versions if now.get(k, -1) != start.get(k, -1))
+            moved = sorted(k for k in versions if offsets.get(k, -1) != start.get(k, -1))
             if moved:
                 raise iceberg_commit.IcebergCommitError(
                     f"another writer committed rows of {moved[0][0]}[{moved[0][1]}] to {table_path} during this "
                     f"append, which holds its upload lock: is flock working on this filesystem?")
-        summary = _summary_after(offsets_of(current.raw, table_path), versions)
-        return iceberg_files.data_files(current.metadata, written), {SUMMARY_KEY: summary}
+        summary = _summary_after(offsets, versions)
+        return iceberg_files.data_files(current.metadata, written), {SUMMARY_KEY: summary}, {}, []
 
     try:
         return iceberg_commit.commit_append(table_path, base, build)
@@ -199,8 +199,19 @@ def append_files(pieces, table_path: str, partition_by: list[str], versions: dic
         raise
 
 
+def recorded_offsets(meta, table_path: str) -> dict[tuple[str, int], int]:
+    """``iceberg_meta.offsets_of`` of pyiceberg's ``TableMetadata``: the same reading of the
+    same fields, without writing the metadata out as JSON again."""
+    from .iceberg_meta import offsets_of
+    return offsets_of({
+        "current-snapshot-id": meta.current_snapshot_id, "properties": meta.properties,
+        "snapshots": [{"snapshot-id": s.snapshot_id, "parent-snapshot-id": s.parent_snapshot_id,
+                       "summary": {SUMMARY_KEY: s.summary.get(SUMMARY_KEY)} if s.summary is not None else {}}
+                      for s in meta.snapshots]}, table_path)
+
+
 def refusal(base, rows_schema, table_path: str, partition_by: list[str]) -> str | None:
-    """Why the direct path must not write the table at ``base`` (``iceberg_commit.Base``)
+    """Why the direct path must not write the table at ``base`` (a pyiceberg ``Table``)
     with rows of ``rows_schema``, or None.  What Iceberg's Spark writer would write differently,
     or where this path's own commit would not be what Java's is:
 

@@ -14,7 +14,7 @@ Read from the table's metadata files, as the Iceberg table spec lays out a Hadoo
     metadata/v<N>.metadata.json        snapshots, their parents and summaries; current-snapshot-id
     metadata/v<N>.gz.metadata.json     the same, gzip-compressed (write.metadata.compression-codec)
 
-No Spark is needed, so recovery and the skip of committed rows cost a file read.
+No Spark and no pyiceberg are needed, so recovery and the skip of committed rows cost a file read.
 """
 
 from __future__ import annotations
@@ -36,12 +36,23 @@ def metadata_dir(table_path: str) -> str:
     return os.path.join(table_path, "metadata")
 
 
+def version_of(location: str) -> int | None:
+    """N of a metadata file ``.../v<N>.metadata.json`` (or ``v<N>.gz.metadata.json``), else None."""
+    m = _METADATA.match(location.rsplit("/", 1)[-1])
+    return int(m[1]) if m else None
+
+
 def _versions(table_path: str) -> dict[int, str]:
     try:
         names = os.listdir(metadata_dir(table_path))
     except FileNotFoundError:
         return {}
     return {int(m[1]): name for name in names if (m := _METADATA.match(name))}
+
+
+def newest_version(table_path: str) -> int | None:
+    """The newest N of the table's ``v<N>`` metadata files (a listing, nothing read), None without any."""
+    return max(_versions(table_path), default=None)
 
 
 def current_metadata(table_path: str) -> dict | None:
