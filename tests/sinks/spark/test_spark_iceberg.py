@@ -1,7 +1,7 @@
 """The Iceberg format's exactly-once pieces against real Iceberg (the staged runtime jar): the
 committed offsets read from the table's metadata through the snapshot ancestry (another
-writer's snapshot, a rollback, gzip metadata), the skip of rows a table already holds, and the
-settling of an upload the uploader did not finish.  The end-to-end kill test is
+writer's snapshot, a rollback, gzip metadata) and the table properties (after expiry), the skip
+of rows a table already holds, and the settling of an upload the uploader did not finish.  The end-to-end kill test is
 test_spark_sink_chaos.py's iceberg case."""
 
 from __future__ import annotations
@@ -84,6 +84,47 @@ def test_a_foreign_summary_property_is_named(tmp_path):
         "current-snapshot-id": 7,
         "snapshots": [{"snapshot-id": 7, "summary": {iceberg_meta.SUMMARY_KEY: "[1, 2]"}}]}))
     with pytest.raises(iceberg_meta.IcebergMetadataError, match="not kdaemon's"):
+        iceberg_meta.committed_offsets(str(tmp_path / "db" / "t"))
+
+
+def _snapshot(sid: int, parent: int | None, offsets: dict | None) -> dict:
+    summary = {"operation": "append"}
+    if offsets is not None:
+        summary[iceberg_meta.SUMMARY_KEY] = json.dumps(offsets)
+    return {"snapshot-id": sid, "parent-snapshot-id": parent, "summary": summary}
+
+
+def test_the_table_properties_count_once_the_snapshots_that_recorded_them_are_gone():
+    props = {iceberg_meta.property_key("t", 0): "9", iceberg_meta.property_key("a.b", 1): "4", "owner": "x"}
+    # Compaction's snapshot alone (the appends expired): the properties are the record.
+    expired = {"current-snapshot-id": 3, "snapshots": [_snapshot(3, 2, None)], "properties": props}
+    assert iceberg_meta.offsets_of(expired) == {("t", 0): 9, ("a.b", 1): 4}
+    # The append that recorded 9 is an ancestor: the same answer either way.
+    kept = {**expired, "snapshots": [_snapshot(2, None, {"t": {"0": 9}}), _snapshot(3, 2, None)]}
+    assert iceberg_meta.offsets_of(kept) == {("t", 0): 9, ("a.b", 1): 4}
+    # Rolled back (the snapshot recording 9 is not an ancestor of the current one): its rows are
+    # not in the table, and the property it set does not count while that is known.
+    rolled_back = {**expired, "current-snapshot-id": 1, "snapshots": [
+        _snapshot(1, None, {"t": {"0": 5}}), _snapshot(2, 1, {"t": {"0": 9}})]}
+    assert iceberg_meta.offsets_of(rolled_back) == {("t", 0): 5, ("a.b", 1): 4}
+    # A table written before the properties: the ancestry alone, as before.
+    assert iceberg_meta.offsets_of({**kept, "properties": {}}) == {("t", 0): 9}
+
+
+def test_what_a_direct_commit_sets_of_the_table_properties():
+    props = {iceberg_meta.property_key("t", 0): "9", iceberg_meta.property_key("t", 1): "7", "owner": "x"}
+    assert iceberg_meta.offset_properties(props, {("t", 0): 12, ("t", 1): 7, ("u", 0): 3}) == (
+        {iceberg_meta.property_key("t", 0): "12", iceberg_meta.property_key("u", 0): "3"}, [])
+    assert iceberg_meta.offset_properties(props, {("t", 0): 9}) == ({}, [iceberg_meta.property_key("t", 1)])
+
+
+@pytest.mark.parametrize("name, value", [("kdaemon.offsets.t.x", "1"), ("kdaemon.offsets.t.0", "ten"),
+                                         ("kdaemon.offsets.0", "1")])
+def test_a_foreign_offsets_property_is_named(tmp_path, name, value):
+    meta = tmp_path / "db" / "t" / "metadata"
+    meta.mkdir(parents=True)
+    (meta / "v1.metadata.json").write_text(json.dumps({"properties": {name: value}}))
+    with pytest.raises(iceberg_meta.IcebergMetadataError, match=f"{name} = '{value}'.* is not kdaemon's"):
         iceberg_meta.committed_offsets(str(tmp_path / "db" / "t"))
 
 

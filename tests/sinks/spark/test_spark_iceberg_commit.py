@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kdaemon.sinks.spark.tables import arrow_rows, iceberg, iceberg_commit, iceberg_files, iceberg_meta
+from kdaemon.sinks.spark.tables import arrow_rows, iceberg, iceberg_catalog, iceberg_commit, iceberg_files, \
+    iceberg_meta
 from kdaemon.sinks.spark import staged
 from testkit.spark import fresh_jvm, requires_spark
 
@@ -239,16 +240,17 @@ def test_spark_and_the_direct_path_append_on_each_other(cat, tmp_path):
 
     first, second, third, fourth = ([_batch(tmp_path, 0, range(i * 10, i * 10 + 10))] for i in range(4))
     spark_append(first)                  # Spark creates the table
-    assert _append(path, second) == 3    # v1 Spark's create, v2 its append
+    assert _append(path, second) == 4    # v1 Spark's create, v2 its append, v3 the offsets' properties
     spark_append(third)
     assert iceberg_meta.committed_offsets(path) == {("events", 0): 29}
     spark.sql(f"CALL {iceberg.CATALOG}.system.rewrite_data_files(table => 'db.both', options => map('min-input-files', '2'))")
     spark.sql(f"CALL {iceberg.CATALOG}.system.expire_snapshots(table => 'db.both', "
               f"older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)")
     assert spark.sql(f"SELECT count(*) FROM {ident}.snapshots").first()[0] == 1
-    # Compaction's snapshot records no offsets and expiry left it alone: the table now records
-    # none (the uploader still has its manifests' ranges, layout.py) until the next append.
-    assert iceberg_meta.committed_offsets(path) == {}
+    # Compaction's snapshot records no offsets and expiry left it alone; the table properties
+    # both writers set (the Spark path's in a commit after its append) came through.
+    assert iceberg_meta.SUMMARY_KEY not in iceberg_meta.current_metadata(path)["snapshots"][0]["summary"]
+    assert iceberg_meta.committed_offsets(path) == {("events", 0): 29}
     version = _append(path, fourth)
     assert version is not None
     assert _spark_rows(spark, path) == _expected(first + second + third + fourth)
@@ -299,6 +301,36 @@ def test_a_lost_race_is_built_again_on_the_winners_metadata(tmp_path, monkeypatc
     assert iceberg_meta.committed_offsets(path) == {("events", 0): 8, ("events", 1): 2}
     meta = _metadata(path, 4)
     assert len(meta["snapshots"]) == 4
+    assert sorted(_read_without_jvm(path).column("offset").to_pylist()) == sorted([*range(9), *range(3)])
+    _no_strays(path)
+
+
+def test_a_race_lost_at_the_link_is_built_again_not_retried_by_pyiceberg(tmp_path, monkeypatch):
+    """The other uploader's version appears between our catalog's read and its link: pyiceberg's
+    Transaction would apply our staged updates (the offsets we read) to the winner's metadata;
+    the catalog refuses that base, and the append is built again on it, both partitions'
+    offsets in the summary and the properties."""
+    path = str(tmp_path / "db" / "link")
+    assert _append(path, [_batch(tmp_path, 0, range(0, 5))]) == 2
+    real_link, real_files, built = iceberg_catalog.create_if_absent, iceberg_files.data_files, []
+
+    def create_if_absent(directory, name, data):
+        monkeypatch.setattr(iceberg_catalog, "create_if_absent", real_link)
+        assert _append(path, [_batch(tmp_path, 1, range(0, 3))]) == 3   # the winner
+        return real_link(directory, name, data)
+
+    def data_files(meta, files):
+        built.append(len(files))
+        return real_files(meta, files)
+
+    monkeypatch.setattr(iceberg_catalog, "create_if_absent", create_if_absent)
+    monkeypatch.setattr(iceberg_files, "data_files", data_files)
+    assert _append(path, [_batch(tmp_path, 0, range(5, 9))]) == 4
+    assert len(built) == 3   # ours, the winner's, ours again
+    raw = _metadata(path, 4)
+    assert json.loads(raw["snapshots"][-1]["summary"][iceberg_meta.SUMMARY_KEY]) == {"events": {"0": 8, "1": 2}}
+    assert {k: v for k, v in raw["properties"].items() if k.startswith(iceberg_meta.PROPERTY_PREFIX)} == \
+        {iceberg_meta.property_key("events", 0): "8", iceberg_meta.property_key("events", 1): "2"}
     assert sorted(_read_without_jvm(path).column("offset").to_pylist()) == sorted([*range(9), *range(3)])
     _no_strays(path)
 

@@ -1,4 +1,4 @@
-"""Exactly-once into an Apache Iceberg table (``format = "iceberg"``): offsets in snapshots.
+"""Exactly-once into an Apache Iceberg table (``format = "iceberg"``): offsets in the table.
 
 ``path`` is the table's location, ``<warehouse>/<namespace>/<table>``: the layout of Iceberg's
 Hadoop catalog, so a user's Hadoop catalog on ``<warehouse>`` lists it as ``<namespace>.<table>``
@@ -6,20 +6,24 @@ and ``spark.read.format("iceberg").load(path)`` reads it.  The uploader's sessio
 catalog under the name ``kdaemon_iceberg`` and creates the table at the first upload, partitioned
 by ``partition_by`` (identity partitions on the same columns as path mode and Delta).
 
-Iceberg has no idempotent-writer id like Delta's.  Each job is one append whose snapshot carries
-the property ``kdaemon.offsets``: every partition's newest offset in the table once the append
-is in (``iceberg_meta.py``).  Before writing, the uploader reads the table's committed offsets
-and drops rows at or below them, beside the manifests' ranges (``formats.py``): a job repeated
-after a crash, or another uploader's overlapping batch, adds nothing.  The read and the append
-of a partition happen under its upload lock (``layout.partition_locks``), which is what keeps
-two uploaders from both appending the same new rows: on one host or a shared filesystem with
-working ``flock``.  (Delta checks its application versions inside the commit itself, so it
-needs no lock for that; Iceberg's append would rebase onto a concurrent commit instead.)
+Iceberg has no idempotent-writer id like Delta's.  Each job is one append that records every
+partition's newest offset in the table once the append is in: in its snapshot's summary
+(``kdaemon.offsets``) and in the table properties ``kdaemon.offsets.<topic>.<partition>``,
+which compaction and snapshot expiry carry forward (``iceberg_meta.py``).  Before writing, the
+uploader reads the table's committed offsets and drops rows at or below them, beside the
+manifests' ranges (``formats.py``): a job repeated after a crash, or another uploader's
+overlapping batch, adds nothing.  The read and the append of a partition happen under its
+upload lock (``layout.partition_locks``), which is what keeps two uploaders from both appending
+the same new rows: on one host or a shared filesystem with working ``flock``.  (Delta checks its
+application versions inside the commit itself, so it needs no lock for that; Iceberg's append
+would rebase onto a concurrent commit instead.)
 
 The direct path (``append_files``, a local master) needs no Spark at all: ``iceberg_files``
-writes the data files, pyiceberg the manifests and metadata, and ``iceberg_commit`` commits
-them as Iceberg's Hadoop tables do (the table created there too, as Spark creates it).  A
-table it would write differently from Spark's Iceberg (``refusal``) goes to ``append``.
+writes the data files, and ``iceberg_commit`` appends them with pyiceberg's ``Transaction`` on
+kdaemon's Hadoop-layout catalog (``iceberg_catalog``), the table's properties in the same
+commit (the table created there too, as Spark creates it).  A table it would write differently
+from Spark's Iceberg (``refusal``) goes to ``append``, whose Spark append records the offsets'
+table properties in a second commit right after (Spark's writer sets no table property).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 
-from .iceberg_meta import SUMMARY_KEY, committed_offsets, current_metadata, summary_value
+from .iceberg_meta import SUMMARY_KEY, committed_offsets, current_metadata, property_key, summary_value
 from .jars import staged_jars
 
 __all__ = ["CATALOG", "append", "append_files", "check_path", "committed_offsets", "identifier", "session_conf"]
@@ -80,7 +84,14 @@ def append(spark, df, table_path: str, partition_by: list[str], versions: dict[t
     records ``versions`` (each partition's newest offset in ``df``) merged into what the
     table had recorded.  ``merge_schema``: Iceberg's ``merge-schema`` write option, which
     needs the table property ``write.spark.accept-any-schema`` (set here when missing): new
-    columns (fields of ``value``) join the table."""
+    columns (fields of ``value``) join the table.
+
+    Then the table properties of ``versions``' partitions, in a commit of their own (Spark's
+    writer sets none with an append).  An uploader stopped between the two leaves the offsets
+    in the append's summary only, as before; the partition's next commit, or the next direct
+    commit of any partition (which records every partition's offset), puts them in the
+    properties.  Only these partitions' properties: under their upload locks nobody else
+    changes them, so Iceberg's retry of the commit on a newer version cannot set an old value."""
     ident = identifier(table_path)
     _create_if_missing(spark, df, table_path, partition_by)
     writer = df.writeTo(ident)
@@ -89,12 +100,15 @@ def append(spark, df, table_path: str, partition_by: list[str], versions: dict[t
         if (meta.get("properties") or {}).get(ACCEPT_ANY_SCHEMA) != "true":
             spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ('{ACCEPT_ANY_SCHEMA}' = 'true')")
         writer = writer.option("merge-schema", "true")
-    writer.option(f"snapshot-property.{SUMMARY_KEY}", _summary_after(committed_offsets(table_path), versions)).append()
+    offsets = committed_offsets(table_path)
+    writer.option(f"snapshot-property.{SUMMARY_KEY}", _summary_after(offsets, versions)).append()
+    recorded = ", ".join(f"'{property_key(t, p)}' = '{offsets[(t, p)]}'" for t, p in sorted(versions))
+    spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ({recorded})")
 
 
 def _summary_after(offsets: dict[tuple[str, int], int], versions: dict[tuple[str, int], int]) -> str:
     """The ``kdaemon.offsets`` of an append recording ``versions`` over what the table has
-    recorded (``offsets``, a copy of its own to change)."""
+    recorded (``offsets``, a copy of its own, changed to what the table records after it)."""
     for key, version in versions.items():
         offsets[key] = max(offsets.get(key, -1), version)
     return summary_value(offsets)
@@ -125,9 +139,10 @@ _MAX_INFERRED_COLUMNS = 100   # Java's write.metadata.metrics.max-inferred-colum
 def append_files(pieces, table_path: str, partition_by: list[str], versions: dict[tuple[str, int], int],
                  schema) -> int | None:
     """The direct path's append, without Spark or a JVM: ``pieces`` (``arrow_rows.job_rows``
-    of each batch) written as data files by ``iceberg_files`` and appended in one snapshot whose
-    ``kdaemon.offsets`` records ``versions`` over what the table had, as ``append`` does with
-    a DataFrame's (the table created first if missing, as Spark creates it:
+    of each batch) written as data files by ``iceberg_files`` and appended in one snapshot that
+    records ``versions`` over what the table had (its summary, and the table properties of
+    every partition the table records: ``iceberg_meta``), as ``append`` does with a
+    DataFrame's (the table created first if missing, as Spark creates it:
     ``iceberg_commit.create``).  ``schema``: the rows' Spark schema (pyspark, no session).
 
     Returns the table's new metadata version, or None, with nothing written, when the table
@@ -147,7 +162,7 @@ def append_files(pieces, table_path: str, partition_by: list[str], versions: dic
         log.warning("Iceberg jobs go through Spark: %s (pip install pyiceberg)", exc)
         return None
     from .arrow_rows import NotDirect
-    from .iceberg_meta import offsets_of
+    from .iceberg_meta import offset_properties
     try:
         rows_schema = iceberg_schema(schema)
         # What refusal() would find of the table once created: checked before creating it.
@@ -169,21 +184,24 @@ def append_files(pieces, table_path: str, partition_by: list[str], versions: dic
     codec = base.metadata.properties.get("write.parquet.compression-codec", "zstd").lower()
     written = iceberg_files.write_files(pieces, table_path, partition_by, iceberg_commit.schema_json(base.metadata),
                                         "none" if codec == "uncompressed" else codec)
-    start = offsets_of(base.raw, table_path)
+    start = recorded_offsets(base.metadata, table_path)
 
     def build(current):
-        if current is not base:   # a lost race: the new metadata
+        offsets = recorded_offsets(current.metadata, table_path)
+        if current.metadata_location != base.metadata_location:   # a lost race: the new metadata
             why = refusal(current, rows_schema, table_path, partition_by)
             if why:
                 raise iceberg_commit.Unsupported(why)
-            now = offsets_of(current.raw, table_path)
-            moved = sorted(k for k in versions if now.get(k, -1) != start.get(k, -1))
+            moved = sorted(k for k in versions if offsets.get(k, -1) != start.get(k, -1))
             if moved:
                 raise iceberg_commit.IcebergCommitError(
                     f"another writer committed rows of {moved[0][0]}[{moved[0][1]}] to {table_path} during this "
                     f"append, which holds its upload lock: is flock working on this filesystem?")
-        summary = _summary_after(offsets_of(current.raw, table_path), versions)
-        return iceberg_files.data_files(current.metadata, written), {SUMMARY_KEY: summary}
+        summary = _summary_after(offsets, versions)
+        # Every partition's: a table written before the properties, or by the Spark path
+        # stopped between its two commits, gets them all with this one.
+        properties, stale = offset_properties(current.metadata.properties, offsets)
+        return iceberg_files.data_files(current.metadata, written), {SUMMARY_KEY: summary}, properties, stale
 
     try:
         return iceberg_commit.commit_append(table_path, base, build)
@@ -199,8 +217,19 @@ def append_files(pieces, table_path: str, partition_by: list[str], versions: dic
         raise
 
 
+def recorded_offsets(meta, table_path: str) -> dict[tuple[str, int], int]:
+    """``iceberg_meta.offsets_of`` of pyiceberg's ``TableMetadata``: the same reading of the
+    same fields, without writing the metadata out as JSON again."""
+    from .iceberg_meta import offsets_of
+    return offsets_of({
+        "current-snapshot-id": meta.current_snapshot_id, "properties": meta.properties,
+        "snapshots": [{"snapshot-id": s.snapshot_id, "parent-snapshot-id": s.parent_snapshot_id,
+                       "summary": {SUMMARY_KEY: s.summary.get(SUMMARY_KEY)} if s.summary is not None else {}}
+                      for s in meta.snapshots]}, table_path)
+
+
 def refusal(base, rows_schema, table_path: str, partition_by: list[str]) -> str | None:
-    """Why the direct path must not write the table at ``base`` (``iceberg_commit.Base``)
+    """Why the direct path must not write the table at ``base`` (a pyiceberg ``Table``)
     with rows of ``rows_schema``, or None.  What Iceberg's Spark writer would write differently,
     or where this path's own commit would not be what Java's is:
 

@@ -7,6 +7,13 @@ would read as all nulls.  Nothing here commits: ``iceberg.append_files`` appends
 (``data_files``: their entries, with the column metrics Iceberg's Java ``ParquetUtil`` reads
 from a footer) in one snapshot that records the offsets.
 
+The entries are built here, from pyiceberg's public statistics functions
+(``compute_statistics_plan``, ``data_file_statistics_from_parquet_metadata``), rather than by
+``Transaction.add_files``, which reads the same footers but infers each file's partition from
+its column bounds (truncated to 16 characters for strings: a longer topic name has no single
+value), keeps pyiceberg's metrics (no bounds for fields of structs, which Java keeps), and reads
+every manifest of the table to refuse files it holds already.
+
 The ids come from the table's schema as Iceberg's ``SchemaParser`` writes it (the JSON of the
 table spec); a column whose Iceberg type this path does not write as Iceberg's own writer would
 (anything beyond kdaemon's columns and ``arrow_rows.value_arrow_type``'s types), or a required
@@ -114,8 +121,8 @@ def data_files(meta, files: list[tuple[str, list[str], int]]) -> list:
         for fid in repeated:   # Parquet counts a list's elements, not rows: Java keeps neither count
             stats.value_counts.pop(fid, None)
             stats.null_value_counts.pop(fid, None)
-        out.append(DataFile.from_args(
-            _table_format_version=meta.format_version, content=DataFileContent.DATA, file_path=path,
+        out.append(DataFile.from_args(   # as pyiceberg's own writer builds its entries
+            content=DataFileContent.DATA, file_path=path,
             file_format=FileFormat.PARQUET, partition=Record(*[partition_value(k, v) for k, v in zip(kinds, values)]),
             file_size_in_bytes=size, sort_order_id=None, spec_id=meta.default_spec_id, equality_ids=None,
             key_metadata=None, **stats.to_serialized_dict()))
