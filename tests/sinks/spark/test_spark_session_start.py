@@ -1,14 +1,12 @@
-"""The uploader before its SparkSession is up (kdaemon/sinks/spark/uploader/session_start.py): with direct
-writes it serves whole jobs into a Delta or Iceberg table while Spark starts, a job that needs
-Spark waits for the session, a failed start fails that job and ends the uploader, and the JVM
-starts at a lower CPU priority.  The session's start is held by the test (no JVM is launched by
-the uploader here); the tables are read back with the tests' own reader session."""
+"""The uploader's SparkSession on demand (kdaemon/sinks/spark/uploader/process.py, session_start.py):
+with direct writes it serves whole jobs into a Delta or Iceberg table and never starts Spark; a
+job that needs Spark starts the session and waits for it; a failed start fails that job and ends
+the uploader.  The session's start is held by the test (no JVM is launched by the uploader
+here); the tables are read back with the tests' own reader session."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import threading
 import time
 
@@ -20,7 +18,6 @@ requires_spark()
 
 from kdaemon.plugins.types import Record  # noqa: E402
 from kdaemon.sinks.spark.tables import formats  # noqa: E402
-from kdaemon.sinks.spark.uploader.session_start import JVM_NICE, SessionStart  # noqa: E402
 from kdaemon.sinks.spark.staging import SparkSink  # noqa: E402
 from kdaemon.sinks.spark.uploader.process import EXIT_CANNOT_START, Uploader  # noqa: E402
 from kdaemon.sinks.spark.uploader.writer import SparkStartError  # noqa: E402
@@ -45,8 +42,10 @@ class _HeldStart:
     def __init__(self, fail: bool = False) -> None:
         self.release = threading.Event()
         self.fail = fail
+        self.calls = 0
 
     def __call__(self) -> None:
+        self.calls += 1
         assert self.release.wait(60), "the test never let the session start"
         if self.fail:
             raise SparkStartError("cannot start a SparkSession on master local[1]: held by the test")
@@ -81,7 +80,7 @@ def _stop(up, sink, serving, held) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
-def test_direct_jobs_are_served_while_the_session_starts(tmp_path, monkeypatch, spark, fmt):
+def test_direct_jobs_are_served_without_starting_spark(tmp_path, monkeypatch, spark, fmt):
     held = _HeldStart()
     up, sink, serving, _, path = _serve(tmp_path, monkeypatch, fmt, held)
     try:
@@ -93,6 +92,7 @@ def test_direct_jobs_are_served_while_the_session_starts(tmp_path, monkeypatch, 
         sink.write(_records(0, range(30, 40)))
         sink.flush()
         assert formats.FORMATS[fmt].committed_offsets(path) == {(TOPIC, 0): 39, (TOPIC, 1): 11}
+        assert held.calls == 0, "an uploader whose jobs all went the direct path started Spark"
     finally:
         _stop(up, sink, serving, held)
     rows = spark.read.format(fmt).load(path).select("partition", "offset", "value.n", "value.kind").collect()
@@ -115,8 +115,11 @@ def test_a_job_that_needs_spark_waits_and_fails_with_the_start(tmp_path, monkeyp
                                   other) is not None   # a table of another shape, made first
         sink.write(_records(0, range(0, 5)))
         pending = sink.flush_async()
-        time.sleep(1.0)
-        assert not pending.done(), "a job that needs Spark went ahead without it"
+        deadline = time.monotonic() + 30
+        while held.calls == 0:   # the job that needs Spark starts it
+            assert time.monotonic() < deadline, "the job that needs Spark never started it"
+            time.sleep(0.05)
+        assert not pending.done() and held.calls == 1, "a job that needs Spark went ahead without it"
         held.release.set()
         deadline = time.monotonic() + 30
         with pytest.raises(Exception, match="held by the test"):
@@ -128,24 +131,3 @@ def test_a_job_that_needs_spark_waits_and_fails_with_the_start(tmp_path, monkeyp
     finally:
         _stop(up, sink, serving, held)
     assert formats.delta.committed_offsets(path) == {("else", 0): 0}   # nothing of the job
-
-
-def test_the_jvm_starts_at_a_lower_priority_with_direct_writes(tmp_path):
-    """The nice value a process started by the session's thread has (the JVM is one)."""
-    seen: dict[bool, int] = {}
-
-    class Writer:
-        def __init__(self, lower: bool) -> None:
-            self.lower = lower
-
-        def start(self) -> None:
-            out = subprocess.run(["cat", "/proc/self/stat"], capture_output=True, text=True, check=True).stdout
-            seen[self.lower] = int(out.rsplit(")", 1)[1].split()[16])
-
-    for lower in (True, False):
-        start = SessionStart(Writer(lower), lower_priority=lower)
-        start.join(10)
-        assert not start.running and start.failure() is None
-    own = os.getpriority(os.PRIO_PROCESS, 0)
-    assert seen == {True: min(19, own + JVM_NICE), False: own}, seen
-    assert os.getpriority(os.PRIO_PROCESS, 0) == own   # the serving thread keeps its priority
