@@ -175,9 +175,6 @@ def test_statistics_skip_files_only_where_they_may(writer, tmp_path):
 
 def test_a_job_spark_must_write_is_not_direct(writer, tmp_path):
     path = _table(writer, "not-direct")
-    repeated = _batch(tmp_path, "r", 0, range(0, 5), headers=[[("a", b"1"), ("a", b"2")]] * 5)
-    assert not _write(writer, path, [repeated], direct=True)
-    assert _data_files(path) == set()   # no data file written (Iceberg: the table may be created)
     good = _batch(tmp_path, "good", 0, range(0, 3))
     bad = _batch(tmp_path, "bad", 0, range(3, 6), values=[b'{"id": 1}', b'{"id": "x"}', b'{"id": 3}'])
     assert not _write(writer, path, [good, bad], direct=True)   # the good batch's files are removed

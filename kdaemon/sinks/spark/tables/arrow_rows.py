@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
@@ -162,16 +163,24 @@ def job_rows(batch: pa.Table, value_format: str, value_type: pa.StructType | Non
 
 
 def _headers_map(headers: pa.ListArray) -> pa.MapArray:
-    """The staged list of (key, value) entries as a map; NotDirect if a record repeats a key."""
-    entries = headers.flatten()
-    keys, values = entries.field("key"), entries.field("value")
-    if len(keys):
-        pairs = pa.table({"row": pc.list_parent_indices(headers), "key": keys})
-        if pairs.group_by(["row", "key"]).aggregate([]).num_rows != len(keys):
-            raise NotDirect("a record repeats a header key")
-    offsets = headers.offsets
+    """The staged list of (key, value) entries as a map, as Spark's ``map_from_entries`` makes it
+    under ``mapKeyDedupPolicy = LAST_WIN`` (the writer's): a key a record repeats keeps its first
+    entry's place and its last entry's value."""
     if headers.offset or headers.null_count:
         raise NotDirect("headers column with an offset or nulls")   # staged.read makes neither
+    entries = headers.flatten()
+    keys, values = entries.field("key"), entries.field("value")
+    offsets = headers.offsets
+    if len(keys):
+        rows = pc.list_parent_indices(headers)
+        pairs = pa.table({"row": rows, "key": keys, "at": pa.array(np.arange(len(keys)), pa.int64())})
+        kept = pairs.group_by(["row", "key"], use_threads=False).aggregate([("at", "min"), ("at", "max")])
+        if kept.num_rows != len(keys):   # a record repeats a key: one entry per key
+            kept = kept.sort_by("at_min").combine_chunks()
+            keys = keys.take(kept.column("at_min").chunk(0))
+            values = values.take(kept.column("at_max").chunk(0))
+            per_row = np.bincount(kept.column("row").to_numpy(), minlength=len(headers))
+            offsets = pa.array(np.concatenate([[0], np.cumsum(per_row)]), pa.int32())
     return pa.MapArray.from_arrays(offsets, keys, values, type=HEADERS)
 
 
