@@ -2,8 +2,8 @@
 
 Starting Spark takes 10-20 s here.  Meanwhile the uploader reads requests and answers resume
 questions (they need only the output's files), and with direct writes (``writer.py``) it serves
-whole jobs: Spark is needed only for a job the direct path does not write, a Delta checkpoint
-and the warm-up.  Then Spark starts at a lower CPU priority (``JVM_NICE``): on a small machine
+whole jobs: Spark is needed only for a job the direct path does not write (Delta's checkpoints
+are delta-rs's, written at the commit).  Then Spark starts at a lower CPU priority (``JVM_NICE``): on a small machine
 its start competed with the workers reading the very backlog it was not needed for.  Linux keeps
 the nice value per thread, and the JVM, launched by the starting thread, inherits that thread's.
 """
