@@ -3,8 +3,8 @@ delta-rs's ``write_deltalake`` writing them.
 
 What runs: no broker, no Spark.  ``--batches`` staged batches of ``--rows`` records each (the
 peer bench's records: testkit/workload.py's ~200-byte JSON values under its ``value_schema``,
-a key, two headers; timestamps across a day boundary, so each job writes two ``date``
-partitions) are written once as the workers stage them.  Then each mode appends them as
+a key, two headers; each job's timestamps straddle a midnight, so each job writes two
+``date`` partitions) are written once as the workers stage them.  Then each mode appends them as
 ``--jobs`` jobs, one after the other, into a fresh table partitioned by ``topic, date``, each
 job recording every partition's newest offset, as the uploader does:
 
@@ -48,7 +48,7 @@ from testkit.workload import iter_records  # noqa: E402
 VALUE_SCHEMA = "id BIGINT, event STRING, user STRING, amount DOUBLE, currency STRING, items ARRAY<INT>, note STRING"
 PARTITION_BY = ["topic", "date"]
 TOPIC = "events"
-T0 = 1_764_028_800_000 - 60_000   # a minute before 2025-11-25T00:00:00Z
+MIDNIGHT = 1_764_028_800_000   # 2025-11-25T00:00:00Z: every job's records straddle it
 
 
 def rows_schema():
@@ -73,7 +73,8 @@ def stage(directory: str, jobs: int, batches: int, rows: int) -> list[list[tuple
             offsets = range(job * rows, (job + 1) * rows)
             got = [next(records) for _ in offsets]
             path = os.path.join(directory, f"{job}-{p}.staged")
-            staged.write(path, TOPIC, p, list(offsets), [T0 + o * 5 for o in offsets], [0] * rows,
+            stamps = [MIDNIGHT + (o - job * rows - rows // 2) * 5 for o in offsets]
+            staged.write(path, TOPIC, p, list(offsets), stamps, [0] * rows,
                          [r[2] for r in got], [r[3] for r in got], [r[4] for r in got])
             files.append((path, p, offsets[-1]))
         out.append(files)

@@ -46,10 +46,23 @@ kdaemon commit for a whole retention period (a daemon stopped that long, or a re
 shorter than the time since the last commit when it is set) loses its partitions' versions;
 the manifests in ``_kdaemon`` still make a replay of those offsets add nothing.
 
-Measured on this machine (bench/spark/delta_write.py, 100,000 rows a job in four batches of
-the peer bench's records, two ``date`` partitions, median of five warm jobs, two rounds): see
-``MEASURED`` below; the direct path keeps its own files (``delta_files``) because
-``write_deltalake`` was slower on the same rows.
+**The data files: kdaemon's, not ``write_deltalake``'s.**  bench/spark/delta_write.py, on the
+two-core development machine otherwise idle (2026-12-02, deltalake 1.6.6, pyarrow 26.0.1): jobs
+of 100,000 of the peer bench's records (four batches, two ``date`` partitions), the median of
+five warm jobs per round, four rounds of the new code and two of the old:
+
+=====================================================  ==============  ================
+write path                                             wall per job    CPU per job
+=====================================================  ==============  ================
+kdaemon's files (two write lanes), hand-written commit 0.31-0.34 s     0.40-0.43 s
+kdaemon's files (two write lanes), delta-rs commit     0.29-0.37 s     0.38-0.47 s
+``write_deltalake`` (same rows, same app transactions) 0.35-0.46 s     0.45-0.57 s
+=====================================================  ==============  ================
+
+So the direct path keeps writing its own files (``delta_files``: the same speed as before,
+delta-rs's commit costs a few milliseconds a job) and hands delta-rs the file list;
+``write_deltalake`` was 10-35% slower on the wall and used about a fifth more CPU, and a commit
+it loses leaves its files behind where the direct path removes its own.
 
 One table per (topic, consumer group): the application ids name the topic partition only.
 """

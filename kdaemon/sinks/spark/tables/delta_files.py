@@ -7,11 +7,11 @@ writer names them, without the partition columns (Delta keeps those in the log),
 table; delta-rs writes it into the log as the URI the protocol asks for) with the statistics
 Delta's data skipping reads.  Nothing here commits: ``delta_commit.py`` commits the actions
 through delta-rs, with the partitions' ``txn`` actions, and until that commit no reader sees a
-file.  Why not delta-rs's ``write_deltalake``, which writes the files too: measured slower
-(bench/spark/delta_write.py, figures in ``delta.py``).  A file of a
-commit that is known not to happen is removed (``remove_files``); one of a writer that died
-before its commit stays behind, as one of Delta's own failed writers would leave it (``VACUUM``
-removes it).
+file.  Not delta-rs's ``write_deltalake``, which writes the files too: it was slower on the
+same rows (bench/spark/delta_write.py, the figures in ``delta.py``).  A file of a commit that
+is known not to happen is removed (``remove_files``); one of a writer that died before its
+commit stays behind, as one of Delta's own failed writers would leave it (``VACUUM`` removes
+it).
 
 Statistics: ``numRecords``, and ``minValues``/``maxValues``/``nullCount`` of the record columns
 whose bounds are unambiguous (``offset``, ``timestamp``, ``partition``, ``timestamp_type`` where
