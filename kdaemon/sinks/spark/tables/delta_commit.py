@@ -5,8 +5,9 @@ application transactions (``commit``), and the checkpoint after it (``checkpoint
 files, commit, and on a lost race read again.
 
 **The commit.**  ``DeltaTable.create_write_transaction`` (a table that exists) or
-``create_table_with_add_actions`` (a new one: its protocol, metadata and the files in version 0)
-with ``CommitProperties(app_transactions=...)``: one ``txn`` action per application, in the same
+``create_table_with_add_actions`` (a new one: its protocol, metadata and the files in version 0,
+or a lost race when another writer created it first) with
+``CommitProperties(app_transactions=...)``: one ``txn`` action per application, in the same
 atomic commit as the ``add`` actions.  delta-rs commits at the next version with put-if-absent;
 when another writer took it, delta-rs checks the winning commits against this one (Delta's
 conflict rules) and tries the next version itself (``max_commit_retries``, 15) unless one
@@ -147,16 +148,23 @@ def commit(table, table_path: str, schema: dict, partition_by: list[str], adds: 
     from deltalake.exceptions import CommitFailedError, DeltaError
     from deltalake.transaction import PostCommitHookProperties, create_table_with_add_actions
     now = _now_ms()
-    props = CommitProperties(app_transactions=[Transaction(app, version, now) for app, version in sorted(txns.items())])
+    app_transactions = [Transaction(app, version, now) for app, version in sorted(txns.items())]
     hook = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
     try:
         if table is None:
+            # No retry of its own: delta-rs 1.6's creator that loses version 0 to another reads
+            # the table the other created and commits its own metadata (a second table id) on
+            # top without a conflict check; here that race is lost, and the job appends to the
+            # other's table.
             create_table_with_add_actions(table_path, Schema.from_json(json.dumps(schema)), adds, mode="error",
-                                          partition_by=list(partition_by), commit_properties=props,
+                                          partition_by=list(partition_by),
+                                          commit_properties=CommitProperties(max_commit_retries=0,
+                                                                             app_transactions=app_transactions),
                                           post_commithook_properties=hook)
         else:
             table.create_write_transaction(adds, "append", Schema.from_json(json.dumps(schema)),
-                                           partition_by=list(partition_by), commit_properties=props,
+                                           partition_by=list(partition_by),
+                                           commit_properties=CommitProperties(app_transactions=app_transactions),
                                            post_commithook_properties=hook)
     except CommitFailedError as exc:
         text = _first_line(exc)
