@@ -11,9 +11,9 @@ One scenario, two daemon runs (each starts an uploader and its JVM: the suite's 
    the daemon caught up and idle (nothing in flight: VACUUM retaining nothing would remove a
    job's files before their commit), both VACUUMs and both checkpoints.  The recorded versions
    are checked after each, and ``_kdaemon`` survives VACUUM (a hidden directory to both).
-3. The table keeps transactions ``RETENTION_S`` only, and a control transaction is committed
-   beside kdaemon's: partition 1 gets no record from here on, so its own ``txn`` action is as
-   old as the control's.  Records trickle into partition 0 until Delta (delta-rs) no longer
+3. The table keeps transactions ``RETENTION_S`` only; partition 1 gets its last record, and
+   then a control transaction is committed beside kdaemon's: partition 1's own ``txn`` action
+   is no newer than the control's.  Records trickle into partition 0 until Delta (delta-rs) no longer
    reports the control's version: partition 1's would have expired by now, were it not
    carried by every commit of partition 0 (``delta.carried_versions``).  Spark's Delta reads
    the versions too, with its own expiry, and a checkpoint (which leaves out expired ``txn``
@@ -23,8 +23,9 @@ One scenario, two daemon runs (each starts an uploader and its JVM: the suite's 
    ``kdaemon offsets --reset-offsets --to-earliest --execute``; the daemon runs again until the
    group's offsets are back at the ends: the table holds every record exactly once.
 
-Without the carried versions partition 1's record expires in step 3 and the test fails there;
-past that check, the replay would write partition 1's records a second time.
+Without the carried versions partition 1's record expires in step 3 (in delta-rs's reading and
+Spark's) and the test fails there; past that check, the replay wrote 161 of partition 1's
+records a second time (checked by hand, the carrying turned off).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ import pytest
 from kdaemon.sinks.spark.tables import delta, delta_state, layout
 from testkit.daemon import wait_for
 from testkit.produce import Writer
-from testkit.spark import (KEPT_TYPES, Produced, Sent, SparkDaemon, assert_exact, new_topic, produce, read_output,
-                           requires_spark, spark_config)
+from testkit.spark import (KEPT_TYPES, Produced, Sent, SparkDaemon, assert_exact, committed, new_topic, produce,
+                           read_output, requires_spark, spark_config)
 from tests.cli.test_cli_errors_kafka import kdaemon
 
 requires_spark()
@@ -61,22 +62,30 @@ def _record(i: int, now_ms: int) -> Sent:
 
 
 class Trickle(threading.Thread):
-    """Records into partition 0 only, one a second, until stopped (then flushed)."""
+    """Records into one partition (0 unless told), one a second, until stopped (then flushed)."""
 
-    def __init__(self, bootstrap: str, produced: Produced, start: int) -> None:
+    def __init__(self, bootstrap: str, produced: Produced, start: int, partition: int = 0) -> None:
         super().__init__(daemon=True)
         self.writer = Writer(bootstrap, produced.topic, "none", **{"linger.ms": 5})
-        self.produced, self.next, self.done = produced, start, threading.Event()
+        self.produced, self.next, self.partition, self.done = produced, start, partition, threading.Event()
 
     def run(self) -> None:
-        now_ms = int(time.time() * 1000)
         while not self.done.wait(1.0):
-            sent = _record(self.next, now_ms)
-            self.writer.send(sent.value, sent.key, partition=0, headers=sent.headers, timestamp=sent.timestamp,
-                             on_delivered=self._delivered(sent))
-            self.writer.poll(0)
-            self.next += 1
+            self._send()
         assert self.writer.flush(60) == 0 and not self.writer.errors, self.writer.errors
+
+    def send_one(self) -> None:
+        """One record (a kept one: ``start`` a multiple of five), delivered."""
+        assert _record(self.next, 0).headers[0][1] != b"page.view"
+        self._send()
+        assert self.writer.flush(60) == 0 and not self.writer.errors, self.writer.errors
+
+    def _send(self) -> None:
+        sent = _record(self.next, int(time.time() * 1000))
+        self.writer.send(sent.value, sent.key, partition=self.partition, headers=sent.headers,
+                         timestamp=sent.timestamp, on_delivered=self._delivered(sent))
+        self.writer.poll(0)
+        self.next += 1
 
     def _delivered(self, sent: Sent):
         def record(msg):
@@ -128,7 +137,11 @@ def test_the_offsets_survive_compaction_vacuum_checkpoints_and_transaction_expir
                           sink={"format": "delta", "max_records": 200, "max_age_s": 1})
 
     def expected() -> dict[tuple[str, int], int]:
-        return {(topic, p): end - 1 for p, end in produced.ends().items()}
+        """Each partition's newest offset the header rule keeps: what the table records."""
+        newest: dict[tuple[str, int], int] = {}
+        for t, p, o in produced.expected():
+            newest[(t, p)] = max(newest.get((t, p), -1), o)
+        return newest
 
     def check(after: str) -> None:
         delta_state.forget(str(out))   # read anew, from the newest checkpoint
@@ -143,13 +156,14 @@ def test_the_offsets_survive_compaction_vacuum_checkpoints_and_transaction_expir
         compacted = []
 
         def compact_once() -> bool:
-            if _recorded(out)[(topic, 0)] < start:
+            if _recorded(out)[(topic, 0)] < start:   # (the first trickled record is kept)
                 return False   # the trickle's first commit first
             if not compacted:
                 compacted.append(DeltaTable(str(out)).optimize.compact())
                 spark.sql(f"OPTIMIZE delta.`{out}`")
             return daemon.count("uploaded ") >= 6
         n = _trickle(kafka, daemon, produced, 400, compact_once, "the compactions beside partition 0's trickle")
+        n += -n % 5   # a kept record next
         assert compacted[0]["numFilesRemoved"] > 0, compacted
         check("the compactions")
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
@@ -166,8 +180,13 @@ def test_the_offsets_survive_compaction_vacuum_checkpoints_and_transaction_expir
         _jvm_checkpoint(spark, out)
         check("Spark's checkpoint")
 
-        # 3. Transactions expire; the control's is as old as partition 1's newest.
+        # 3. Transactions expire.  Partition 1's last record, then the control, as old as it.
         DeltaTable(str(out)).alter.set_table_properties({delta.RETENTION: f"interval {RETENTION_S} seconds"})
+        last = Trickle(kafka.bootstrap, produced, n, partition=1)
+        last.send_one()
+        n += 1
+        wait_for(lambda: _recorded(out).get((topic, 1)) == expected()[(topic, 1)], 120,
+                 "partition 1's last record in the table", daemon.log_tail)
         table = DeltaTable(str(out))
         table.create_write_transaction([], "append", table.schema(), partition_by=table.metadata().partition_columns,
                                        commit_properties=CommitProperties(app_transactions=[
@@ -179,16 +198,17 @@ def test_the_offsets_survive_compaction_vacuum_checkpoints_and_transaction_expir
         DeltaTable(str(out)).create_checkpoint()
         check("a checkpoint past the retention period")
         assert daemon.stop() == 0, daemon.log_tail()
-    last_commit = time.monotonic()
+    stopped = time.monotonic()
 
     # 4. A replay from the earliest offsets adds nothing.
     shutil.rmtree(layout.kdaemon_dir(str(out)) + "/manifests")
     reset = kdaemon("offsets", "-c", str(daemon.config_path), "--reset-offsets", "--to-earliest", "--execute",
                     cwd=daemon.root)
     assert reset.returncode == 0, (reset.stdout, reset.stderr)
+    assert {p: offset for p, (offset, _) in committed(kafka.bootstrap, group, topic, 2).items()} == {0: 0, 1: 0}
     with SparkDaemon(tmp_path / "d", config) as again:
         again.wait_caught_up(kafka.bootstrap, produced, timeout=180)
-        print(f"the replay caught up {time.monotonic() - last_commit:.0f} s after the daemon's last commit "
+        print(f"the replay caught up {time.monotonic() - stopped:.0f} s after the first run stopped "
               f"(the retention: {RETENTION_S} s)")
         assert again.stop() == 0, again.log_tail()
     assert_exact(read_output(spark, out, "delta"), produced.expected())
