@@ -61,8 +61,9 @@ kdaemon's files (two write lanes), delta-rs commit     0.29-0.37 s     0.38-0.47
 
 So the direct path keeps writing its own files (``delta_files``: the same speed as before,
 delta-rs's commit costs a few milliseconds a job) and hands delta-rs the file list;
-``write_deltalake`` was 10-35% slower on the wall and used about a fifth more CPU, and a commit
-it loses leaves its files behind where the direct path removes its own.
+``write_deltalake`` was slower in every round (by 5-55%, about a fifth over all rounds) and used
+about a fifth more CPU, and a commit it loses leaves its files behind where the direct path
+removes its own.
 
 One table per (topic, consumer group): the application ids name the topic partition only.
 """
@@ -89,15 +90,6 @@ RETENTION = "delta.setTransactionRetentionDuration"
 
 def app_id(topic: str, partition: int) -> str:
     return f"kdaemon:{topic}:{partition}"
-
-
-def parse_app_id(app: str) -> tuple[str, int] | None:
-    """The (topic, partition) of one of kdaemon's application ids; None for anyone else's."""
-    prefix, _, rest = app.partition(":")
-    topic, _, partition = rest.rpartition(":")
-    if prefix != "kdaemon" or not topic or not partition.isdigit():
-        return None
-    return topic, int(partition)
 
 
 def session_conf(table_path: str | None = None) -> dict[str, str]:
