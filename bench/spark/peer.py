@@ -41,8 +41,8 @@ Per workload and side, two runs:
   first into the same table, so the JVMs have compiled the hot paths and the table exists; the
   clock and the CPU figures start at the moment the full topic is handed over.  kdaemon: the
   daemon delivered the warm-up topic and its uploader logged the end of its own start-up
-  warm-up (``uploader warm-up done``: with direct writes into Delta, one commit and a
-  checkpoint on a scratch table), then its configuration names the full topic instead and
+  warm-up (``uploader warm-up done``, once its Spark session is up), then its configuration
+  names the full topic instead and
   it gets SIGHUP (what an operator does: the supervisor rolls the workers, the uploader and its
   session keep running); wall time to every partition's end committed.  Spark: the driver ran
   an ``availableNow`` query on the warm-up topic, then starts the ``availableNow`` query on the

@@ -263,10 +263,10 @@ class Kdaemon:
         self._wait_logged("uploader listening on", "start", timeout)
 
     def wait_warm(self, timeout: float = 180) -> None:
-        """Until the uploader finished its own warm-up (``Uploader._warm_up``: with direct
-        writes into Delta, a commit and a checkpoint on a scratch table, paid once at a
-        daemon's start): "warm" measures a daemon whose start is over, as Spark's side is
-        measured in a session whose warm-up query ran."""
+        """Until the uploader finished its own warm-up (``Uploader._warm_up``, logged once its
+        Spark session is up; no table format has cold Spark work left in it since Delta's
+        checkpoints are delta-rs's): "warm" measures a daemon whose start is over, as Spark's
+        side is measured in a session whose warm-up query ran."""
         self._wait_logged("uploader warm-up done", "warm up", timeout)
 
     def _wait_logged(self, line: str, what: str, timeout: float) -> None:

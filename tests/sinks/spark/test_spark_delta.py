@@ -1,7 +1,8 @@
 """The Delta format's exactly-once pieces against real Delta Lake (the staged jars): the txn
-actions read from the log, through Delta's own checkpoints; and the settling of an upload the
-uploader did not finish, rolled forward when its commit happened and back when it did not.
-The end-to-end kill test is test_spark_sink_chaos.py's delta case."""
+versions read through delta-rs, through Delta's own checkpoints; the JVM's one commit per job;
+and the settling of an upload the uploader did not finish, rolled forward when its commit
+happened and back when it did not.  The end-to-end kill test is test_spark_sink_chaos.py's
+delta case; table maintenance, test_spark_delta_maintenance.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 
 import pytest
 
-from kdaemon.sinks.spark.tables import delta, delta_log
+from kdaemon.sinks.spark.tables import delta, delta_state, layout
 from testkit.spark import check_unfinished_uploads_settle, requires_spark
 
 requires_spark()
@@ -24,26 +25,31 @@ def _append(spark, path: str, rows: list[tuple[str, int, int]], app: str, versio
      .option("delta.checkpointInterval", "3").save(path))   # a table property, set on creation
 
 
+def _versions(path: str) -> dict[str, int]:
+    return delta_state.versions(delta_state.open_table(path), [f"app-{i}" for i in range(4)])
+
+
 def test_transactions_read_through_checkpoints_match_what_delta_skips(spark, tmp_path):
     path = str(tmp_path / "t")
-    assert delta_log.transactions(path) == {}
+    assert _versions(path) == {}
     expected: dict[str, int] = {}
     for i in range(8):   # a checkpoint every 3 commits: the state spans two of them
         app = f"app-{i % 3}"
         expected[app] = i
         _append(spark, path, [("t", i % 3, i)], app, i)
-    names = os.listdir(delta_log.log_dir(path))
+    names = os.listdir(delta_state.log_dir(path))
     assert any(".checkpoint." in n for n in names), names   # the test reads through one
-    assert delta_log.transactions(path) == expected
+    assert _versions(path) == expected
     # Delta itself agrees: a write at a recorded version is skipped, one above it is not.
     _append(spark, path, [("t", 0, 999)], "app-0", expected["app-0"])
     assert spark.read.format("delta").load(path).where("offset = 999").count() == 0
     _append(spark, path, [("t", 0, 999)], "app-0", expected["app-0"] + 1)
     assert spark.read.format("delta").load(path).where("offset = 999").count() == 1
-    assert delta_log.transactions(path)["app-0"] == expected["app-0"] + 1
-    assert delta.committed_offsets(path) == {}   # none of those applications is kdaemon's
+    assert _versions(path)["app-0"] == expected["app-0"] + 1
+    keys = [("t", p) for p in range(4)]
+    assert delta.committed_offsets(path, keys) == {}   # none of those applications is kdaemon's
     _append(spark, path, [("t", 3, 5)], delta.app_id("t", 3), 5)
-    assert delta.committed_offsets(path) == {("t", 3): 5}
+    assert delta.committed_offsets(path, keys) == {("t", 3): 5}
 
 
 def test_an_unfinished_upload_rolls_forward_if_its_commit_happened_else_back(spark, tmp_path):
@@ -52,13 +58,16 @@ def test_an_unfinished_upload_rolls_forward_if_its_commit_happened_else_back(spa
         spark, table, [("t", 0, o) for o in range(10)], delta.app_id("t", 0), 9))
 
 
+KEYS = [("t", p) for p in range(4)]
+
+
 def _job_rows(spark, rows: list[tuple[str, int, int]]):
     return spark.createDataFrame(rows, "topic STRING, partition INT, offset BIGINT")
 
 
 def _commits(path: str) -> list[list[dict]]:
     """Each commit file of the log, as its list of actions."""
-    d = delta_log.log_dir(path)
+    d = delta_state.log_dir(path)
     names = sorted(n for n in os.listdir(d) if n.endswith(".json") and n[:20].isdigit())
     return [[json.loads(line) for line in open(os.path.join(d, n)) if line.strip()] for n in names]
 
@@ -81,7 +90,7 @@ def test_a_job_of_several_partitions_is_one_commit_recording_each(spark, tmp_pat
         assert {a["txn"]["appId"]: a["txn"]["version"] for a in commit if "txn" in a} == apps
         assert any("add" in a for a in commit)
         assert [a["commitInfo"]["operation"] for a in commit if "commitInfo" in a] == ["WRITE"]
-    assert delta.committed_offsets(path) == {("t", 0): 5, ("t", 1): 4, ("t", 2): 5}
+    assert delta.committed_offsets(path, KEYS) == {("t", 0): 5, ("t", 1): 4, ("t", 2): 5}
     got = sorted(tuple(r) for r in spark.read.format("delta").load(path).select("topic", "partition", "offset").collect())
     assert got == sorted(rows + [("t", 0, 5), ("t", 2, 5)])
     # Delta's own idempotent writer sees those versions: a write at one is skipped.
@@ -118,28 +127,45 @@ def test_a_job_behind_what_another_writer_recorded_commits_nothing(spark, tmp_pa
     with pytest.raises(delta.ConcurrentOffsets, match=r"already records offset 0 of t\[1\]"):
         delta.append(spark, _job_rows(spark, [("t", 0, 1), ("t", 1, 0)]), path, ["topic"], {("t", 0): 1, ("t", 1): 0})
     assert len(_commits(path)) == before
-    assert delta.committed_offsets(path) == {("t", 0): 0, ("t", 1): 0}
+    assert delta.committed_offsets(path, KEYS) == {("t", 0): 0, ("t", 1): 0}
 
 
 def test_a_writer_recording_the_partition_during_a_job_fails_the_job(spark, tmp_path, monkeypatch):
-    """The job reads the table's offsets from the log after its transaction began; another
+    """The job reads the table's offsets through delta-rs after its transaction began; another
     writer that records the same partition after that read makes the job's commit a conflict
     (the application was registered as read), so nothing is written twice."""
     path = str(tmp_path / "t")
     delta.append(spark, _job_rows(spark, [("t", 0, 0)]), path, ["topic"], {("t", 0): 0})
-    real = delta.committed_offsets
+    real = delta_state.open_table
 
     def read_then_another_writer_commits(table_path):
-        seen = real(table_path)
-        monkeypatch.setattr(delta, "committed_offsets", real)
+        from deltalake import DeltaTable
+        monkeypatch.setattr(delta_state, "open_table", real)
+        seen = DeltaTable(table_path)
         delta.append(spark, _job_rows(spark, [("t", 0, 1)]), path, ["topic"], {("t", 0): 1})
         return seen
 
-    monkeypatch.setattr(delta, "committed_offsets", read_then_another_writer_commits)
+    monkeypatch.setattr(delta_state, "open_table", read_then_another_writer_commits)
     with pytest.raises(Exception, match="DELTA_CONCURRENT_TRANSACTION"):
         delta.append(spark, _job_rows(spark, [("t", 0, 1), ("t", 0, 2)]), path, ["topic"], {("t", 0): 2})
-    assert real(path) == {("t", 0): 1}
+    assert delta.committed_offsets(path, KEYS) == {("t", 0): 1}
     assert sorted(r.offset for r in spark.read.format("delta").load(path).collect()) == [0, 1]
+
+
+def test_on_a_table_whose_transactions_expire_the_jvms_commit_renews_every_partitions_version(spark, tmp_path):
+    """As the direct path's (``delta.carried_versions``): the commit of partition 0 carries
+    partition 1's recorded version, with ``lastUpdated`` now."""
+    path = str(tmp_path / "t")
+    for p in (0, 1):   # the output's manifests name both partitions
+        os.makedirs(layout.manifest_dir(path, "t", p))
+    delta.append(spark, _job_rows(spark, [("t", 0, 0), ("t", 1, 0)]), path, ["topic"], {("t", 0): 0, ("t", 1): 0})
+    delta.append(spark, _job_rows(spark, [("t", 0, 1)]), path, ["topic"], {("t", 0): 1})
+    assert [a["txn"]["appId"] for a in _commits(path)[-1] if "txn" in a] == ["kdaemon:t:0"]   # nothing expires
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{delta.RETENTION}' = 'interval 1 days')")
+    delta.append(spark, _job_rows(spark, [("t", 0, 2)]), path, ["topic"], {("t", 0): 2})
+    last = _commits(path)[-1]
+    assert {a["txn"]["appId"]: a["txn"]["version"] for a in last if "txn" in a} == {"kdaemon:t:0": 2, "kdaemon:t:1": 0}
+    assert delta.committed_offsets(path) == {("t", 0): 2, ("t", 1): 0}
 
 
 def test_rows_of_another_shape_take_the_dataframe_writer_which_names_the_mismatch(spark, tmp_path):
@@ -149,5 +175,5 @@ def test_rows_of_another_shape_take_the_dataframe_writer_which_names_the_mismatc
     with pytest.raises(Exception, match="DELTA_METADATA_MISMATCH|schema mismatch"):
         delta.append(spark, wider, path, ["topic"], {("t", 0): 1})
     delta.append(spark, wider, path, ["topic"], {("t", 0): 1}, merge_schema=True)
-    assert delta.committed_offsets(path) == {("t", 0): 1}
+    assert delta.committed_offsets(path, KEYS) == {("t", 0): 1}
     assert spark.read.format("delta").load(path).where("extra = 'x'").count() == 1

@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import time
 
 import pyarrow.parquet as pq
 import pytest
 
-from kdaemon.sinks.spark.tables import delta_log, iceberg, iceberg_meta, formats
+from kdaemon.sinks.spark.tables import delta_state, iceberg, iceberg_meta, formats
 from kdaemon.sinks.spark import staged
 from kdaemon.sinks.spark.uploader.writer import SparkWriter
 from testkit.spark import fresh_jvm, requires_spark
@@ -25,6 +24,7 @@ pytestmark = [pytest.mark.spark]
 
 SCHEMA = "id BIGINT, kind STRING, score DOUBLE, tags ARRAY<INT>, inner STRUCT<a: BOOLEAN, b: SMALLINT>"
 T0 = 1_764_000_000_000   # 2025-11-24T16:00:00Z
+KEYS = [("events", p) for p in range(3)]
 
 
 @pytest.fixture(scope="module", params=["delta", "iceberg"])
@@ -98,7 +98,7 @@ def _data_files(path: str) -> set[str]:
 
 
 def _commits(path: str) -> list[list[dict]]:
-    d = delta_log.log_dir(path)
+    d = delta_state.log_dir(path)
     names = sorted(n for n in os.listdir(d) if n.endswith(".json") and n[:20].isdigit())
     return [[json.loads(line) for line in open(os.path.join(d, n)) if line.strip()] for n in names]
 
@@ -112,7 +112,7 @@ def test_direct_rows_schema_and_commit_are_the_spark_paths(writer, tmp_path):
     assert _read(writer, direct) == _read(writer, spark)
     assert len(_read(writer, direct)) == 90
     assert _load(writer, direct).schema == _load(writer, spark).schema
-    assert formats.FORMATS[writer.format].committed_offsets(direct) == {("events", 0): 59, ("events", 1): 129}
+    assert formats.recorded(writer.format, direct, KEYS) == {("events", 0): 59, ("events", 1): 129}
     if writer.format == "delta":
         d_meta, s_meta = ([a["metaData"] for a in _commits(p)[0] if "metaData" in a][0] for p in (direct, spark))
         assert json.loads(d_meta["schemaString"]) == json.loads(s_meta["schemaString"])
@@ -125,6 +125,7 @@ def test_direct_rows_schema_and_commit_are_the_spark_paths(writer, tmp_path):
             tuple(sorted(a["add"]["partitionValues"].items())) for a in _commits(spark)[0] if "add" in a}
         for a in adds:
             assert "%" not in a["path"] and os.path.isfile(os.path.join(direct, a["path"]))
+        assert [a for a in commit if "protocol" in a] == [a for a in _commits(spark)[0] if "protocol" in a]
     else:
         ident = iceberg.identifier(direct)
         history = "SELECT operation, summary FROM {}.snapshots ORDER BY committed_at"
@@ -144,7 +145,7 @@ def test_direct_rows_schema_and_commit_are_the_spark_paths(writer, tmp_path):
     assert _write(writer, spark, more, direct=True)
     assert _write(writer, direct, more, direct=False)
     assert _read(writer, direct) == _read(writer, spark)
-    assert formats.FORMATS[writer.format].committed_offsets(spark) == {("events", 0): 59, ("events", 1): 139}
+    assert formats.recorded(writer.format, spark, KEYS) == {("events", 0): 59, ("events", 1): 139}
 
 
 def test_statistics_skip_files_only_where_they_may(writer, tmp_path):
@@ -207,31 +208,16 @@ def test_a_delta_table_with_a_check_constraint_is_written_by_spark(writer, tmp_p
         _write(writer, path, [_batch(tmp_path, "c", 0, range(150, 160))], direct=False)
 
 
-def test_the_warm_up_runs_deltas_checkpoint_job_on_a_scratch_table(writer, tmp_path):
-    scratch = str(tmp_path / "warm-up")
-    tracker = writer.spark.sparkContext.statusTracker()
-    before = set(tracker.getJobIdsForGroup(None))
-    writer.warm_up(scratch)
-    ran = set(tracker.getJobIdsForGroup(None)) - before
-    assert not os.path.exists(scratch)
-    if writer.format == "delta":
-        assert ran   # the checkpoint's state is a Spark job: now paid, not by the table's tenth commit
-    else:
-        assert not ran   # Iceberg's commits run no Spark job: nothing to warm
-
-
-def test_delta_direct_commits_are_checkpointed_by_the_jvm_beside_them(writer, tmp_path):
-    """The direct commits write no checkpoint (``delta.checkpoint_due``): the writer has Delta's
-    JVM write it in a thread of its own, so readers and the next state read start there."""
+def test_delta_direct_commits_are_checkpointed_by_delta_rs_at_the_commit(writer, tmp_path):
+    """The direct commits' checkpoints are delta-rs's, written right after the commit that lands
+    on the interval (Delta's default, 10): no JVM, no thread, nothing to wait for; Spark reads
+    the table through it."""
     if writer.format != "delta":
         pytest.skip("Delta's checkpoints")
     path = _table(writer, "checkpointed")
     for i in range(12):
         assert _write(writer, path, [_batch(tmp_path, f"k{i}", 0, range(i * 5, i * 5 + 5))], direct=True)
-    # Of the newest version when the thread gets to it (10 or 11): the requests meanwhile are one.
-    deadline = time.monotonic() + 120
-    while not any(n.endswith(".checkpoint.parquet") and int(n[:20]) >= 10 for n in os.listdir(delta_log.log_dir(path))):
-        assert time.monotonic() < deadline, sorted(os.listdir(delta_log.log_dir(path)))
-        time.sleep(0.2)
-    assert formats.FORMATS["delta"].committed_offsets(path) == {("events", 0): 59}
+    assert {n for n in os.listdir(delta_state.log_dir(path)) if ".checkpoint." in n} == \
+        {f"{10:020d}.checkpoint.parquet"}
+    assert formats.recorded("delta", path, KEYS) == {("events", 0): 59}
     assert _load(writer, path).count() == 60

@@ -4,8 +4,8 @@ Why: on a two-core machine a Spark job's fixed cost was most of an upload.  100,
 Delta took 5-6 s warm, 4.2-4.5 s of it in Delta's ``writeFiles``; the same rows parsed and
 written with pyarrow take about 0.3 s.  So in local mode, where the uploader and the table share
 a filesystem, the uploader builds the rows here, writes the data files itself
-(``delta_files.py``, ``iceberg_files.py``) and commits them without a JVM (``delta_commit.py``,
-``iceberg_commit.py``), with the offsets that make the upload exactly-once.
+(``delta_files.py``, ``iceberg_files.py``) and commits them without a JVM (``delta_commit.py``
+through delta-rs, ``iceberg_commit.py``), with the offsets that make the upload exactly-once.
 
 ``job_rows`` gives exactly the rows ``writer.SparkWriter.prepare`` would write, or raises
 ``NotDirect`` and the job takes the Spark path, which also sends every value that does not parse

@@ -1,13 +1,17 @@
 """Data files of a Delta table written by the uploader (``arrow_rows``), as ``add`` actions.
 
 The direct path's half of what Delta's ``writeFiles`` does: one Parquet file per partition
-value, under Hive-style directories as Delta's writer names them, without the partition columns
-(Delta keeps those in the log), and an ``add`` action per file with the statistics Delta's data
-skipping reads.  Nothing here commits: ``delta.py`` commits the actions, with the partitions'
-``txn`` actions (``delta_commit.py``), and until that commit no reader sees a file.  A file of a
-commit that is known not to happen is removed (``remove_files``); one of a writer that died
-before its commit stays behind, as one of Delta's own failed writers would leave it (``VACUUM``
-removes it).
+value and write lane (``arrow_rows.WRITE_LANES``), under Hive-style directories as Delta's
+writer names them, without the partition columns (Delta keeps those in the log), and an
+``add`` action per file (delta-rs's ``AddAction``: the path as it is on disk, relative to the
+table; delta-rs writes it into the log as the URI the protocol asks for) with the statistics
+Delta's data skipping reads.  Nothing here commits: ``delta_commit.py`` commits the actions
+through delta-rs, with the partitions' ``txn`` actions, and until that commit no reader sees a
+file.  Not delta-rs's ``write_deltalake``, which writes the files too: it was slower on the
+same rows (bench/spark/delta_write.py, the figures in ``delta.py``).  A file of a commit that
+is known not to happen is removed (``remove_files``); one of a writer that died before its
+commit stays behind, as one of Delta's own failed writers would leave it (``VACUUM`` removes
+it).
 
 Statistics: ``numRecords``, and ``minValues``/``maxValues``/``nullCount`` of the record columns
 whose bounds are unambiguous (``offset``, ``timestamp``, ``partition``, ``timestamp_type`` where
@@ -21,7 +25,6 @@ import datetime
 import json
 import os
 import time
-import urllib.parse
 import uuid
 
 import pyarrow.parquet as pq
@@ -31,19 +34,18 @@ from .arrow_rows import PartitionedFiles, write_pieces
 STATS_COLUMNS = ("partition", "offset", "timestamp_type", "timestamp")
 # Hive's escapePathName: characters a partition directory name writes as %XX.
 _ESCAPED = set('"#%\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(1, 32)}
-# The log names a file by its relative URI, as Hadoop's Path.toUri spells it: characters a URI
-# path allows stay as they are ("topic=a/date=…"), the rest (the "%" of an escape, spaces) are %XX.
-_URI_PATH_SAFE = "/!$&'()*+,;=:@"
 
 
 def escape_partition_value(value: str) -> str:
     return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
 
 
-def write_files(pieces, table_path: str, partition_by: list[str]) -> list[dict]:
+def write_files(pieces, table_path: str, partition_by: list[str]) -> list:
     """Write the rows of ``pieces`` (tables of ``arrow_rows.COLUMNS``, a batch each) into the
-    table's directory; return the ``add`` actions (as Delta's log spells them) for the files,
-    synced.  An error (NotDirect from building a piece) leaves no file behind."""
+    table's directory; return the ``add`` actions (``deltalake.transaction.AddAction``) for the
+    files, synced.  An error (NotDirect from building a piece) leaves no file behind."""
+    from deltalake.transaction import AddAction
+
     def path_for(values: tuple[str, ...]) -> str:
         rel = [f"{c}={escape_partition_value(v)}" for c, v in zip(partition_by, values)]
         return os.path.join(table_path, *rel, f"part-00000-{uuid.uuid4()}.c000.snappy.parquet")
@@ -53,10 +55,8 @@ def write_files(pieces, table_path: str, partition_by: list[str]) -> list[dict]:
     actions = []
     for values, path, size in write_pieces(pieces, files):
         rel = os.path.relpath(path, table_path).replace(os.sep, "/")
-        actions.append({"path": urllib.parse.quote(rel, safe=_URI_PATH_SAFE),
-                        "partitionValues": dict(zip(partition_by, values)), "size": size,
-                        "modificationTime": int(time.time() * 1000), "dataChange": True,
-                        "stats": json.dumps(file_stats(path), separators=(",", ":"))})
+        actions.append(AddAction(rel, size, dict(zip(partition_by, values)), int(time.time() * 1000), True,
+                                 json.dumps(file_stats(path), separators=(",", ":"))))
     return actions
 
 
@@ -92,12 +92,12 @@ def _iso_millis(ts: datetime.datetime) -> str:
     return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
 
 
-def remove_files(table_path: str, adds: list[dict]) -> None:
+def remove_files(table_path: str, adds: list) -> None:
     """Remove the data files of ``adds`` (``write_files``'s) that no commit took: nobody reads a
     file the log does not name.  Their partition directories stay (another writer may be
     writing into one)."""
     for add in adds:
         try:
-            os.unlink(os.path.join(table_path, urllib.parse.unquote(add["path"])))
+            os.unlink(os.path.join(table_path, add.path))
         except FileNotFoundError:
             pass

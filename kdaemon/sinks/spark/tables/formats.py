@@ -3,7 +3,8 @@ Iceberg (``iceberg.py``).
 
 Each format module offers ``session_conf(path)`` (jars, extensions, catalog),
 ``committed_offsets(path)`` (each (topic, partition)'s newest offset the table itself has
-recorded, read from its files without Spark) and ``append(spark, df, path, partition_by,
+recorded, read from its files without Spark; Delta's takes the partitions to ask about, as
+delta-rs answers per application id: ``recorded``) and ``append(spark, df, path, partition_by,
 versions, merge_schema)``.  On top of path mode's bookkeeping (``layout.py``: locks, manifests, pending
 records), the uploader uses the recorded offsets twice:
 
@@ -29,10 +30,18 @@ def pending_entry(fmt: str, topic: str, partition: int, version: int) -> dict:
     return {"format": fmt, "topic": topic, "partition": partition, "version": version}
 
 
+def recorded(fmt: str, table_path: str, keys) -> dict[tuple[str, int], int]:
+    """The newest offset the table records of each (topic, partition) of ``keys`` it records."""
+    if fmt == "delta":
+        return delta.committed_offsets(table_path, keys)
+    wanted = set(keys)
+    return {key: v for key, v in FORMATS[fmt].committed_offsets(table_path).items() if key in wanted}
+
+
 def committed(table_path: str, entry: dict) -> bool:
     """Did the commit a pending record announced happen?"""
-    offsets = FORMATS[entry["format"]].committed_offsets(table_path)
-    return offsets.get((entry["topic"], int(entry["partition"])), -1) >= int(entry["version"])
+    key = (entry["topic"], int(entry["partition"]))
+    return recorded(entry["format"], table_path, [key]).get(key, -1) >= int(entry["version"])
 
 
 def uploaded_ranges(root: str, fmt: str, keys) -> dict[tuple[str, int], list[tuple[int, int]]]:
@@ -42,8 +51,8 @@ def uploaded_ranges(root: str, fmt: str, keys) -> dict[tuple[str, int], list[tup
     (``uploader.Uploader.upload``); a partition's next owner starts after them (``resume.py``)."""
     out = {key: list(layout.uploaded_ranges(root, *key)) for key in keys}
     if fmt in FORMATS:
-        recorded = FORMATS[fmt].committed_offsets(root)
+        offsets = recorded(fmt, root, list(out))
         for key, ranges in out.items():
-            if recorded.get(key, -1) >= 0:
-                ranges.append((0, recorded[key]))
+            if offsets.get(key, -1) >= 0:
+                ranges.append((0, offsets[key]))
     return out

@@ -13,9 +13,10 @@ fail one go to ``_kdaemon/dlq`` with the conditions they fail named, the others 
 and the batch is confirmed.  A job costs one rerun; jobs that meet no refused row pay nothing.
 
 The conditions are read from the table's own metadata (``conditions``), as Delta's PROTOCOL.md
-and Iceberg's table spec lay it out, with no JVM (``delta_log.read_state``, the read the direct
-path makes anyway; ``iceberg_meta.current_metadata``), rather than from Delta's or Spark's
-internal Scala API, which changes between releases.  Each is Spark SQL that is TRUE for a row
+and Iceberg's table spec lay it out, with no JVM (Delta's through delta-rs,
+``delta_state.open_table``, the read the direct path makes anyway; Iceberg's
+``iceberg_meta.current_metadata``), rather than from Delta's or Spark's internal Scala API,
+which changes between releases.  Each is Spark SQL that is TRUE for a row
 the table takes, as the writers decide:
 
 * Delta 4.4 (its ``Constraints.getAll``, ``DeltaInvariantCheckerExec``, ``CheckDeltaInvariant``):
@@ -46,7 +47,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..tables import delta_log, iceberg_meta
+from ..tables import delta_state, iceberg_meta
 from .failures import text
 
 # The error classes of a row the table refuses, wherever they appear in a failed job's text
@@ -101,12 +102,13 @@ def conditions(fmt: str, table_path: str) -> list[Condition]:
         return _iceberg_conditions(table_path)
     if fmt != "delta":
         return []
-    state = delta_log.read_state(table_path)
-    if state.metadata is None:
+    table = delta_state.open_table(table_path)
+    if table is None:
         return []
     out = [Condition(f"CHECK constraint {key[len('delta.constraints.'):]} ({expr})", f"({expr}) IS TRUE")
-           for key, expr in sorted(state.configuration.items()) if key.lower().startswith("delta.constraints.")]
-    schema = json.loads(state.metadata.get("schemaString") or '{"fields": []}')
+           for key, expr in sorted(delta_state.configuration(table).items())
+           if key.lower().startswith("delta.constraints.")]
+    schema = json.loads(table.schema().to_json())
     out += list(_struct_conditions(schema, []))
     return out
 

@@ -11,7 +11,6 @@ import logging
 import os
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -192,9 +191,6 @@ class SparkWriter:
         # ...and the uploader can write a table's data files itself (arrow_rows): set in
         # start(), with the rows' types.
         self._direct_rows: tuple | None = None   # (the value's Arrow type, the rows' Spark schema)
-        self._checkpoint_wanted = threading.Event()
-        self._checkpointer: threading.Thread | None = None
-        self._stopping = False
         self._gateway = None   # the JVM gateway ``start`` launched (``stop_jvm``), not one it found
 
     def prepare_offline(self) -> None:
@@ -216,6 +212,8 @@ class SparkWriter:
                 from ..tables import iceberg_commit  # noqa: F401
             except ImportError:
                 pass   # iceberg.append_files says so, and Spark writes the jobs
+        if self._direct_rows and self.format == "delta":
+            import deltalake  # noqa: F401  (delta-rs, the direct path's commits: imported before the first job)
 
     def check_spark(self) -> None:
         """Raise ``SparkMismatchError`` if the installed pyspark is not the Spark the staged jars
@@ -321,22 +319,10 @@ class SparkWriter:
         return self._direct_rows is not None
 
     def warm_up(self, scratch: str) -> None:
-        """Pay the table format's cold Spark work before a job needs it (``delta.warm_up``:
-        with direct writes Delta's checkpoint is the uploader's only Spark job, and a cold one
-        stalled the job it fell on for 16 s).  On ``scratch``, a directory of its own; for the
-        uploader to run beside its jobs (Spark takes jobs from several threads)."""
-        if not (self.direct_writes and self.format == "delta"):
-            return
-        import pyarrow as pa
-        from ..tables import delta
-        from .. import staged
-        one = pa.table({"topic": ["kdaemon-warm-up"], "partition": pa.array([0], pa.int32()),
-                        "offset": [0], "timestamp": [0], "timestamp_type": pa.array([0], pa.int8()),
-                        "key": pa.array([None], pa.binary()), "value": pa.array([None], pa.binary()),
-                        "headers": pa.array([[]], staged.schema().field("headers").type)}, schema=staged.schema())
-        arrow_value, schema = self._direct_rows
-        delta.warm_up(self.spark, arrow_rows.job_rows(one, self.value_format, arrow_value), scratch,
-                      self.partition_by, schema)
+        """Pay a table format's cold Spark work before a job needs it, on ``scratch``, a
+        directory of its own, beside the jobs.  None has any now: Delta's direct commits and
+        their checkpoints are delta-rs's, Iceberg's pyiceberg's, and a job the direct path does
+        not write pays Spark's first write as it always did."""
 
     def append_direct(self, batches: list, versions: dict[tuple[str, int], int]) -> bool:
         """Table mode without Spark: the rows built by ``arrow_rows`` from ``batches``
@@ -358,40 +344,7 @@ class SparkWriter:
         if version is None:
             log.debug("this job goes through Spark: the table is not one the direct path writes")
             return False
-        if self.format == "delta" and formats.delta.checkpoint_due(self.path, version):
-            self._checkpoint_soon()
         return True
-
-    def _checkpoint_soon(self) -> None:
-        """Delta's checkpoint of the table, by the JVM in a thread of its own once the session
-        is up: the direct commits write none, and without them every reader (and the next
-        commit's state read) replays the whole log.  Requests made meanwhile are one checkpoint
-        (of the newest version); a failure costs only that checkpoint (the next one covers it)."""
-        self._checkpoint_wanted.set()
-        if self._checkpointer is not None:
-            return
-
-        def loop() -> None:
-            from ..tables import delta
-            while not self._stopping:
-                if self.spark is None:   # the session still starts: the request waits for it
-                    time.sleep(0.5)
-                    continue
-                if not self._checkpoint_wanted.wait(0.5):
-                    continue
-                self._checkpoint_wanted.clear()
-                started = time.monotonic()
-                try:
-                    delta.checkpoint(self.spark, self.path)
-                except Exception as exc:
-                    if not self._stopping:
-                        log.warning("Delta's checkpoint of %s failed (the next one covers it): %s", self.path,
-                                    first_line(exc))
-                    continue
-                log.info("checkpointed the Delta table at %s in %.1fs", self.path, time.monotonic() - started)
-
-        self._checkpointer = threading.Thread(target=loop, name="delta-checkpoint", daemon=True)
-        self._checkpointer.start()
 
     def _parse_value_schema(self, text: str):
         from pyspark.sql.types import DataType
@@ -563,7 +516,6 @@ class SparkWriter:
             job.cached.unpersist()
 
     def stop(self) -> None:
-        self._stopping = True
         if self.spark is not None:
             try:
                 self.spark.stop()
