@@ -40,9 +40,8 @@ Per workload and side, two runs:
   warm-up topic (a tenth of ``--records``, the same data set with another seed) is delivered
   first into the same table, so the JVMs have compiled the hot paths and the table exists; the
   clock and the CPU figures start at the moment the full topic is handed over.  kdaemon: the
-  daemon delivered the warm-up topic and its uploader logged the end of its own start-up
-  warm-up (``uploader warm-up done``, once its Spark session is up), then its configuration
-  names the full topic instead and
+  daemon delivered the warm-up topic (with direct writes its uploader starts no Spark), then
+  its configuration names the full topic instead and
   it gets SIGHUP (what an operator does: the supervisor rolls the workers, the uploader and its
   session keep running); wall time to every partition's end committed.  Spark: the driver ran
   an ``availableNow`` query on the warm-up topic, then starts the ``availableNow`` query on the
@@ -52,7 +51,7 @@ Per workload and side, two runs:
   against a daemon started for it).
 * **latency**: a fresh topic; the consumer runs continuously (kdaemon with ``max_records``
   20,000 / ``max_age_s`` 1; Spark with a ``processingTime`` trigger of ``--trigger-s``, 1 s).
-  Once kdaemon's uploader has warmed up, 5 s of records at ``--latency-rate`` (5,000/s) warm
+  Once kdaemon's uploader is serving, 5 s of records at ``--latency-rate`` (5,000/s) warm
   it up (JIT, the first job) and are waited for; then records are produced at
   ``--latency-rate`` for ``--latency-seconds`` (20).  A row's latency is the moment its
   commit became visible to a reader minus the row's Kafka timestamp (CreateTime, which
@@ -207,7 +206,6 @@ def throughput_kdaemon(broker: KafkaBroker, lay: Layout, topic: str, produced: P
     try:
         if warm:
             kd.wait_committed(warm.produced.ends, RUN_TIMEOUT_S)
-            kd.wait_warm()
             sampler.rebase()
             bcpu0, t0 = broker.cpu_s(), time.time()
             kd.switch_topic(topic)
@@ -300,7 +298,6 @@ def latency_run(side: str, broker: KafkaBroker, lay: Layout, workload: str, rate
         if side == "kdaemon":
             runner.wait_serving()
             time.sleep(5)   # the workers have joined the group by now (they start beside the uploader)
-            runner.wait_warm()
         else:
             runner.wait_event("ready", 300)
         warm = produce(broker.bootstrap, topic, int(rate * WARMUP_S), [workload], rate=rate, seed=1)

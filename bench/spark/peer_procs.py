@@ -262,13 +262,6 @@ class Kdaemon:
     def wait_serving(self, timeout: float = 180) -> None:
         self._wait_logged("uploader listening on", "start", timeout)
 
-    def wait_warm(self, timeout: float = 180) -> None:
-        """Until the uploader finished its own warm-up (``Uploader._warm_up``, logged once its
-        Spark session is up; no table format has cold Spark work left in it since Delta's
-        checkpoints are delta-rs's): "warm" measures a daemon whose start is over, as Spark's
-        side is measured in a session whose warm-up query ran."""
-        self._wait_logged("uploader warm-up done", "warm up", timeout)
-
     def _wait_logged(self, line: str, what: str, timeout: float) -> None:
         """Until the daemon's log holds ``line``; RuntimeError naming ``what`` after ``timeout``."""
         deadline = time.monotonic() + timeout

@@ -310,46 +310,6 @@ def _sink(tmp_path, **settings) -> SparkSink:
                       **settings}, str(tmp_path / "state"))
 
 
-class _WarmingWriter(FakeWriter):
-    """A writer whose warm-up is still under way when the uploader stops: it leaves its scratch
-    table behind as a JVM call cut off by ``spark.stop()`` does (its own cleanup never runs)."""
-
-    master = "local[1]"
-
-    def __init__(self) -> None:
-        super().__init__()
-        import threading
-        self.warming = threading.Event()
-        self.stopped = threading.Event()
-
-    def start(self) -> None:
-        pass
-
-    def warm_up(self, scratch: str) -> None:
-        os.makedirs(os.path.join(scratch, "_delta_log"))
-        Path(scratch, "_delta_log", "00000000000000000000.json").write_text("{}")
-        self.warming.set()
-        self.stopped.wait(30)
-        raise RuntimeError("py4j: the SparkContext was shut down")
-
-    def stop(self) -> None:
-        self.stopped.set()
-
-
-def test_a_stop_during_the_warm_up_leaves_no_scratch_table(tmp_path):
-    import threading
-    u = Uploader({"type": "spark", "path": str(tmp_path / "out"), "socket": str(tmp_path / "up.sock")},
-                 str(tmp_path / "state"))
-    u.writer = writer = _WarmingWriter()
-    stopper = threading.Thread(target=lambda: (writer.warming.wait(30), u._request_stop()))
-    stopper.start()
-    assert u.serve() == 0
-    stopper.join()
-    assert writer.warming.is_set()
-    tmp = tmp_path / "out" / "_kdaemon" / "tmp"
-    assert not tmp.exists() or not os.listdir(tmp), os.listdir(tmp)
-
-
 def test_the_sink_refuses_work_after_close(tmp_path):
     sink = _sink(tmp_path)
     sink.write(_records(0, range(3)))

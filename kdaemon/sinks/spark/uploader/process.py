@@ -53,7 +53,6 @@ import selectors
 import shutil
 import signal
 import socket
-import threading
 import time
 import uuid
 from collections import defaultdict
@@ -163,7 +162,6 @@ class Uploader:
         server.listen(64)   # workers may connect and send while the session starts
         server.setblocking(False)
         self._server = server
-        warming = None
         try:
             self._sel.register(server, selectors.EVENT_READ, None)
             try:
@@ -185,11 +183,9 @@ class Uploader:
                      "" if self.writer.session_ready else "; Spark starts when a job needs it")
             while not self._stop:
                 self._turn(server, 0.5)
-                if self._starting is not None and warming is None and not self._starting.running:
-                    if self._starting.failure() is not None:
-                        return _cannot_start(self._starting.failure())
-                    warming = threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True)
-                    warming.start()
+                if self._starting is not None and not self._starting.running \
+                        and self._starting.failure() is not None:
+                    return _cannot_start(self._starting.failure())
         finally:
             server.close()
             for conn in list(self._buffers):
@@ -201,9 +197,6 @@ class Uploader:
             if self._starting is not None:   # a stop while Spark starts: let it finish, then stop it
                 self._starting.join(120)
             self.writer.stop()
-            if warming is not None:   # a stop in the middle of the warm-up: its JVM calls fail now
-                warming.join(10)
-                shutil.rmtree(self._warm_up_scratch(), ignore_errors=True)
         return 0
 
     def _await_session(self, answer_questions: bool) -> bool:
@@ -219,22 +212,6 @@ class Uploader:
         if self._starting.failure() is not None:
             raise self._starting.failure()
         return not self._stop
-
-    def _warm_up(self) -> None:
-        """``SparkWriter.warm_up`` beside the jobs, on a scratch table of this uploader's own
-        under ``_kdaemon/tmp``.  A failure costs only the warm-up: logged, never raised."""
-        started = time.monotonic()
-        try:
-            self.writer.warm_up(self._warm_up_scratch())
-        except Exception as exc:
-            if not self._stop:
-                log.warning("warming up the table format's Spark work failed (the first checkpoint will be "
-                            "slower): %s", first_line(exc))
-            return
-        log.info("uploader warm-up done in %.1fs", time.monotonic() - started)
-
-    def _warm_up_scratch(self) -> str:
-        return os.path.join(layout.kdaemon_dir(self.root), "tmp", f"{self.tmp_owner}-warm-up")
 
     def _turn(self, server: socket.socket | None, timeout: float) -> None:
         """Read what arrives within ``timeout``, run a job if anything is queued, and answer the

@@ -318,12 +318,6 @@ class SparkWriter:
         """May ``append_direct`` write this sink's jobs (known once the session started)?"""
         return self._direct_rows is not None
 
-    def warm_up(self, scratch: str) -> None:
-        """Pay a table format's cold Spark work before a job needs it, on ``scratch``, a
-        directory of its own, beside the jobs.  None has any now: Delta's direct commits and
-        their checkpoints are delta-rs's, Iceberg's pyiceberg's, and a job the direct path does
-        not write pays Spark's first write as it always did."""
-
     def append_direct(self, batches: list, versions: dict[tuple[str, int], int]) -> bool:
         """Table mode without Spark: the rows built by ``arrow_rows`` from ``batches``
         (``staged.schema()`` tables without the rows the output holds), their files written and
