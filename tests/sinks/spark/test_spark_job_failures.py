@@ -30,6 +30,7 @@ from kdaemon.sinks.spark.uplink import SparkRefused  # noqa: E402
 from kdaemon.sinks.spark.uploader.process import Request, Uploader  # noqa: E402
 from kdaemon.sinks.spark.wire import UploadReply, UploadRequest, parse_line  # noqa: E402
 from kdaemon.sinks.spark.uploader.writer import SchemaMismatch  # noqa: E402
+from kdaemon.sinks.spark.tables.delta_state import DeltaUnreadable  # noqa: E402
 
 
 class Gateway:
@@ -82,7 +83,9 @@ def test_a_jvm_linkage_error_during_a_job_is_permanent(text):
     SchemaMismatch("the rows do not fit the delta table at /lake/t: DELTA_SCHEMA_MISMATCH"),
     Py4JError("An error occurred while calling o12.appendDelta. Trace:\npy4j.Py4JException: Method "
               "appendDelta([class java.lang.String]) does not exist\n"),
-], ids=["java-analysis", "java-parse", "class-not-found", "analysis", "pyspark-value", "schema", "py4j-call"])
+    DeltaUnreadable("delta-rs 1.6.6 cannot read the Delta table at /lake/t: unsupported reader features"),
+], ids=["java-analysis", "java-parse", "class-not-found", "analysis", "pyspark-value", "schema", "py4j-call",
+        "delta-unreadable"])
 def test_deterministic_failures(exc):
     assert classify(exc).kind == DETERMINISTIC
 

@@ -12,7 +12,8 @@ uploader (``uploader.Uploader._run_job``):
   again once the uploader answers (``SinkUnavailable``), with backoff.
 * DETERMINISTIC — the same job fails the same way every time: Spark's ``AnalysisException`` and
   ``ParseException``, an illegal argument, an unsupported operation, a class not found, a Delta
-  invariant, the table's schema (``writer.SchemaMismatch``), a Py4J call the JVM refuses as
+  invariant, the table's schema (``writer.SchemaMismatch``), a Delta table delta-rs cannot read
+  (``delta_state.DeltaUnreadable``: a reader feature it does not know), a Py4J call the JVM refuses as
   such (``py4j.Py4JException``: a method or field it does not have).  The uploader tries ``DETERMINISTIC_ATTEMPTS``
   times in a row (a table being recreated, a mistaken reading of a message), then refuses.
 * PERMANENT — a JVM linkage error (``LinkageError`` and its kin: ``NoSuchMethodError``,
@@ -58,7 +59,7 @@ _DETERMINISTIC = frozenset({
     "InvariantViolationException", "DeltaInvariantViolationException", "DeltaAnalysisException",
     "DeltaIllegalArgumentException", "DeltaUnsupportedOperationException", "PySparkValueError",
     "PySparkTypeError", "PySparkAttributeError", "SchemaMismatch", "OutputNotShared", "Py4JException",
-    "RowsRefused"})
+    "RowsRefused", "DeltaUnreadable"})
 # kdaemon's: a row the table refuses, and daemon.on_sink_error says to stop at it.
 _STOP_POLICY = frozenset({"StoppedAtRefusedRows"})
 # A Py4J error with one of these is the JVM's connection going away, not the job.
