@@ -87,6 +87,9 @@ def _watch_options_given() -> bool:
                for name in ("interval", "window", "count"))
 
 
+WATCH_CLOSE_MS = 2000
+
+
 def _watch(config, opts: dict, reset: str, timeout_ms: int, *, watch: bool, interval: float, window: int,
            count: int | None) -> None:
     """``offsets --watch``: a poll every ``interval`` judged by ``watch.GroupWatch``, until ``count``
@@ -135,7 +138,10 @@ def _watch(config, opts: dict, reset: str, timeout_ms: int, *, watch: bool, inte
                                            f"{_cell(row.lag)}): {p.verdict.reason}")
                         click.echo(f"{stamp} group {group}: {seen.status.value} ({seen.summary()})")
             finally:
-                consumer.close()
+                # The watch only reads (it joins no group and commits nothing), so its close has
+                # nothing to wait for: bounded, so that a Ctrl-C in the middle of a round's
+                # requests does not wait out the default API timeout on a slow broker.
+                consumer.close(timeout_ms=WATCH_CLOSE_MS)
     except KeyboardInterrupt:   # Ctrl-C is how a watch without --count ends: not a failure
         sys.exit(EXIT_OK)
     sys.exit(EXIT_OK if status is Status.OK else EXIT_FAILURE)

@@ -84,7 +84,11 @@ def test_direct_jobs_are_served_without_starting_spark(tmp_path, monkeypatch, sp
     held = _HeldStart()
     up, sink, serving, _, path = _serve(tmp_path, monkeypatch, fmt, held)
     try:
-        assert up.writer.direct_writes and not up.writer.session_ready
+        deadline = time.monotonic() + 30   # the socket listens before value_schema is parsed
+        while not up.writer.direct_writes:
+            assert time.monotonic() < deadline, "the uploader never found its jobs direct"
+            time.sleep(0.02)
+        assert not up.writer.session_ready
         sink.write(_records(0, range(0, 30)) + _records(1, range(0, 12)))
         sink.flush()   # confirmed: committed to the table
         assert not up.writer.session_ready and not held.release.is_set()
