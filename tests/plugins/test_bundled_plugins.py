@@ -11,6 +11,7 @@ import kdaemon_header_rules
 import kdaemon_json
 import kdaemon_ttl
 from kdaemon.client.types import OffsetAndMetadata, TopicPartition
+from kdaemon.plugins import SettingsError
 from kdaemon.protocol.header_match import HeaderRules
 from kdaemon.testing import make_record, make_records, run_plugin
 
@@ -121,11 +122,24 @@ def test_ttl_keeps_records_of_unknown_age():
 
 def test_ttl_settings():
     assert kdaemon_ttl.TtlInterceptor.from_settings({"max_age_ms": 5}).max_age_ms == 5
-    for settings, message in [({}, "ttl needs max_age_ms"), ({"max_age_ms": 0}, "positive integer"),
-                              ({"max_age_ms": 1.5}, "positive integer"),
-                              ({"max_age_ms": 1, "max_age": 2}, r"unknown ttl setting\(s\): max_age")]:
-        with pytest.raises(ValueError, match=message):
-            kdaemon_ttl.TtlInterceptor.from_settings(settings)
+
+
+@pytest.mark.parametrize("settings, problems", [
+    ({}, ["max_age_ms: required: records older than this many milliseconds are dropped"]),
+    ({"max_age_ms": 0}, ["max_age_ms: expected a positive integer, found integer 0"]),
+    ({"max_age_ms": 1.5}, ["max_age_ms: expected a positive integer, found float 1.5"]),
+    ({"max_age_ms": True}, ["max_age_ms: expected a positive integer, found boolean true"]),
+    ({"max_age_ms": 1, "max_age": 2},
+     ["max_age: unknown setting (did you mean 'max_age_ms'?) (known: max_age_ms)"]),
+    ({"max_age_ms": 1, "type": "ttl"}, ["type: unknown setting (known: max_age_ms)"]),
+    ({"max_age_ms": -5, "max_age": 2},   # every problem at once
+     ["max_age: unknown setting (did you mean 'max_age_ms'?) (known: max_age_ms)",
+      "max_age_ms: expected a positive integer, found integer -5"]),
+])
+def test_ttl_refuses_bad_settings(settings, problems):
+    with pytest.raises(SettingsError) as info:
+        kdaemon_ttl.TtlInterceptor.from_settings(settings)
+    assert sorted(info.value.lines()) == sorted(problems)
 
 
 def test_ttl_on_commit_logs_at_debug(caplog):
