@@ -88,11 +88,20 @@ def test_rules_file_problems_are_value_errors_naming_the_file(tmp_path, text, me
     assert str(tmp_path / "rules.toml") in str(info.value)
 
 
-def test_rules_file_settings(tmp_path):
-    with pytest.raises(ValueError, match="rules_file needs path"):
-        kdaemon_header_rules.rules_file({})
-    with pytest.raises(ValueError, match=r"unknown rules_file setting\(s\): file"):
-        kdaemon_header_rules.rules_file({"path": "x", "file": "y"})
+@pytest.mark.parametrize("settings, problems", [
+    ({}, ["path: required: the TOML file holding [[rules]]"]),
+    ({"path": ""}, ['path: expected a file name, found string ""']),
+    ({"path": 5}, ["path: expected a file name, found integer 5"]),
+    ({"path": "x", "file": "y"}, ["file: unknown setting (known: path)"]),
+    ({"file": "y"}, ["file: unknown setting (known: path)", "path: required: the TOML file holding [[rules]]"]),
+])
+def test_rules_file_refuses_bad_settings(settings, problems):
+    with pytest.raises(SettingsError) as info:
+        kdaemon_header_rules.rules_file(settings)
+    assert info.value.lines() == problems
+
+
+def test_rules_file_that_does_not_exist(tmp_path):
     with pytest.raises(ValueError, match="rules file .*nope.toml not found"):
         kdaemon_header_rules.rules_file({"path": str(tmp_path / "nope.toml")})
 
