@@ -204,8 +204,25 @@ def test_json_trailing_data_is_refused_as_by_json_loads(text):
 def test_json_encoding():
     assert deserialize('"é"'.encode("latin-1"), encoding="latin-1") == "é"
     assert deserialize('"é"'.encode("utf-16"), encoding="utf-16") == "é"
-    with pytest.raises(ValueError, match="unknown encoding 'klingon'"):
-        deserialize(b"1", encoding="klingon")
+
+
+def test_json_encoding_is_spelled_as_python_does():
+    with pytest.raises(ValueError, match="not valid utf-8: "):
+        deserialize(b"\xff", encoding="UTF8")
+
+
+@pytest.mark.parametrize("settings, problems", [
+    ({"encoding": "klingon"}, ['encoding: expected a text encoding ("utf-8", "latin-1", ...), found string "klingon"']),
+    ({"encoding": "base64"}, ['encoding: expected a text encoding ("utf-8", "latin-1", ...), found string "base64"']),
+    ({"encoding": 8}, ["encoding: expected a string, found integer 8"]),
+    ({"allow_nan": 1}, ["allow_nan: expected true or false, found integer 1"]),
+    ({"allow_nan": "yes", "encoding": 8},   # every problem at once
+     ['allow_nan: expected true or false, found string "yes"', "encoding: expected a string, found integer 8"]),
+])
+def test_json_refuses_bad_settings(settings, problems):
+    with pytest.raises(SettingsError) as info:
+        kdaemon_json.json_deserializer(settings)
+    assert sorted(info.value.lines()) == sorted(problems)
 
 
 SECRET = "4111-1111-1111-1111"
