@@ -27,24 +27,46 @@ How a plugin works, in three rules:
 1. Hooks are plain functions marked with ``@hookimpl``.  kdaemon calls them *once* at start-up
    and they return ``{name: factory}``; a module-level function is enough, no class needed.
 2. A factory receives its ``settings`` table (a dict of TOML values) and returns the object the
-   worker calls.  Check the settings there and raise ``ValueError`` with a message an operator
-   can act on: it is shown as a configuration error before the daemon starts consuming.
+   worker calls.  Check the settings there with the daemon's own checker: declare the table as
+   a frozen dataclass (the annotations say what each key takes, ``setting(...)`` the default,
+   the bounds and why a key is required) and call
+   ``parse_settings(Dataclass, settings, "", ignore=())`` (``tenant_filter`` says what ``""`` and ``ignore=()`` mean).  It
+   returns the typed settings or raises one ``SettingsError`` listing every problem, unknown
+   keys included, in the daemon's words (``tenants: expected a non-empty list of tenant ids,
+   found string "acme"``); kdaemon shows them under the entry's table
+   (``filters[0].settings.tenants: ...``) before the daemon starts consuming.  What the types
+   cannot say (here: a list must not be empty) goes in ``check=``.
 3. The objects run in the hot loop, so keep per-record work small and never do I/O per record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 
-from kdaemon.plugins import hookimpl
+from kdaemon.plugins import found, hookimpl, parse_settings, setting
 from kdaemon.plugins.types import Record
 from kdaemon.protocol.header_match import HeaderRule, HeaderRules
 
 
 # -- header filter: "tenant" ---------------------------------------------------------------------
 
-def tenant_filter(settings: dict) -> HeaderRules:
+@dataclass(frozen=True)
+class TenantSettings:
+    """The ``settings`` of a ``[[filters]]`` entry naming ``tenant``."""
+
+    tenants: tuple[str, ...] = setting(expected="a non-empty list of tenant ids",   # no default: required
+                                       needs="the tenant ids whose records are kept")
+    header: str = setting("tenant", pattern=r"(?s).+", expected="a header name")     # not empty
+
+
+def _tenant_problems(s: TenantSettings) -> Iterator[tuple[str, str]]:
+    # Runs once every key has its type: what the types cannot say, as (key, text).
+    if not s.tenants:
+        yield "tenants", f"expected a non-empty list of tenant ids, found {found([])}"
+
+
+def tenant_filter(settings: Mapping) -> HeaderRules:
     """``tenants`` (required): tenant ids to keep.  ``header``: the header to read ("tenant").
 
     A header filter is any ``(headers) -> bool`` callable; ``headers`` is the record's raw
@@ -52,24 +74,21 @@ def tenant_filter(settings: dict) -> HeaderRules:
     the same thing, but the C decoder evaluates it without calling Python for each record, and
     records it drops are never turned into Python objects.  The plain-Python equivalent is::
 
-        wanted = {t.encode() for t in tenants}
+        wanted = {t.encode() for t in s.tenants}
         def keep(headers):
             value = None
             for key, v in headers:          # the last occurrence wins, as in Kafka
-                if key == header:
+                if key == s.header:
                     value = v
             return value in wanted
         return keep
     """
-    _refuse_unknown("tenant", settings, {"tenants", "header"})
-    tenants = settings.get("tenants")
-    if not isinstance(tenants, list) or not tenants or not all(isinstance(t, str) for t in tenants):
-        raise ValueError("tenant needs tenants: a non-empty list of tenant ids to keep")
-    header = settings.get("header", "tenant")
-    if not isinstance(header, str) or not header:
-        raise ValueError(f"header must be a header name, not {header!r}")
+    # "": the problems' keys are relative to this table (kdaemon puts filters[i].settings in
+    # front).  ignore=(): refuse every key the dataclass lacks (the default skips ``type``,
+    # which in a [sink] table names the sink).
+    s = parse_settings(TenantSettings, settings, "", ignore=(), check=_tenant_problems)
     # One "in" rule; no match (other tenant, header missing or null) → drop.
-    return HeaderRules([HeaderRule(header, "in", tuple(tenants))], default=False)
+    return HeaderRules([HeaderRule(s.header, "in", s.tenants)], default=False)
 
 
 # -- interceptor: "redact" -----------------------------------------------------------------------
@@ -102,23 +121,24 @@ class RedactInterceptor:
         pass  # nothing to do; a metrics or audit plugin would look at ``offsets`` here
 
 
-def redact_interceptor(settings: dict) -> RedactInterceptor:
+@dataclass(frozen=True)
+class RedactSettings:
+    """The ``settings`` of an ``[[interceptors]]`` entry naming ``redact``."""
+
+    fields: tuple[str, ...] = setting(expected="a non-empty list of top-level field names",
+                                      needs="the top-level fields of dict values to mask")
+    mask: str = "***"
+
+
+def _redact_problems(s: RedactSettings) -> Iterator[tuple[str, str]]:
+    if not s.fields:
+        yield "fields", f"expected a non-empty list of top-level field names, found {found([])}"
+
+
+def redact_interceptor(settings: Mapping) -> RedactInterceptor:
     """``fields`` (required): top-level keys to mask.  ``mask``: the replacement ("***")."""
-    _refuse_unknown("redact", settings, {"fields", "mask"})
-    fields = settings.get("fields")
-    if not isinstance(fields, list) or not fields or not all(isinstance(f, str) for f in fields):
-        raise ValueError("redact needs fields: a non-empty list of top-level field names")
-    mask = settings.get("mask", "***")
-    if not isinstance(mask, str):
-        raise ValueError(f"mask must be a string, not {mask!r}")
-    return RedactInterceptor(fields, mask)
-
-
-def _refuse_unknown(what: str, settings: dict, known: set[str]) -> None:
-    # A typo in a setting should stop the daemon at start-up, not be silently ignored.
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise ValueError(f"unknown {what} setting(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    s = parse_settings(RedactSettings, settings, "", ignore=(), check=_redact_problems)
+    return RedactInterceptor(list(s.fields), s.mask)
 
 
 # -- the hooks -------------------------------------------------------------------------------------

@@ -19,14 +19,26 @@ and the file holds the same rules as inline ``[[filters]]`` entries, plus an opt
 The factory returns a ``kdaemon.protocol.header_match.HeaderRules``, so the C decoder evaluates
 the rules natively (unless one is a regex).  The file is read once, at start-up; a relative path
 is relative to the daemon's working directory, so prefer an absolute one.
+
+The ``settings`` table is checked by the daemon's checker (``parse_settings``): a problem reads
+``filters[0].settings.path: ...``.  A problem of the file's contents names the file and rule.
 """
 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from kdaemon.plugins import hookimpl
+from kdaemon.plugins import hookimpl, parse_settings, setting
 from kdaemon.protocol.header_match import DEFAULTS, HeaderRules, resolve_default, rule_from_table, rule_problems
+
+
+@dataclass(frozen=True)
+class RulesFileSettings:
+    """The ``settings`` of a ``[[filters]]`` entry naming ``rules_file``."""
+
+    path: str = setting(pattern=r"(?s).+", expected="a file name", needs="the TOML file holding [[rules]]")
 
 
 def load_rules(path: str) -> HeaderRules:
@@ -58,14 +70,10 @@ def load_rules(path: str) -> HeaderRules:
     return HeaderRules(rules, default=resolve_default(default, rules))
 
 
-def rules_file(settings: dict) -> HeaderRules:
-    unknown = sorted(set(settings) - {"path"})
-    if unknown:
-        raise ValueError(f"unknown rules_file setting(s): {', '.join(unknown)} (known: path)")
-    path = settings.get("path")
-    if not isinstance(path, str) or not path:
-        raise ValueError("rules_file needs path: the TOML file holding [[rules]]")
-    return load_rules(path)
+def rules_file(settings: Mapping) -> HeaderRules:
+    """The rules of the file ``settings`` names; ``SettingsError`` for a problem of ``settings``
+    (``ignore=()``: no key is skipped), ``ValueError`` naming the file for one of the file."""
+    return load_rules(parse_settings(RulesFileSettings, settings, "", ignore=()).path)
 
 
 @hookimpl

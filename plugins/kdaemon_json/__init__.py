@@ -11,14 +11,26 @@ refused unless ``allow_nan = true`` (sinks write JSON other tools must be able t
 
 ``[deserializer.settings]`` is shared by the key and value deserializers, so keys meant for the
 other one (e.g. the ``str`` deserializer's ``errors``) are ignored here rather than refused.
+This one's keys (``JsonSettings``) are checked by the daemon's checker, as the built-in
+deserializers' are: a problem reads ``deserializer.settings.allow_nan: expected true or false,
+found ...``.
 """
 
 from __future__ import annotations
 
-import codecs
 import json
+from dataclasses import dataclass
 
 from kdaemon.plugins import hookimpl
+from kdaemon.plugins.builtin import deserializer_settings, encoding_problems, text_encoding
+
+
+@dataclass(frozen=True)
+class JsonSettings:
+    """The ``json`` deserializer's keys of ``[deserializer.settings]``."""
+
+    encoding: str = "utf-8"   # a text encoding Python knows, checked and spelled as Python does
+    allow_nan: bool = False
 
 
 def _refuse_constant(name: str):
@@ -26,16 +38,8 @@ def _refuse_constant(name: str):
 
 
 def json_deserializer(settings: dict):
-    encoding = settings.get("encoding", "utf-8")
-    if not isinstance(encoding, str):
-        raise ValueError(f"encoding must be a string, not {encoding!r}")
-    try:
-        encoding = codecs.lookup(encoding).name  # unknown encodings fail at start-up
-    except LookupError:
-        raise ValueError(f"unknown encoding {encoding!r}") from None
-    allow_nan = settings.get("allow_nan", False)
-    if not isinstance(allow_nan, bool):
-        raise ValueError(f"allow_nan must be true or false, not {allow_nan!r}")
+    s = deserializer_settings(JsonSettings, settings, check=encoding_problems)   # SettingsError: every problem
+    encoding, allow_nan = text_encoding(s.encoding), s.allow_nan   # unknown encodings fail at start-up
     decoder = json.JSONDecoder(parse_constant=None if allow_nan else _refuse_constant)
     decode, scan_once = decoder.decode, decoder.scan_once
 

@@ -12,6 +12,10 @@ unknown, and dropping data on a guess is worse than delivering it.
 
 A dropped record is simply not returned: the worker still commits its offset, exactly as
 Java does for records an interceptor filters out.  Nothing is re-delivered later.
+
+The settings are checked by the daemon's checker (``parse_settings``), so a problem reads as
+the daemon's own: ``interceptors[0].settings.max_age_ms: expected a positive integer, found
+integer 0``.
 """
 
 from __future__ import annotations
@@ -19,11 +23,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
-from kdaemon.plugins import hookimpl
+from kdaemon.plugins import hookimpl, parse_settings, setting
 from kdaemon.plugins.types import Record
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TtlSettings:
+    """The ``settings`` of an ``[[interceptors]]`` entry naming ``ttl``."""
+
+    max_age_ms: int = setting(min=1, needs="records older than this many milliseconds are dropped")
 
 
 class TtlInterceptor:
@@ -35,16 +47,11 @@ class TtlInterceptor:
         self.dropped = 0   # total, for logs and tests
 
     @classmethod
-    def from_settings(cls, settings: dict) -> TtlInterceptor:
-        unknown = sorted(set(settings) - {"max_age_ms"})
-        if unknown:
-            raise ValueError(f"unknown ttl setting(s): {', '.join(unknown)} (known: max_age_ms)")
-        if "max_age_ms" not in settings:
-            raise ValueError("ttl needs max_age_ms: records older than this many milliseconds are dropped")
-        max_age = settings["max_age_ms"]
-        if not isinstance(max_age, int) or isinstance(max_age, bool) or max_age <= 0:
-            raise ValueError(f"max_age_ms must be a positive integer, not {max_age!r}")
-        return cls(max_age)
+    def from_settings(cls, settings: Mapping) -> TtlInterceptor:
+        """``SettingsError`` naming every problem of ``settings`` (each key relative to it: the
+        daemon puts the entry's ``interceptors[i].settings`` in front).  ``ignore=()``: no key
+        of this table is skipped (the default skips a sink table's ``type``)."""
+        return cls(parse_settings(TtlSettings, settings, "", ignore=()).max_age_ms)
 
     def on_consume(self, records: list[Record]) -> list[Record]:
         oldest_kept = self._clock() - self.max_age_ms  # keep while now - ts < max_age

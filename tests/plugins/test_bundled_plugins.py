@@ -11,6 +11,7 @@ import kdaemon_header_rules
 import kdaemon_json
 import kdaemon_ttl
 from kdaemon.client.types import OffsetAndMetadata, TopicPartition
+from kdaemon.plugins import SettingsError
 from kdaemon.protocol.header_match import HeaderRules
 from kdaemon.testing import make_record, make_records, run_plugin
 
@@ -87,11 +88,20 @@ def test_rules_file_problems_are_value_errors_naming_the_file(tmp_path, text, me
     assert str(tmp_path / "rules.toml") in str(info.value)
 
 
-def test_rules_file_settings(tmp_path):
-    with pytest.raises(ValueError, match="rules_file needs path"):
-        kdaemon_header_rules.rules_file({})
-    with pytest.raises(ValueError, match=r"unknown rules_file setting\(s\): file"):
-        kdaemon_header_rules.rules_file({"path": "x", "file": "y"})
+@pytest.mark.parametrize("settings, problems", [
+    ({}, ["path: required: the TOML file holding [[rules]]"]),
+    ({"path": ""}, ['path: expected a file name, found string ""']),
+    ({"path": 5}, ["path: expected a file name, found integer 5"]),
+    ({"path": "x", "file": "y"}, ["file: unknown setting (known: path)"]),
+    ({"file": "y"}, ["file: unknown setting (known: path)", "path: required: the TOML file holding [[rules]]"]),
+])
+def test_rules_file_refuses_bad_settings(settings, problems):
+    with pytest.raises(SettingsError) as info:
+        kdaemon_header_rules.rules_file(settings)
+    assert info.value.lines() == problems
+
+
+def test_rules_file_that_does_not_exist(tmp_path):
     with pytest.raises(ValueError, match="rules file .*nope.toml not found"):
         kdaemon_header_rules.rules_file({"path": str(tmp_path / "nope.toml")})
 
@@ -121,11 +131,24 @@ def test_ttl_keeps_records_of_unknown_age():
 
 def test_ttl_settings():
     assert kdaemon_ttl.TtlInterceptor.from_settings({"max_age_ms": 5}).max_age_ms == 5
-    for settings, message in [({}, "ttl needs max_age_ms"), ({"max_age_ms": 0}, "positive integer"),
-                              ({"max_age_ms": 1.5}, "positive integer"),
-                              ({"max_age_ms": 1, "max_age": 2}, r"unknown ttl setting\(s\): max_age")]:
-        with pytest.raises(ValueError, match=message):
-            kdaemon_ttl.TtlInterceptor.from_settings(settings)
+
+
+@pytest.mark.parametrize("settings, problems", [
+    ({}, ["max_age_ms: required: records older than this many milliseconds are dropped"]),
+    ({"max_age_ms": 0}, ["max_age_ms: expected a positive integer, found integer 0"]),
+    ({"max_age_ms": 1.5}, ["max_age_ms: expected a positive integer, found float 1.5"]),
+    ({"max_age_ms": True}, ["max_age_ms: expected a positive integer, found boolean true"]),
+    ({"max_age_ms": 1, "max_age": 2},
+     ["max_age: unknown setting (did you mean 'max_age_ms'?) (known: max_age_ms)"]),
+    ({"max_age_ms": 1, "type": "ttl"}, ["type: unknown setting (known: max_age_ms)"]),
+    ({"max_age_ms": -5, "max_age": 2},   # every problem at once
+     ["max_age: unknown setting (did you mean 'max_age_ms'?) (known: max_age_ms)",
+      "max_age_ms: expected a positive integer, found integer -5"]),
+])
+def test_ttl_refuses_bad_settings(settings, problems):
+    with pytest.raises(SettingsError) as info:
+        kdaemon_ttl.TtlInterceptor.from_settings(settings)
+    assert sorted(info.value.lines()) == sorted(problems)
 
 
 def test_ttl_on_commit_logs_at_debug(caplog):
@@ -181,8 +204,25 @@ def test_json_trailing_data_is_refused_as_by_json_loads(text):
 def test_json_encoding():
     assert deserialize('"é"'.encode("latin-1"), encoding="latin-1") == "é"
     assert deserialize('"é"'.encode("utf-16"), encoding="utf-16") == "é"
-    with pytest.raises(ValueError, match="unknown encoding 'klingon'"):
-        deserialize(b"1", encoding="klingon")
+
+
+def test_json_encoding_is_spelled_as_python_does():
+    with pytest.raises(ValueError, match="not valid utf-8: "):
+        deserialize(b"\xff", encoding="UTF8")
+
+
+@pytest.mark.parametrize("settings, problems", [
+    ({"encoding": "klingon"}, ['encoding: expected a text encoding ("utf-8", "latin-1", ...), found string "klingon"']),
+    ({"encoding": "base64"}, ['encoding: expected a text encoding ("utf-8", "latin-1", ...), found string "base64"']),
+    ({"encoding": 8}, ["encoding: expected a string, found integer 8"]),
+    ({"allow_nan": 1}, ["allow_nan: expected true or false, found integer 1"]),
+    ({"allow_nan": "yes", "encoding": 8},   # every problem at once
+     ['allow_nan: expected true or false, found string "yes"', "encoding: expected a string, found integer 8"]),
+])
+def test_json_refuses_bad_settings(settings, problems):
+    with pytest.raises(SettingsError) as info:
+        kdaemon_json.json_deserializer(settings)
+    assert sorted(info.value.lines()) == sorted(problems)
 
 
 SECRET = "4111-1111-1111-1111"

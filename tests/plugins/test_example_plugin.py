@@ -15,6 +15,7 @@ import pytest
 
 import kdaemon_example
 import kdaemon_json
+from kdaemon.plugins import SettingsError
 from kdaemon.plugins.manager import PluginManager
 from kdaemon.testing import make_record, make_records, run_plugin
 
@@ -43,16 +44,25 @@ def test_tenant_filter_header_setting():
     assert keep([("x-tenant", b"acme")]) and not keep([("tenant", b"acme")])
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({}, "tenant needs tenants"),
-    ({"tenants": []}, "tenant needs tenants"),
-    ({"tenants": "acme"}, "tenant needs tenants"),
-    ({"tenants": ["acme"], "header": ""}, "header must be"),
-    ({"tenants": ["acme"], "tenant": "x"}, r"unknown tenant setting\(s\): tenant"),
+@pytest.mark.parametrize("settings, problems", [
+    ({}, ["tenants: required: the tenant ids whose records are kept"]),
+    ({"tenants": []}, ["tenants: expected a non-empty list of tenant ids, found array []"]),
+    ({"tenants": "acme"}, ['tenants: expected a non-empty list of tenant ids, found string "acme"']),
+    ({"tenants": ["acme", 7]}, ["tenants[1]: expected a string, found integer 7"]),
+    ({"tenants": ["acme"], "header": ""}, ['header: expected a header name, found string ""']),
+    ({"tenants": ["acme"], "tenant": "x"},
+     ["tenant: unknown setting (did you mean 'tenants'?) (known: header, tenants)"]),
+    ({"tenants": ["acme"], "type": "x"}, ["type: unknown setting (known: header, tenants)"]),
+    ({"tenant": "acme", "header": 5},   # every problem at once, one line each
+     ["tenant: unknown setting (did you mean 'tenants'?) (known: header, tenants)",
+      "header: expected a header name, found integer 5",
+      "tenants: required: the tenant ids whose records are kept"]),
 ])
-def test_tenant_filter_refuses_bad_settings(settings, message):
-    with pytest.raises(ValueError, match=message):
+def test_tenant_filter_refuses_bad_settings(settings, problems):
+    # SettingsError is a ValueError: kdaemon lists its problems under filters[i].settings.
+    with pytest.raises(SettingsError) as info:
         kdaemon_example.tenant_filter(settings)
+    assert info.value.lines() == problems
 
 
 def test_redact_masks_fields_of_dict_values_only():
@@ -65,14 +75,16 @@ def test_redact_masks_fields_of_dict_values_only():
     assert original.value["email"] == "a@b.c"  # the input record was not mutated
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({}, "redact needs fields"),
-    ({"fields": ["a"], "mask": 0}, "mask must be a string"),
-    ({"fields": ["a"], "fields2": 1}, r"unknown redact setting\(s\): fields2"),
+@pytest.mark.parametrize("settings, problems", [
+    ({}, ["fields: required: the top-level fields of dict values to mask"]),
+    ({"fields": []}, ["fields: expected a non-empty list of top-level field names, found array []"]),
+    ({"fields": ["a"], "mask": 0}, ["mask: expected a string, found integer 0"]),
+    ({"fields": ["a"], "fields2": 1}, ["fields2: unknown setting (did you mean 'fields'?) (known: fields, mask)"]),
 ])
-def test_redact_refuses_bad_settings(settings, message):
-    with pytest.raises(ValueError, match=message):
+def test_redact_refuses_bad_settings(settings, problems):
+    with pytest.raises(SettingsError) as info:
         kdaemon_example.redact_interceptor(settings)
+    assert info.value.lines() == problems
 
 
 # -- 2. through kdaemon.testing.run_plugin --------------------------------------------------------

@@ -648,7 +648,7 @@ def test_plugin_problems_are_config_problems(tmp_path):
                           timeout=60)
     assert proc.returncode == 2, proc.stderr
     for where_ in ("deserializer.value: no deserializer named 'avro'",
-                   "interceptors[0].name: interceptor 'ttl' refused its settings",
+                   "interceptors[0].settings.max_age_ms: expected a positive integer, found integer -5",
                    "interceptors[1].name: no interceptor named 'nope'"):
         assert f"{path}: {where_}" in proc.stderr, proc.stderr
     # Sink settings are checked when the sink is built: `run` reports them the same way.
