@@ -53,14 +53,7 @@ MIDNIGHT = 1_764_028_800_000   # 2025-11-25T00:00:00Z: every job's records strad
 
 def rows_schema():
     """The rows' Spark schema, as ``SparkWriter`` gives ``append_files``."""
-    from pyspark.sql import types as T
-    value = ddl.parse_schema(VALUE_SCHEMA)
-    return T.StructType([
-        T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-        T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
-        T.StructField("timestamp_type", T.ByteType()), T.StructField("key", T.BinaryType()),
-        T.StructField("value", value), T.StructField("headers", T.MapType(T.StringType(), T.BinaryType())),
-        T.StructField("date", T.StringType())])
+    return arrow_rows.rows_schema(ddl.parse_schema(VALUE_SCHEMA))
 
 
 def stage(directory: str, jobs: int, batches: int, rows: int) -> list[list[tuple[str, int, int]]]:

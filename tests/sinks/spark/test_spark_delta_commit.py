@@ -32,12 +32,7 @@ def _schema():
     from pyspark.sql import types as T
     value = T.StructType([T.StructField("id", T.LongType()), T.StructField("kind", T.StringType()),
                           T.StructField("tags", T.ArrayType(T.IntegerType()))])
-    return T.StructType([
-        T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-        T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
-        T.StructField("timestamp_type", T.ByteType()), T.StructField("key", T.BinaryType()),
-        T.StructField("value", value), T.StructField("headers", T.MapType(T.StringType(), T.BinaryType())),
-        T.StructField("date", T.StringType())])
+    return arrow_rows.rows_schema(value)
 
 
 def _rows(directory, partition: int, offsets: range, topic: str = "t"):

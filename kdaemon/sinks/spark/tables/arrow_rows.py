@@ -40,6 +40,18 @@ log = logging.getLogger("kdaemon.spark.uploader")
 
 COLUMNS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers", "date")
 HEADERS = pa.map_(pa.string(), pa.binary())
+
+
+def rows_schema(value_type):
+    """The rows' Spark schema (``COLUMNS``) with ``value_type`` (a pyspark type) as ``value``:
+    what the Spark path writes and the direct path's commits declare."""
+    from pyspark.sql import types as T
+    return T.StructType([
+        T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
+        T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
+        T.StructField("timestamp_type", T.ByteType()), T.StructField("key", T.BinaryType()),
+        T.StructField("value", value_type), T.StructField("headers", T.MapType(T.StringType(), T.BinaryType())),
+        T.StructField("date", T.StringType())])
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 _YEAR_10000_MS = 253_402_300_800_000   # 10000-01-01T00:00:00Z: Spark writes such dates as "+10000-…"
 _BLOCK_SIZE = 16 << 20

@@ -305,13 +305,7 @@ class SparkWriter:
             except arrow_rows.NotDirect as exc:
                 log.info("every job goes through Spark: %s", exc)
                 return None
-        schema = T.StructType([
-            T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-            T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
-            T.StructField("timestamp_type", T.ByteType()), T.StructField("key", T.BinaryType()),
-            T.StructField("value", value_type), T.StructField("headers", T.MapType(T.StringType(), T.BinaryType())),
-            T.StructField("date", T.StringType())])
-        return arrow_value, schema
+        return arrow_value, arrow_rows.rows_schema(value_type)
 
     @property
     def direct_writes(self) -> bool:
