@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from testkit.daemon import wait_for
 from testkit.spark import requires_spark
 
 requires_spark()
@@ -84,10 +85,8 @@ def test_direct_jobs_are_served_without_starting_spark(tmp_path, monkeypatch, sp
     held = _HeldStart()
     up, sink, serving, _, path = _serve(tmp_path, monkeypatch, fmt, held)
     try:
-        deadline = time.monotonic() + 30   # the socket listens before value_schema is parsed
-        while not up.writer.direct_writes:
-            assert time.monotonic() < deadline, "the uploader never found its jobs direct"
-            time.sleep(0.02)
+        # the socket listens before value_schema is parsed
+        wait_for(lambda: up.writer.direct_writes, 30, "the uploader to find its jobs direct")
         assert not up.writer.session_ready
         sink.write(_records(0, range(0, 30)) + _records(1, range(0, 12)))
         sink.flush()   # confirmed: committed to the table
@@ -119,10 +118,7 @@ def test_a_job_that_needs_spark_waits_and_fails_with_the_start(tmp_path, monkeyp
                                   other) is not None   # a table of another shape, made first
         sink.write(_records(0, range(0, 5)))
         pending = sink.flush_async()
-        deadline = time.monotonic() + 30
-        while held.calls == 0:   # the job that needs Spark starts it
-            assert time.monotonic() < deadline, "the job that needs Spark never started it"
-            time.sleep(0.05)
+        wait_for(lambda: held.calls, 30, "the job that needs Spark to start it")
         assert not pending.done() and held.calls == 1, "a job that needs Spark went ahead without it"
         held.release.set()
         deadline = time.monotonic() + 30
