@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..tables import arrow_rows, ddl, jars, formats
+from ..tables import arrow_rows, ddl, delta, formats, jars
 from . import refused_rows
 from ....backoff import Backoff
 from ....durations import duration
@@ -480,7 +480,7 @@ class SparkWriter:
         df = job.df.drop("_batch")
         merge = self.settings.merge_schema
         if self.format == "delta" and len(versions) > 1 and job.cached is None \
-                and formats.delta.commits_per_partition(self.spark, merge):
+                and delta.commits_per_partition(self.spark, merge):
             job.cached = df = df.persist()   # one append per partition: read the held files once
         try:
             formats.FORMATS[self.format].append(self.spark, df, self.path, self.partition_by, versions,
