@@ -58,6 +58,10 @@ class SparkSettings:
     # None: DEFAULT_MAX_BYTES, or less under the worker's memory budget (``batch_bytes``).
     max_bytes: int | None = setting(None, min=1)
     max_age_s: float = setting(10.0, above=0)
+    # None: off.  A batch no record has joined for this long is flushed before max_age_s (Flink's
+    # file sink rolls on an inactivity interval the same way): a backlog's tail is delivered as
+    # soon as the topic goes quiet, while a steady stream still gathers max_records.
+    max_idle_s: float | None = setting(None, above=0)
     upload_timeout_s: float = setting(300.0, above=0)
     merge_schema: bool = False
     direct_writes: bool = True

@@ -105,6 +105,8 @@ class SparkSink:
         # sink's share of the worker's memory budget (``memory_bytes``; SinkContext).
         self.max_bytes = settings.batch_bytes(memory_bytes)
         self.max_age_s = settings.max_age_s
+        self.max_idle_s = settings.max_idle_s
+        self._last_write = 0.0   # monotonic time of the last write that added a record
         self.output = settings.path   # named when the uploader refuses for good
         self.staging = os.path.join(staging_root(settings, state_dir), str(os.getpid()))
         _discard_dead_staging(os.path.dirname(self.staging))
@@ -169,6 +171,8 @@ class SparkSink:
             b.values.append(v)
             b.headers.append(r.headers or ())   # (key, value) pairs
             b.size += 64 + (len(k) if k else 0) + (len(v) if v else 0)
+        if b is not None:
+            self._last_write = now
 
     def _spill(self) -> None:
         """Stage the buffers now, to send with the next flush: memory stays under ``max_bytes``
@@ -181,6 +185,9 @@ class SparkSink:
     def wants_flush(self) -> bool:
         now = time.monotonic()
         if self._spilled_since is not None and now - self._spilled_since >= self.max_age_s:
+            return True
+        if (self.max_idle_s is not None and (self._buffers or self._spilled)
+                and now - self._last_write >= self.max_idle_s):
             return True
         total_records = sum(r["rows"] for r in self._spilled)
         for b in self._buffers.values():

@@ -669,3 +669,40 @@ def test_a_table_job_is_offered_to_the_direct_path_after_its_commit_is_announced
     # Refused, the same job goes through Spark's path, not carefully, with the same offsets.
     assert w.careful == ([] if accept else [False, False])
     assert w.appended == ([] if accept else [(offsets, versions) for offsets, versions, _ in w.direct])
+
+
+def test_max_idle_s_flushes_a_batch_no_record_has_joined_for_that_long(tmp_path, monkeypatch):
+    """max_idle_s: a backlog's tail goes out once the topic is quiet, not after max_age_s; a
+    batch still being written to is not flushed early, and without the setting nothing changes."""
+    from types import SimpleNamespace
+
+    from kdaemon.sinks.spark import staging as staging_mod
+
+    now = [1000.0]
+    monkeypatch.setattr(staging_mod, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    common = {"type": "spark", "path": str(tmp_path / "out"), "socket": str(tmp_path / "nobody.sock"),
+              "max_records": 1000, "max_age_s": 60}
+    idle = SparkSink({**common, "max_idle_s": 1.5}, str(tmp_path / "state"))
+    plain = SparkSink(common, str(tmp_path / "state2"))
+    try:
+        assert not idle.wants_flush()            # nothing buffered: nothing to flush, however quiet
+        now[0] += 10
+        assert not idle.wants_flush()
+        for offset in range(5):                  # records keep coming, 1 s apart: not idle
+            idle.write(_records(0, [offset]))
+            plain.write(_records(0, [offset]))
+            now[0] += 1.0
+            assert not idle.wants_flush() and not plain.wants_flush()
+        now[0] += 0.5                            # 1.5 s since the last record
+        assert idle.wants_flush()
+        assert not plain.wants_flush()           # off by default: max_age_s alone decides
+        idle.write([])                           # an empty poll is not a record
+        assert idle.wants_flush()
+    finally:
+        idle.close()
+        plain.close()
+
+
+def test_max_idle_s_is_checked_like_every_setting(tmp_path):
+    with pytest.raises(Exception, match=r"sink\.max_idle_s: expected"):
+        SparkSink({"type": "spark", "path": str(tmp_path / "out"), "max_idle_s": 0}, str(tmp_path / "state"))
