@@ -107,7 +107,7 @@ from kdaemon.protocol.header_match import HeaderRules, resolve_default, rule_fro
 from testkit.produce import Writer, create_topic, paced  # noqa: E402
 
 FORMATS = ("parquet", "delta", "iceberg")
-THROUGHPUT_SINK = {"max_records": 100_000, "max_age_s": 5}
+THROUGHPUT_SINK = {"max_records": 100_000, "max_age_s": 5, "max_idle_s": 0.5}
 # The goals: kdaemon's records/s at least this many times Spark's.
 GOALS = {"filter-10%": 3.0, "all": 1.0}
 LATENCY_SINK = {"max_records": 20_000, "max_age_s": 1}
