@@ -110,6 +110,7 @@ def _watch(config, opts: dict, reset: str, timeout_ms: int, *, watch: bool, inte
     if not group:
         usage_error(f"[kafka] group_id is not set in {config.path}: there is no group to watch")
     judge, status, rounds = GroupWatch(window), Status.UNKNOWN, 0
+    stop = _ctrl_c_stops()
     try:
         with kafka_errors(config):
             consumer, parts, missing = _consumer_and_partitions(config, opts, timeout_ms)
@@ -121,7 +122,8 @@ def _watch(config, opts: dict, reset: str, timeout_ms: int, *, watch: bool, inte
                 due = time.monotonic()
                 with table if table is not None else nullcontext():
                     while count is None or rounds < count:
-                        time.sleep(max(0.0, due - time.monotonic()))
+                        if stop.wait(max(0.0, due - time.monotonic())):
+                            break
                         # A slow round delays the next one instead of bunching rounds to catch up.
                         due = max(due + interval, time.monotonic())
                         rows = group_lag(consumer, parts, reset=reset, has_group=True, timeout_ms=timeout_ms)
@@ -142,9 +144,30 @@ def _watch(config, opts: dict, reset: str, timeout_ms: int, *, watch: bool, inte
                 # nothing to wait for: bounded, so that a Ctrl-C in the middle of a round's
                 # requests does not wait out the default API timeout on a slow broker.
                 consumer.close(timeout_ms=WATCH_CLOSE_MS)
-    except KeyboardInterrupt:   # Ctrl-C is how a watch without --count ends: not a failure
+    except KeyboardInterrupt:   # a second Ctrl-C, during a round: still how a watch ends
+        sys.exit(EXIT_OK)
+    if stop.is_set():   # Ctrl-C is how a watch without --count ends: not a failure
         sys.exit(EXIT_OK)
     sys.exit(EXIT_OK if status is Status.OK else EXIT_FAILURE)
+
+
+def _ctrl_c_stops():
+    """An event the first Ctrl-C (SIGINT) sets; a second one raises ``KeyboardInterrupt``.
+
+    The watch ends between rounds rather than by ``KeyboardInterrupt`` raised wherever the
+    signal lands: raised inside the client it could leave a lock taken mid-request, and the
+    consumer's close then waited on it for good (a watch under load ignored Ctrl-C)."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+
+    def on_sigint(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+    signal.signal(signal.SIGINT, on_sigint)
+    return stop
 
 
 @click.command()
