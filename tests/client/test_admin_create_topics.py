@@ -20,7 +20,7 @@ from kdaemon.client.lookup import topic_partitions
 from kdaemon.client.producer import Producer
 from kdaemon.protocol.errors import Errors
 
-BROKERS = [pytest.param("broker", id="tansu"), pytest.param("kafka", id="kafka", marks=pytest.mark.kafka)]
+BROKERS = [pytest.param("broker", id="tansu", marks=pytest.mark.broker), pytest.param("kafka", id="kafka", marks=pytest.mark.kafka)]
 
 
 def config(bootstrap: str) -> ConsumerConfig:
