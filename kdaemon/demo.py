@@ -1,7 +1,7 @@
 """``kdaemon demo``: the whole thing on one machine with nothing set up beforehand.
 
-Starts the embedded broker, writes a sample topic with headers (with confluent-kafka, from the
-``demo`` extra: the daemon itself never produces), writes a configuration derived from
+Starts the embedded broker, creates a sample topic and writes it with headers (with kdaemon's own
+client: ``client/admin.py`` and the producer the Kafka DLQ uses), writes a configuration derived from
 ``etc/kdaemon.toml``, runs the supervisor until every sample record is delivered and committed,
 stops it gracefully, and prints where the output is and how to read it.
 
@@ -45,32 +45,41 @@ def sample_value(i: int, rng: random.Random) -> dict:
 
 
 def _seed(bootstrap: str, records: int, partitions: int) -> dict[int, int]:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, num_partitions=partitions, replication_factor=1)])[TOPIC].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 20})
+    """Create the sample topic and write the sample with kdaemon's own client (CreateTopics,
+    then the idempotent producer), and return each partition's end offset.
+
+    The ends are counted here, not asked of the broker: Tansu's high watermark is the last
+    batch's base offset + 1, not the last offset + 1 (testkit/tansu.py).  Every record has a key,
+    and the producer puts a keyed record where ``Partitioner`` says (Java's murmur2), so the same
+    partitioner counts them; the topic is new, so each partition starts at offset 0."""
+    from .client import KafkaClientError
+    from .client.admin import NewTopic, create_topics
+    from .client.config import ConsumerConfig
+    from .client.partitioner import Partitioner
+    from .client.producer import Producer, ProducerSettings
+    config = ConsumerConfig.from_options(bootstrap_servers=bootstrap, client_id="kdaemon-demo")
+    where = Partitioner()
     ends: dict[int, int] = {}
-    errors: list[str] = []
-
-    def delivered(err, msg) -> None:
-        if err is not None:
-            errors.append(str(err))
-        else:
-            ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
-
     rng = random.Random(42)
     now_ms = int(time.time() * 1000)
-    for i in range(records):
-        value = sample_value(i, rng)
-        kind = value["type"]
-        producer.produce(TOPIC, key=f"c{i % 1000}".encode(), value=json.dumps(value).encode(),
-                         headers=[("type", kind.encode()), ("source", b"demo")], timestamp=now_ms,
-                         on_delivery=delivered)
-        if i % 10000 == 0:
-            producer.poll(0)
-    if producer.flush(60) or errors:
-        raise SystemExit(f"seeding the demo topic failed: {errors[:3]}")
+    producer = None
+    try:
+        create_topics(config, [NewTopic(TOPIC, partitions, 1)], timeout_ms=30_000)
+        producer = Producer(config, ProducerSettings(compression="lz4"))
+        for i in range(records):
+            value = sample_value(i, rng)
+            key = f"c{i % 1000}".encode()
+            producer.send(TOPIC, key, json.dumps(value).encode(),
+                          [("type", value["type"].encode()), ("source", b"demo")], now_ms)
+            p = where.partition(TOPIC, key, partitions)
+            ends[p] = ends.get(p, 0) + 1
+        producer.flush(60)
+    except KafkaClientError as exc:
+        fix = getattr(exc, "fix", "")
+        raise SystemExit(f"seeding the demo topic failed: {exc}" + (f" ({fix})" if fix else "")) from None
+    finally:
+        if producer is not None:
+            producer.close()
     return ends
 
 

@@ -170,6 +170,35 @@ def collect_imports(root: Path) -> list[Import]:
     return sorted(found)
 
 
+# Third-party Kafka clients: peers the tests and benchmarks measure kdaemon against, never used
+# inside it (kdaemon speaks Kafka with its own client; the demo too).
+PEER_CLIENTS: frozenset[str] = frozenset({"confluent_kafka", "kafka", "aiokafka"})
+
+
+def peer_client_imports(root: Path, peers: frozenset[str] = PEER_CLIENTS) -> list[Violation]:
+    """Every import of a third-party Kafka client (``peers``, by top-level name) under ``root``,
+    wherever it is written (in a function, under TYPE_CHECKING, by ``import_module``)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root.parent))
+        for node in ast.walk(ast.parse(path.read_text(), filename=rel)):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) and \
+                    isinstance(node.args[0].value, str) and \
+                    getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__"):
+                names = [node.args[0].value]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in peers:
+                    out.append(Violation(rel, node.lineno, f"imports {name}: a third-party Kafka client "
+                                                           f"inside {PACKAGE} (use {PACKAGE}.client)"))
+    return sorted(out)
+
+
 def check_layers(imports: list[Import]) -> list[Violation]:
     """Each import that breaks the contract, by file:line."""
     out = []

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from testkit.layers import (LEAVES, RANK, SIDEWAYS, Import, check_layers, collect_imports,
-                                  layer_cycles, layer_of, module_cycles, modules)
+                                  layer_cycles, layer_of, module_cycles, modules, peer_client_imports)
 
 ROOT = Path(__file__).resolve().parents[1] / "kdaemon"
 
@@ -38,6 +38,13 @@ def test_no_cycle_between_layers_or_modules():
     between_layers, between_modules = layer_cycles(imports), module_cycles(imports)
     assert not between_layers, f"layers importing each other (lazy imports count): {between_layers}"
     assert not between_modules, f"modules importing each other at import time: {between_modules}"
+
+
+def test_no_third_party_kafka_client_inside_kdaemon():
+    """kdaemon speaks Kafka with its own client, the demo included; confluent-kafka, kafka-python
+    and aiokafka are peers for the tests and benchmarks only."""
+    found = peer_client_imports(ROOT)
+    assert not found, "third-party Kafka clients imported:\n" + "\n".join(map(str, found))
 
 
 def test_the_checker_sees_the_real_lazy_imports():
@@ -161,6 +168,25 @@ def test_siblings_leaves_and_unknown_layers(tmp_path):
         "is not in the layer table (testkit/layers.py LAYERS)",
         "kdaemon/plugins/types.py:1: kdaemon.plugins.types (plugins) imports kdaemon.sinks.jsonl (sinks): "
         "siblings plugins and sinks may not import each other (SIDEWAYS)",
+    ]
+
+
+def test_peer_client_imports_are_found_wherever_written(tmp_path):
+    root = _tree(tmp_path, {
+        "demo.py": """\
+            import json
+            from kafkaesque import x        # not a Kafka client: a name that only starts alike
+            def seed():
+                from confluent_kafka.admin import AdminClient
+                import importlib
+                return importlib.import_module("aiokafka")
+            """,
+        "client/x.py": "from . import kafka\nimport kafka.producer as kp\n",   # relative: ours
+    })
+    assert [str(v) for v in peer_client_imports(root)] == [
+        "kdaemon/client/x.py:2: imports kafka.producer: a third-party Kafka client inside kdaemon (use kdaemon.client)",
+        "kdaemon/demo.py:4: imports confluent_kafka.admin: a third-party Kafka client inside kdaemon (use kdaemon.client)",
+        "kdaemon/demo.py:6: imports aiokafka: a third-party Kafka client inside kdaemon (use kdaemon.client)",
     ]
 
 

@@ -46,8 +46,12 @@ worker stops at it (exit 3, everything before it committed).  Anything else (no 
 answers, a flush that times out) is transient: the worker retries, and ``probe`` tells it when
 the cluster answers again.
 
-Settings: ``topic`` (required; it must exist: the producer never creates topics),
-``bootstrap_servers`` (default: the consumer's, with the consumer's TLS and SASL settings),
+Settings: ``topic`` (required; it must exist, unless ``create_topic``),
+``create_topic`` (default false: the sink creates its topic before the worker consumes anything
+if it does not exist, as Kafka Connect creates its DLQ topic; ``partitions`` and
+``replication_factor`` for it, default the broker's ``num.partitions`` and
+``default.replication.factor``; ``check-config`` asks the cluster to validate the creation
+without creating), ``bootstrap_servers`` (default: the consumer's, with the consumer's TLS and SASL settings),
 ``compression`` (``none``, ``gzip``, ``snappy``, ``lz4``, ``zstd``; default ``none``),
 ``timeout_ms`` (how long a flush may wait for the acknowledgements, default 30000; below
 ``[daemon] heartbeat_timeout_s``, or the supervisor kills the waiting worker).
@@ -59,9 +63,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..client.admin import NewTopic, TopicCreateRefused, TopicCreateUnavailable, create_topics
 from ..client.config import ConsumerConfig
 from ..client.errors import (AuthenticationError, KafkaClientError, KafkaTimeoutError, RecordsRefusedError,
-                             RefusedError)
+                             RefusedError, UnknownTopicError)
 from ..client.lookup import refused_topics
 from ..client.producer import Producer, ProducerSettings, connection_config
 from ..plugins.companion import SinkContext
@@ -91,6 +96,16 @@ class KafkaDlqSettings:
         None, expected="a string or a list of strings (host:port)")
     compression: str = setting("none", choices=tuple(CODEC_BY_NAME))
     timeout_ms: int = setting(DEFAULT_TIMEOUT_MS, min=1, expected="a positive integer (milliseconds)")
+    create_topic: bool = setting(False)
+    partitions: int | None = setting(None, min=1, expected="a positive integer (the new topic's partitions)")
+    replication_factor: int | None = setting(None, min=1,
+                                             expected="a positive integer (the new topic's replicas per partition)")
+
+    def new_topic(self) -> NewTopic | None:
+        """The topic to create when it is missing (None: ``create_topic`` is off)."""
+        if not self.create_topic:
+            return None
+        return NewTopic(self.topic.strip(), self.partitions or -1, self.replication_factor or -1)
 
     def servers(self) -> tuple[str, ...] | None:
         """``bootstrap_servers`` as the producer takes them: a comma-separated string split
@@ -102,16 +117,21 @@ class KafkaDlqSettings:
         return tuple(s.strip() for s in self.bootstrap_servers)
 
 
-def _parse(settings: Mapping, context: SinkContext | None) -> tuple[str, dict, str, int]:
-    """(topic, the connection's overrides, codec, timeout_ms); ``SettingsError`` naming every
-    problem, those that need the daemon's context (``[kafka]``, the heartbeat timeout) too."""
+def _parse(settings: Mapping, context: SinkContext | None) -> tuple[str, dict, str, int, NewTopic | None]:
+    """(topic, the connection's overrides, codec, timeout_ms, the topic to create if missing);
+    ``SettingsError`` naming every problem, those that need the daemon's context (``[kafka]``,
+    the heartbeat timeout) too."""
     s = parse_settings(KafkaDlqSettings, settings, "sink", check=lambda s: _context_problems(s, context))
     servers = s.servers()
     return s.topic.strip(), ({"bootstrap_servers": servers} if servers is not None else {}), s.compression, \
-        s.timeout_ms
+        s.timeout_ms, s.new_topic()
 
 
 def _context_problems(s: KafkaDlqSettings, context: SinkContext | None) -> Iterator[tuple[str, str]]:
+    if not s.create_topic:
+        for key in ("partitions", "replication_factor"):
+            if getattr(s, key) is not None:
+                yield key, "only with create_topic = true (it is for the topic the sink creates)"
     servers = s.servers()
     if servers is not None and (not servers or not all(servers)):
         yield "bootstrap_servers", f"expected a host:port string or a non-empty list of them, " \
@@ -155,16 +175,28 @@ def connect_headers(record: Record) -> list[tuple[str, bytes | None]]:
     return list(record.headers) + [(CONNECT + name, value.encode("utf-8")) for name, value in context]
 
 
-def check_topic(config: ConsumerConfig, topic: str, timeout_ms: int) -> str | None:
+def check_topic(config: ConsumerConfig, topic: str, timeout_ms: int, create: NewTopic | None = None, *,
+                validate_only: bool = False) -> str | None:
     """None when the cluster has ``topic`` and lets this principal see it; why it cannot tell
     when no broker answers within ``timeout_ms`` (transient: ask again); ``SinkRefused`` when
-    the topic is missing or refused, or the login is."""
+    the topic is missing or refused, or the login is.  A missing topic is created first when
+    ``create`` says how (``validate_only``: the cluster only says whether it would be, for
+    check-config); another worker creating it at the same time is no refusal (``exist_ok``)."""
     try:
         refused = refused_topics(config, [topic], timeout_ms=timeout_ms).get(topic)
-    except KafkaTimeoutError as exc:
+        if isinstance(refused, UnknownTopicError) and create is not None:
+            create_topics(config, [create], exist_ok=True, validate_only=validate_only, timeout_ms=timeout_ms)
+            refused = None
+    except (KafkaTimeoutError, TopicCreateUnavailable) as exc:
         return str(exc)
+    except TopicCreateRefused as exc:
+        raise SinkRefused(f"dead-letter topic {topic} does not exist and cannot be created (create_topic = true): "
+                          f"{exc}", target=topic, fix=exc.fix) from None
     except AuthenticationError as exc:
         raise refused_for_good(topic, exc) from None
+    if isinstance(refused, UnknownTopicError):   # and create_topic is off
+        raise SinkRefused(f"dead-letter topic {topic}: {refused}", target=topic,
+                          fix=f"{refused.fix}; or let the sink create it: create_topic = true in [dlq]")
     if refused is not None:
         raise refused_for_good(topic, refused)
     return None
@@ -186,18 +218,20 @@ def preflight_settings(settings: Mapping, context: SinkContext | None,
                        timeout_ms: int = PREFLIGHT_TIMEOUT_MS) -> str | None:
     """``check_topic`` for a ``[dlq]`` table, without building the sink (``kdaemon
     check-config``)."""
-    topic, overrides, _, _ = _parse(settings, context)
+    topic, overrides, _, _, create = _parse(settings, context)
     return check_topic(connection_config(context.kafka if context is not None else {}, **overrides), topic,
-                       timeout_ms)
+                       timeout_ms, create, validate_only=True)
 
 
 class KafkaDeadLetterSink:
     """Dead letters into ``topic`` through an idempotent producer (see the module docstring)."""
 
-    def __init__(self, topic: str, producer: Producer, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+    def __init__(self, topic: str, producer: Producer, timeout_ms: int = DEFAULT_TIMEOUT_MS,
+                 create: NewTopic | None = None) -> None:
         self.topic = topic
         self.producer = producer
         self.timeout_ms = timeout_ms
+        self.create = create
 
     @classmethod
     def validate_settings(cls, settings: Mapping, context: SinkContext | None = None) -> None:
@@ -206,10 +240,10 @@ class KafkaDeadLetterSink:
 
     @classmethod
     def from_settings(cls, settings: Mapping, context: SinkContext | None = None) -> "KafkaDeadLetterSink":
-        topic, overrides, codec, timeout_ms = _parse(settings, context)
+        topic, overrides, codec, timeout_ms, create = _parse(settings, context)
         config = connection_config(context.kafka if context is not None else {}, **overrides)
         producer = Producer(config, ProducerSettings(compression=codec, client_id_suffix="-dlq"))
-        return cls(topic, producer, timeout_ms)
+        return cls(topic, producer, timeout_ms, create)
 
     def write(self, records: Sequence[Record]) -> None:
         """Queue the dead letters (raw key and value, as ``dead_letter`` made them)."""
@@ -233,8 +267,9 @@ class KafkaDeadLetterSink:
             raise refused_for_good(self.topic, exc) from None
 
     def preflight(self) -> str | None:
-        """Before the worker consumes anything: does the topic exist (``check_topic``)?"""
-        return check_topic(self.producer.config, self.topic, min(self.timeout_ms, PREFLIGHT_TIMEOUT_MS))
+        """Before the worker consumes anything: does the topic exist (``check_topic``; created
+        here when it does not and ``create_topic`` is on)?"""
+        return check_topic(self.producer.config, self.topic, min(self.timeout_ms, PREFLIGHT_TIMEOUT_MS), self.create)
 
     def probe(self) -> str | None:
         """While the worker waits after a failed flush: does the cluster answer, and is the topic

@@ -45,7 +45,7 @@ from kdaemon.protocol.apis import (ALL_APIS, API_VERSIONS, CONSUMER_GROUP_DESCRI
                                    SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH,
                                    SHARE_ACKNOWLEDGE, DESCRIBE_SHARE_GROUP_OFFSETS,
                                    ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS,
-                                   INCREMENTAL_ALTER_CONFIGS)
+                                   INCREMENTAL_ALTER_CONFIGS, CREATE_TOPICS)
 from kdaemon.protocol.apis.incremental_alter_configs import OP_DELETE, OP_SET
 from kdaemon.protocol.apis.share_fetch import ACK_ACCEPT, ACK_RELEASE, ACK_RENEW
 from kdaemon.protocol.records import decode_record_set
@@ -579,6 +579,21 @@ def exercise(env: Env, api, version: int) -> list[dict]:
             rt(api, version, w, {"group_id": group, "topics": [{"topic_name": topic}, {"topic_name": f"{topic}-none"}]})
             rt(DESCRIBE_SHARE_GROUP_OFFSETS, DESCRIBE_SHARE_GROUP_OFFSETS.max_version, w,
                {"groups": [{"group_id": group, "topics": None}]})
+    elif api is CREATE_TOPICS:
+        # Validated only, created (2 partitions, one topic config), created again, and refused
+        # (more replicas than the one broker): each answer per topic.
+        name = f"{topic}-created-v{version}"
+
+        def new(replicas=1, validate_only=False):
+            return {"topics": [{"name": name, "num_partitions": 2, "replication_factor": replicas, "assignments": [],
+                                "configs": [{"name": "retention.ms", "value": "3600000"}]}],
+                    "timeout_ms": 30_000, "validate_only": validate_only}
+
+        with env.wire() as w:
+            rt(api, version, w, new(validate_only=True))
+            rt(api, version, w, new())
+            rt(api, version, w, new())
+            rt(api, version, w, dict(new(replicas=3), topics=[dict(new(replicas=3)["topics"][0], name=f"{name}-rf3")]))
     else:
         raise AssertionError(f"no request written for {api.name}: add one to exercise()")
     return answers
@@ -718,6 +733,18 @@ def check_answers(env: Env, api, version: int, answers: list[dict]) -> None:
         assert r["error_code"] == Errors.INVALID_CONFIG and "share.record.lock.duration.ms" in r["error_message"], r
         assert lock_of(after_refusal) == ("12000", 8), after_refusal
         assert lock_of(after_delete) == ("30000", 5), after_delete
+    elif api is CREATE_TOPICS:
+        validated, created, again, refused = ([a["topics"][0] for a in answers])
+        for t in (validated, created):
+            assert (t["error_code"], t["error_message"]) == (0, None), t
+        if version >= 5:   # KIP-525: what the topic got, its configs included
+            assert (created["num_partitions"], created["replication_factor"]) == (2, 1), created
+            configs = {c["name"]: c["value"] for c in created["configs"]}
+            assert configs["retention.ms"] == "3600000", created
+        if version >= 7:
+            assert created["topic_id"] != ZERO_UUID, created
+        assert again["error_code"] == Errors.TOPIC_ALREADY_EXISTS, again
+        assert refused["error_code"] == Errors.INVALID_REPLICATION_FACTOR and refused["error_message"], refused
     elif api is SHARE_GROUP_HEARTBEAT:
         joined = [a for a in answers if a["error_code"] not in COORDINATOR_LOADING]
         first = joined[0]

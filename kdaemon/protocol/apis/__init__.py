@@ -4,6 +4,7 @@ from ..schema import Api
 from .api_versions import API_VERSIONS
 from .consumer_group_describe import CONSUMER_GROUP_DESCRIBE
 from .consumer_group_heartbeat import CONSUMER_GROUP_HEARTBEAT
+from .create_topics import CREATE_TOPICS
 from .describe_configs import DESCRIBE_CONFIGS
 from .describe_groups import DESCRIBE_GROUPS
 from .fetch import FETCH
@@ -35,6 +36,7 @@ ALL_APIS: tuple[Api, ...] = (
     PRODUCE, INIT_PRODUCER_ID,   # the DLQ's idempotent producer (client/producer.py)
     DESCRIBE_CONFIGS,            # a group's session timeout, for kdaemon offsets --reset-offsets
     INCREMENTAL_ALTER_CONFIGS,   # a share group's settings from the daemon's [share] table
+    CREATE_TOPICS,               # the demo's topic, and a Kafka DLQ's topic when asked (client/admin.py)
     # share groups (KIP-932)
     SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE,
     DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS,

@@ -75,7 +75,8 @@ def test_a_missing_dlq_topic_is_refused_by_check_config_and_before_consuming(kaf
     assert proc.stderr.splitlines() == [
         f"{d.config_path}: dlq: dead-letter topic {dlq}: topic {dlq} does not exist on the cluster at "
         f"{kafka.bootstrap} (to fix: create it: kafka-topics --bootstrap-server {kafka.bootstrap} --create "
-        f"--topic {dlq} --partitions <n> --replication-factor <n> (kdaemon's producer never creates topics))"]
+        f"--topic {dlq} --partitions <n> --replication-factor <n> (kdaemon's producer never creates topics); "
+        f"or let the sink create it: create_topic = true in [dlq])"]
     with d:
         assert d.wait_exit(60) == EXIT_SINK_REFUSED, d.log_tail()
         log = d.log()

@@ -42,6 +42,10 @@ CONTEXT = SinkContext(state_dir="/nonexistent", daemon_id="d", heartbeat_timeout
     ({"topic": "dlq", "bootstrap_servers": []},
      "sink.bootstrap_servers: expected a host:port string or a non-empty list of them, found array []"),
     ({"topic": "dlq", "bootstrap_servers": "nohostport"}, "sink.bootstrap_servers: connection settings: bootstrap server"),
+    ({"topic": "dlq", "partitions": 3}, "sink.partitions: only with create_topic = true"),
+    ({"topic": "dlq", "create_topic": True, "replication_factor": 0},
+     "sink.replication_factor: expected a positive integer (the new topic's replicas per partition), found integer 0"),
+    ({"topic": "dlq", "create_topic": "yes"}, "sink.create_topic: expected"),
 ])
 def test_settings_are_checked_with_a_clear_error(settings, problem):
     with pytest.raises(ValueError) as info:
