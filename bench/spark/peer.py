@@ -26,7 +26,9 @@ Per workload and side, two runs:
 * **throughput**: the topic is full before the consumer starts.  kdaemon: wall time from
   ``kdaemon run``'s launch to every partition's end offset committed by the group (polled every
   0.25 s by one consumer kept open), ``max_records`` 100,000 / ``max_age_s`` 5 (the sustained
-  best of bench/spark/sink.py; the worker's default memory budget caps the bytes it buffers,
+  best of bench/spark/sink.py) / ``max_idle_s`` 0.5 (a drained topic's tail is sent once no
+  record has come for that long: the two workers split the kept records, neither reaches
+  ``max_records``, and without it each waited out ``max_age_s``; the worker's default memory budget caps the bytes it buffers,
   and what passes it is staged early and sent with the next flush).  Spark: wall time from the driver's launch to the end of the
   ``availableNow`` query (Spark's defaults: no ``maxOffsetsPerTrigger``, one task per Kafka
   partition).  records/s is the topic's records (what both read from Kafka) over that wall
