@@ -298,7 +298,24 @@ class Delivery:
             # sink drops what it already has.  A confirmation that arrives later commits only
             # partitions still assigned (``_commit``).  Waiting here for the upload in flight
             # held the whole group's rebalance (at start-up, for the uploader's cold first job).
-            if self._in_flight is not None or self._unflushed:
+            # What is gathered and not yet sent is sent now, without waiting for it: the next
+            # owner's question to the sink (where does the output end?) is answered after it, so
+            # the next owner starts past what this worker read instead of reading it again (a
+            # worker rejoining a moment after another, as in a rolling restart, used to read
+            # every record the first had gathered of its partitions a second time).
+            if self._in_flight is None and self._unflushed and self.mode not in PAUSED_MODES:
+                try:
+                    self._start_flush()
+                except Exception as exc:
+                    if self.mode is Mode.STOPPED:   # the loop's next step raises it
+                        log.debug("delivery stopped during a revocation: %s", exc)
+                    else:
+                        log.exception("the flush started on revocation failed; the next owner reads again "
+                                      "from the last commit")
+                else:
+                    log.info("%d partition(s) revoked: what was read of them is sent to the sink without waiting "
+                             "for it; the next owner starts where the sink's output ends", len(partitions))
+            elif self._in_flight is not None or self._unflushed:
                 log.info("%d partition(s) revoked without waiting for the sink: the next owner reads from the last "
                          "commit, and the sink drops by offset what it already has", len(partitions))
         else:

@@ -254,6 +254,27 @@ def test_a_sink_that_deduplicates_by_offset_lets_revoked_partitions_go_at_once(s
     assert consumer2.commits == [30, 40]
 
 
+def test_a_sink_that_deduplicates_by_offset_is_sent_what_was_gathered_when_partitions_are_revoked(setup):
+    """Nothing in flight, records gathered: the revocation sends them to the sink without
+    waiting (the next owner's question to the sink is answered after them, so it starts past
+    them instead of reading them again), and commits nothing of the partition it gave up."""
+    build, handles, sinks, durable = setup
+    worker, consumer = build(1000)
+    sinks[-1].deduplicates_by_offset = True
+    for _ in range(2):
+        worker.step()                      # 0..19 buffered, below the batch: no flush yet
+    assert handles == []
+    owned = {TP}
+    consumer.assignment = lambda: set(owned)
+    owned.clear()
+    worker.on_partitions_revoked({TP})
+    assert len(handles) == 1 and handles[0].offsets == list(range(20)) and handles[0].waited == 0
+    assert consumer.commits == []
+    handles[0].confirm()
+    worker.step()
+    assert consumer.commits == [] and set(range(20)) <= durable
+
+
 def test_a_stop_request_between_polls_does_not_cost_the_final_commit(setup):
     """SIGTERM lands after a poll returned: the wakeup it leaves behind is raised by the next
     blocking call, the shutdown's commit; the worker sends that commit again."""
