@@ -314,6 +314,65 @@ def ts_of(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
 
 
+# Classes only a JVM launched with Delta's and Iceberg's jars can load (the reader's: reader_session).
+_TABLE_CLASSES = ("io.delta.sql.DeltaSparkSessionExtension",
+                  "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+
+
+def _jvm_has_table_jars() -> bool:
+    from pyspark import SparkContext
+    if SparkContext._gateway is None:
+        return False
+    jvm = SparkContext._jvm
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    try:
+        for name in _TABLE_CLASSES:
+            jvm.java.lang.Class.forName(name, False, loader)
+    except Exception:
+        return False
+    return True
+
+
+def reader_session():
+    """A local[1] session in a JVM launched with Delta's and Iceberg's jars and both session
+    extensions: it reads every format the sink writes (Iceberg's tables by path, so no catalog)."""
+    import os
+    from pyspark.sql import SparkSession
+
+    from kdaemon.sinks.spark.tables import delta, iceberg
+    from kdaemon.sinks.spark.uploader.writer import merged_conf
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # only loopback, whatever the host name says
+    if not _jvm_has_table_jars():
+        fresh_jvm()
+    builder = SparkSession.builder
+    iceberg_conf = iceberg.session_conf("/nowhere/ns/t")
+    conf = merged_conf(delta.session_conf(), {k: iceberg_conf[k] for k in ("spark.jars", "spark.sql.extensions")})
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    session = (builder.master("local[1]").appName("kdaemon-tests-reader")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "1")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def fresh_session() -> None:
+    """Stop this process's Spark session but keep its JVM, launched with Delta's and Iceberg's
+    jars (``reader_session``) if it was not: the next ``getOrCreate`` (a writer's, the reader's)
+    starts a new SparkContext, with its own settings and catalogs, in a JVM that already has
+    the jars and its compiled code.  A JVM launch costs 6-15 CPU-s (and its JIT warm-up more),
+    and the writer suites used to launch two each.  A suite that tests how jars reach a JVM
+    uses ``fresh_jvm``."""
+    from pyspark.sql import SparkSession
+    if not _jvm_has_table_jars():
+        reader_session()
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+
+
 def fresh_jvm() -> None:
     """Stop this process's Spark session and its JVM, so the next session launches its own:
     only a JVM's launch puts ``spark.jars`` on the driver's classpath (a JVM another suite

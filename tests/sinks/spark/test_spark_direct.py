@@ -16,7 +16,7 @@ import pytest
 from kdaemon.sinks.spark.tables import delta_state, iceberg, iceberg_meta, formats
 from kdaemon.sinks.spark import staged
 from kdaemon.sinks.spark.uploader.writer import SparkWriter
-from testkit.spark import fresh_jvm, requires_spark
+from testkit.spark import fresh_session, requires_spark
 
 requires_spark()
 
@@ -29,18 +29,18 @@ KEYS = [("events", p) for p in range(3)]
 
 @pytest.fixture(scope="module", params=["delta", "iceberg"])
 def writer(request, tmp_path_factory):
-    """An uploader's SparkWriter on ``request.param`` (local[1], its own JVM: the jars and the
-    Iceberg catalog's warehouse reach a JVM at its launch); each test points ``path`` at its
-    own table (Iceberg: under the one warehouse, ``<lake>/db/<table>``)."""
+    """An uploader's SparkWriter on ``request.param`` (local[1], a session of its own: the
+    Iceberg catalog's warehouse is read when the session first uses it); each test points
+    ``path`` at its own table (Iceberg: under the one warehouse, ``<lake>/db/<table>``)."""
     lake = tmp_path_factory.mktemp("lake")
-    fresh_jvm()
+    fresh_session()
     w = SparkWriter({"type": "spark", "format": request.param, "master": "local[1]", "value_schema": SCHEMA,
                      "partition_by": ["topic", "date"], "path": str(lake / "db" / "unused")})
     w.start()
     w.lake = lake
     yield w
     w.stop()
-    fresh_jvm()
+    fresh_session()
 
 
 def _table(writer, name: str) -> str:

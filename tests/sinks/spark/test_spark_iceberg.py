@@ -16,7 +16,7 @@ import pytest
 from kdaemon.sinks.spark.tables import iceberg, iceberg_meta, layout
 from kdaemon.sinks.spark.uploader.process import Uploader
 from kdaemon.sinks.spark.uploader.writer import SparkWriter
-from testkit.spark import check_unfinished_uploads_settle, fresh_jvm, requires_spark, staged_request
+from testkit.spark import check_unfinished_uploads_settle, fresh_session, requires_spark, staged_request
 
 requires_spark()
 
@@ -25,16 +25,16 @@ pytestmark = [pytest.mark.spark]
 
 @pytest.fixture(scope="module")
 def writer(tmp_path_factory):
-    """An uploader's SparkWriter on an Iceberg table (its own JVM: the session conf holds the
-    Hadoop catalog on this module's warehouse)."""
+    """An uploader's SparkWriter on an Iceberg table (its own session, whose conf holds the
+    Hadoop catalog on this module's warehouse; the process's JVM has the jars)."""
     lake = tmp_path_factory.mktemp("lake")
-    fresh_jvm()   # spark.jars only reach a JVM at its launch
+    fresh_session()   # the writer's session next, with its own catalog
     w = SparkWriter({"type": "spark", "format": "iceberg", "master": "local[1]",
                      "path": str(lake / "db" / "first")})
     w.start()
     yield w, lake
     w.stop()
-    fresh_jvm()   # the reader fixture starts its own next
+    fresh_session()   # the reader fixture starts its session next
 
 
 def _rows(spark, rows: list[tuple[str, int, int]]):

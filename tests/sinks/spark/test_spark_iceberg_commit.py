@@ -19,7 +19,7 @@ import pytest
 from kdaemon.sinks.spark.tables import arrow_rows, iceberg, iceberg_catalog, iceberg_commit, iceberg_files, \
     iceberg_meta
 from kdaemon.sinks.spark import staged
-from testkit.spark import fresh_jvm, requires_spark
+from testkit.spark import fresh_session, requires_spark
 
 requires_spark()
 
@@ -117,11 +117,11 @@ def _read_without_jvm(path: str) -> pa.Table:
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory):
     """A session whose Hadoop catalog ``kdaemon_iceberg`` is on this module's warehouse ``lake``
-    (tables ``<lake>/db/<name>``); its own JVM (the jars reach a JVM at its launch)."""
+    (tables ``<lake>/db/<name>``); a session of its own, in the process's JVM with the jars."""
     from pyspark.sql import SparkSession
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     lake = tmp_path_factory.mktemp("lake")
-    fresh_jvm()
+    fresh_session()
     builder = SparkSession.builder
     for k, v in iceberg.session_conf(str(lake / "db" / "unused")).items():
         builder = builder.config(k, v)
@@ -132,7 +132,7 @@ def cat(tmp_path_factory):
     spark.sparkContext.setLogLevel("ERROR")
     yield spark, lake
     spark.stop()
-    fresh_jvm()
+    fresh_session()
 
 
 def _java_table(spark, path: str):

@@ -20,7 +20,7 @@ import pytest
 from kdaemon.sinks.spark.tables import iceberg, layout, formats
 from kdaemon.sinks.spark.uploader import refused_rows
 from kdaemon.sinks.spark.uploader.refused_rows import Condition
-from testkit.spark import (Produced, Sent, SparkDaemon, assert_exact, committed, fresh_jvm, new_topic, produce,
+from testkit.spark import (Produced, Sent, SparkDaemon, assert_exact, committed, fresh_session, new_topic, produce,
                            read_output, requires_spark, row_key, spark_config, staged_request)
 
 requires_spark()
@@ -95,12 +95,12 @@ def test_a_refused_row_the_dead_letter_pass_cannot_keep_out_is_deterministic_unl
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory):
-    """The uploaders' JVM (Delta's jars reach a JVM at its launch); the reader fixture launches
-    its own afterwards."""
+    """The uploaders' sessions, each its own in the process's JVM with the jars; the reader
+    fixture starts its session again afterwards."""
     lake = tmp_path_factory.mktemp("lake")
-    fresh_jvm()
+    fresh_session()
     yield lake
-    fresh_jvm()
+    fresh_session()
 
 
 def _uploader(lake, tmp_path, fmt: str, name: str, on_sink_error: str = "retry"):
