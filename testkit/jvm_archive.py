@@ -81,7 +81,8 @@ def archive_path() -> Path | None:
     digest = hashlib.sha256(version.encode())
     digest.update(real.encode())
     for jar in sorted((home / "jars").iterdir()):
-        digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
+        st = jar.stat()
+        digest.update(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
     return cache_dir() / f"spark-{digest.hexdigest()[:16]}.jsa"
 
 
@@ -96,15 +97,18 @@ def _java_identity() -> tuple[str, str]:
 
 def classpath_archive(kind: str, classpath: str) -> Path:
     """Where the archive of JVMs launched with ``-cp classpath`` lives (made or not): its name
-    carries the JDK and every entry of the class path with its size."""
+    carries the JDK and every entry of the class path with its size and modification time: the
+    JVM refuses an archive when a jar's differs (a jar copied again, same bytes and size, is
+    enough), and says so on its standard output, where the Java peer's JSON is read."""
     real, version = _java_identity()
     digest = hashlib.sha256(f"{real}\n{version}".encode())
     for entry in classpath.split(os.pathsep):
         try:
-            size = os.stat(entry).st_size
+            st = os.stat(entry)
+            stamp = f"{st.st_size}:{st.st_mtime_ns}"
         except OSError:
-            size = -1
-        digest.update(f"{entry}:{size}\n".encode())
+            stamp = "-1"
+        digest.update(f"{entry}:{stamp}\n".encode())
     return cache_dir() / f"{kind}-{digest.hexdigest()[:16]}.jsa"
 
 
