@@ -9,7 +9,7 @@ consumer.  ``maybe_send`` is called from the consumer's poll loop and only sends
 consumer's own ``NetworkClient``, to the least loaded broker, staying with it while it is
 connected); the answers come back as future callbacks on whichever thread drives the network
 (the application's poll, or the heartbeat thread), which is why the state machine sits behind
-its own lock.  ``close`` sends the terminating push and waits for its answer within the
+its own lock (always taken after the network client's, never before).  ``close`` sends the terminating push and waits for its answer within the
 consumer's close deadline.
 """
 
@@ -71,18 +71,29 @@ class ClientTelemetry:
         now = time.monotonic() if now is None else now
         if now < self._sm.next_at and self._sm.state is not TelemetryState.TERMINATING_PUSH_NEEDED:
             return
+        # The node first, outside this sender's lock: answers arrive under the network client's
+        # lock and then take this one, so this one is never held while waiting for that one.
+        node = self._pick_node()
+        if node is None:
+            return                         # no broker known yet: the next poll tries again
         with self._lock:
             kind = self._sm.due(now)
             if kind is None:
                 return
-            node = self._pick_node()
-            if node is None:
-                return                     # no broker known yet: the next poll tries again
             if kind == "get":
                 body = {"client_instance_id": self._sm.client_instance_id}
                 api = GET_TELEMETRY_SUBSCRIPTIONS
             else:
-                body = self._push_body(now, terminating=kind == "terminating_push")
+                try:
+                    body = self._push_body(now, terminating=kind == "terminating_push")
+                except Exception:
+                    # A fault of ours (as Java's "error constructing client telemetry payload"):
+                    # consuming goes on, the push is tried again after the interval.
+                    if "payload" not in self._warned:
+                        self._warned.add("payload")
+                        log.exception("client telemetry: building a push failed; trying again after the interval")
+                    self._sm.push_skipped(now)
+                    return
                 if body is None:
                     return
                 api = PUSH_TELEMETRY

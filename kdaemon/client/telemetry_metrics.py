@@ -46,12 +46,13 @@ from dataclasses import dataclass
 
 from ..protocol.apis import API_VERSIONS, OFFSET_COMMIT
 from ..protocol.compression import NONE, compress
-from .metrics import ConsumerMetrics
+from .metrics import ConsumerMetrics, ShareConsumerMetrics
 
 JAVA_CONSUMER = "org.apache.kafka.consumer."
 FETCH_MANAGER = JAVA_CONSUMER + "fetch.manager."
 COORDINATOR = JAVA_CONSUMER + "coordinator."
 KDAEMON_CONSUMER = "kdaemon.consumer."
+KDAEMON_SHARE = "kdaemon.share.consumer."
 
 SUM, GAUGE = "sum", "gauge"
 # OpenTelemetry's AggregationTemporality values.
@@ -159,6 +160,20 @@ def consumer_points(m: ConsumerMetrics, wire: WireCounters | None, *, group: boo
                                (("topic", topic),)))
     if wire is not None:
         out += wire.points(group)
+    return out
+
+
+def share_points(m: ShareConsumerMetrics, wire: WireCounters | None) -> list[MetricPoint]:
+    """A share consumer's counters (kdaemon's own names: not compared with Java's share
+    consumer yet) and its wire counters (Java's consumer names)."""
+    out = [MetricPoint(KDAEMON_SHARE + "records.acquired.total", SUM, float(m.records_acquired)),
+           MetricPoint(KDAEMON_SHARE + "records.redelivered.total", SUM, float(m.records_redelivered)),
+           MetricPoint(KDAEMON_SHARE + "acknowledge.errors.total", SUM, float(m.acknowledge_errors)),
+           MetricPoint(KDAEMON_SHARE + "lock.expiries.total", SUM, float(m.lock_expiries))]
+    out += [MetricPoint(KDAEMON_SHARE + "acknowledged.total", SUM, float(n), (("type", kind),))
+            for kind, n in sorted(m.acknowledged.items())]
+    if wire is not None:
+        out += wire.points(group=False)
     return out
 
 

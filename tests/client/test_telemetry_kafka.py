@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from kdaemon.client.consumer import Consumer
+from kdaemon.client.share import ShareConsumer
 from kdaemon.protocol.apis import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY
 from kdaemon.protocol.compression import ZSTD
 from testkit.apache_kafka import KafkaCluster, KafkaUnavailable
@@ -152,3 +153,27 @@ def test_kdaemon_pushes_what_java_pushes(recording: tuple[KafkaCluster, Path]):
     assert (sum(counts) if subscription["delta_temporality"] else counts[-1]) == RECORDS, counts
     assert kd[-1].resource["group_id"] == f"{topic}-kd"
     assert any(n.startswith("kdaemon.consumer.") for n in ours_by_name)
+
+
+def test_share_consumer_pushes_and_says_goodbye(recording: tuple[KafkaCluster, Path]):
+    """A share group member (KIP-932) pushes too: its own counters under kdaemon.share.consumer.,
+    its connections under Java's consumer names, and the terminating push on close."""
+    cluster, directory = recording
+    subscribe(cluster, "share-members", ["kdaemon.share.consumer.", "org.apache.kafka.consumer.connection."],
+              INTERVAL_MS, match=["client_id=kd-share-telemetry"])
+    topic = f"telemetry-share-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, 1)
+    member = ShareConsumer(cluster.bootstrap, client_id="kd-share-telemetry", group_id=f"{topic}-share")
+    try:
+        member.subscribe([topic])
+        wait_for(lambda: member.poll(100) is not None and pushes_of(directory, "kd-share-telemetry"),
+                 TIMEOUT, "the share consumer's first push")
+    finally:
+        member.close()
+    got = wait_for(lambda: (p := pushes_of(directory, "kd-share-telemetry")) and p[-1].terminating and p,
+                   TIMEOUT, "the share consumer's terminating push")
+    assert [p.terminating for p in got] == [False] * (len(got) - 1) + [True]
+    names = {n for p in got for n in p.names}
+    assert "kdaemon.share.consumer.records.acquired.total" in names
+    assert "org.apache.kafka.consumer.connection.creation.total" in names
+    assert got[-1].resource["group_id"] == f"{topic}-share"
