@@ -51,8 +51,8 @@ from .metrics import ConsumerMetrics, ShareConsumerMetrics
 JAVA_CONSUMER = "org.apache.kafka.consumer."
 FETCH_MANAGER = JAVA_CONSUMER + "fetch.manager."
 COORDINATOR = JAVA_CONSUMER + "coordinator."
-KDAEMON_CONSUMER = "kdaemon.consumer."
-KDAEMON_SHARE = "kdaemon.share.consumer."
+OWN_PREFIX = "kdaemon.consumer."
+OWN_SHARE_PREFIX = "kdaemon.share.consumer."
 
 SUM, GAUGE = "sum", "gauge"
 # OpenTelemetry's AggregationTemporality values.
@@ -90,11 +90,11 @@ JAVA_RATES = {
     COORDINATOR + "commit.total": COORDINATOR + "commit.rate",
 }
 # kdaemon's figures Java has no name for.
-KDAEMON_NAMES: dict[str, tuple[str, str]] = {
-    "records_filtered_total": (KDAEMON_CONSUMER + "records.filtered.total", SUM),
-    "control_records_total": (KDAEMON_CONSUMER + "control.records.total", SUM),
-    "aborted_records_total": (KDAEMON_CONSUMER + "aborted.records.total", SUM),
-    "fetch_errors_total": (KDAEMON_CONSUMER + "fetch.errors.total", SUM),
+OWN_NAMES: dict[str, tuple[str, str]] = {
+    "records_filtered_total": (OWN_PREFIX + "records.filtered.total", SUM),
+    "control_records_total": (OWN_PREFIX + "control.records.total", SUM),
+    "aborted_records_total": (OWN_PREFIX + "aborted.records.total", SUM),
+    "fetch_errors_total": (OWN_PREFIX + "fetch.errors.total", SUM),
 }
 
 
@@ -145,7 +145,7 @@ class WireCounters:
 def consumer_points(m: ConsumerMetrics, wire: WireCounters | None, *, group: bool) -> list[MetricPoint]:
     """Every figure of a consumer's metrics snapshot (and of its wire counters) as points."""
     out = [MetricPoint(name, kind, float(getattr(m, field))) for field, (name, kind) in JAVA_NAMES.items()]
-    out += [MetricPoint(name, kind, float(getattr(m, field))) for field, (name, kind) in KDAEMON_NAMES.items()]
+    out += [MetricPoint(name, kind, float(getattr(m, field))) for field, (name, kind) in OWN_NAMES.items()]
     per_topic_records: dict[str, int] = {}
     per_topic_bytes: dict[str, int] = {}
     for tp, p in sorted(m.partitions.items()):
@@ -166,11 +166,11 @@ def consumer_points(m: ConsumerMetrics, wire: WireCounters | None, *, group: boo
 def share_points(m: ShareConsumerMetrics, wire: WireCounters | None) -> list[MetricPoint]:
     """A share consumer's counters (kdaemon's own names: not compared with Java's share
     consumer yet) and its wire counters (Java's consumer names)."""
-    out = [MetricPoint(KDAEMON_SHARE + "records.acquired.total", SUM, float(m.records_acquired)),
-           MetricPoint(KDAEMON_SHARE + "records.redelivered.total", SUM, float(m.records_redelivered)),
-           MetricPoint(KDAEMON_SHARE + "acknowledge.errors.total", SUM, float(m.acknowledge_errors)),
-           MetricPoint(KDAEMON_SHARE + "lock.expiries.total", SUM, float(m.lock_expiries))]
-    out += [MetricPoint(KDAEMON_SHARE + "acknowledged.total", SUM, float(n), (("type", kind),))
+    out = [MetricPoint(OWN_SHARE_PREFIX + "records.acquired.total", SUM, float(m.records_acquired)),
+           MetricPoint(OWN_SHARE_PREFIX + "records.redelivered.total", SUM, float(m.records_redelivered)),
+           MetricPoint(OWN_SHARE_PREFIX + "acknowledge.errors.total", SUM, float(m.acknowledge_errors)),
+           MetricPoint(OWN_SHARE_PREFIX + "lock.expiries.total", SUM, float(m.lock_expiries))]
+    out += [MetricPoint(OWN_SHARE_PREFIX + "acknowledged.total", SUM, float(n), (("type", kind),))
             for kind, n in sorted(m.acknowledged.items())]
     if wire is not None:
         out += wire.points(group=False)
