@@ -9,7 +9,7 @@ KIP and Java's ``ClientTelemetryReporter``:
   broker assigns the client instance id, which every later request carries.  An answer with an
   empty ``requested_metrics`` subscribes to nothing: ask again after its push interval.  A list
   holding "" subscribes to every metric; otherwise a metric is pushed when its name starts with
-  one of the prefixes.
+  one of the prefixes ("*", as Java and the broker write "all", counts as "").
 * **Push at the interval, the first push jittered.**  After each subscription the next push
   waits a random 0.5-1.5 of the push interval (so clients started together do not push
   together), later ones the interval itself.
@@ -133,8 +133,9 @@ class Subscription:
         return bool(self.requested_metrics)
 
     def wants(self, name: str) -> bool:
-        """Whether the metric called ``name`` is subscribed ("" is a prefix of every name)."""
-        return any(name.startswith(prefix) for prefix in self.requested_metrics)
+        """Whether the metric called ``name`` is subscribed: "" (the KIP's word for every metric,
+        a prefix of every name) or "*" (Java's and the broker's) subscribes to all."""
+        return any(prefix == "*" or name.startswith(prefix) for prefix in self.requested_metrics)
 
     @property
     def compression(self) -> int:

@@ -76,7 +76,8 @@ def test_first_push_jittered_within_half_and_one_and_a_half_intervals_then_the_i
 
 @pytest.mark.parametrize("requested, pushes, wants", [
     ([], False, None),                                         # nothing subscribed
-    ([""], True, True),                                        # everything
+    ([""], True, True),                                        # everything (the KIP's word)
+    (["*"], True, True),                                       # everything (Java's and the broker's)
     (["org.apache.kafka.consumer.fetch"], True, True),
     (["org.apache.kafka.producer."], True, False),
 ])
