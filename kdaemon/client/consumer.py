@@ -529,7 +529,9 @@ class Consumer:
 
     def _telemetry_points(self, wire):
         from .telemetry_metrics import consumer_points
-        return consumer_points(self.metrics(), wire, group=self._group is not None)
+        state = self.group_state()
+        return consumer_points(self.metrics(), wire, group=self._group is not None,
+                               rebalances=None if state is None else state.rebalances)
 
     def _telemetry_resource(self) -> dict[str, str]:
         """The client as a whole, as Java's consumer describes it in its pushes."""

@@ -142,9 +142,15 @@ class WireCounters:
         return out
 
 
-def consumer_points(m: ConsumerMetrics, wire: WireCounters | None, *, group: bool) -> list[MetricPoint]:
-    """Every figure of a consumer's metrics snapshot (and of its wire counters) as points."""
+def consumer_points(m: ConsumerMetrics, wire: WireCounters | None, *, group: bool,
+                    rebalances: int | None = None) -> list[MetricPoint]:
+    """Every figure of a consumer's metrics snapshot (and of its wire counters) as points;
+    ``rebalances``: the group member's completed rebalances, when it is one."""
     out = [MetricPoint(name, kind, float(getattr(m, field))) for field, (name, kind) in JAVA_NAMES.items()]
+    if group:
+        out.append(MetricPoint(COORDINATOR + "assigned.partitions", GAUGE, float(len(m.partitions))))
+    if rebalances is not None:
+        out.append(MetricPoint(COORDINATOR + "rebalance.total", SUM, float(rebalances)))
     out += [MetricPoint(name, kind, float(getattr(m, field))) for field, (name, kind) in OWN_NAMES.items()]
     per_topic_records: dict[str, int] = {}
     per_topic_bytes: dict[str, int] = {}

@@ -43,6 +43,8 @@ SHARED_NAMES = {
     "org.apache.kafka.consumer.connection.creation.rate",
     "org.apache.kafka.consumer.connection.creation.total",
     "org.apache.kafka.consumer.coordinator.commit.latency.avg",
+    "org.apache.kafka.consumer.coordinator.assigned.partitions",
+    "org.apache.kafka.consumer.coordinator.rebalance.total",
 }
 
 
