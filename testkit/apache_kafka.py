@@ -173,6 +173,9 @@ class KafkaNode:
     # Serial GC by default: fewest threads on a small test machine; benchmarks pass Kafka's own
     # G1 settings (KAFKA_JVM_PERFORMANCE_OPTS) instead.
     java_opts: tuple[str, ...] = ("-XX:+UseSerialGC",)
+    # Jars after Kafka's own on the node's class path (a plugin: a metric reporter ...); after,
+    # so the class-data archive of Kafka's class path still maps.
+    extra_classpath: tuple[str, ...] = ()
     process: subprocess.Popen | None = field(default=None, repr=False)
     # A node another process of the test run started (testkit/shared.py): known by pid only,
     # and not this process's to kill.
@@ -206,7 +209,8 @@ class KafkaNode:
             self.process = subprocess.Popen(
                 [java, f"-Xmx{self.heap}", f"-Xms{self.heap}",
                  f"-Dlog4j2.configurationFile={log4j}", "-Djava.awt.headless=true",
-                 *self.java_opts, *kafka_jvm_flags(), "-cp", kafka_classpath(), "kafka.Kafka", str(self.properties)],
+                 *self.java_opts, *kafka_jvm_flags(), "-cp", os.pathsep.join((kafka_classpath(), *self.extra_classpath)),
+                 "kafka.Kafka", str(self.properties)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
 
@@ -442,13 +446,15 @@ def start_kafka(directory: str | os.PathLike, *, nodes: int = 1, secure: bool = 
                 racks: bool | None = None, heap: str | None = None,
                 java_opts: tuple[str, ...] | None = None,
                 extra_properties: dict[str, str] | None = None,
+                extra_classpath: tuple[str, ...] = (),
                 timeout: float = START_TIMEOUT) -> KafkaCluster:
     """Format and start ``nodes`` combined Kafka nodes and return once every one serves.
 
     ``racks`` (default: on for more than one node) gives node i ``broker.rack`` = r<i> and the
     rack-aware replica selector.  ``secure`` adds the SSL and SASL_SSL listeners.
     ``extra_properties`` go into every node's server.properties as given; ``java_opts`` replace
-    the JVM options after the heap (default: the serial collector).
+    the JVM options after the heap (default: the serial collector); ``extra_classpath`` (jars)
+    follows Kafka's own on every node's class path.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -459,7 +465,7 @@ def start_kafka(directory: str | os.PathLike, *, nodes: int = 1, secure: bool = 
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
             return _start_once(directory, nodes, tls, racks, heap, java_opts,
-                               extra_properties or {}, timeout)
+                               extra_properties or {}, timeout, extra_classpath)
         except KafkaStartError:
             if attempt == START_ATTEMPTS or not _lost_a_port(directory, nodes):
                 raise
@@ -470,10 +476,11 @@ def start_kafka(directory: str | os.PathLike, *, nodes: int = 1, secure: bool = 
 
 def _start_once(directory: Path, nodes: int, tls: Tls | None, racks: bool, heap: str,
                 java_opts: tuple[str, ...] | None, extra_properties: dict[str, str],
-                timeout: float) -> KafkaCluster:
+                timeout: float, extra_classpath: tuple[str, ...] = ()) -> KafkaCluster:
     members = [KafkaNode(i, directory / f"node{i}", _listener_ports(tls is not None),
                          RACKS[(i - 1) % len(RACKS)] if racks else None, heap,
-                         *(() if java_opts is None else (tuple(java_opts),)))
+                         *(() if java_opts is None else (tuple(java_opts),)),
+                         extra_classpath=tuple(extra_classpath))
                for i in range(1, nodes + 1)]
     cluster = KafkaCluster(directory, {m.node_id: m for m in members}, tls)
     try:

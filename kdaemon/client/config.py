@@ -95,6 +95,10 @@ class ConsumerConfig:
     max_frame_bytes: int = 104_857_600
     allow_auto_create_topics: bool = False
     exclude_internal_topics: bool = True
+    # Java's enable.metrics.push (KIP-714): push this client's metrics to a broker that
+    # subscribes it (a cluster with a ClientTelemetry plugin); a broker without one is never
+    # asked twice.  What is pushed: client/telemetry_metrics.py.
+    enable_metrics_push: bool = True
 
     # security
     security_protocol: str = "PLAINTEXT"

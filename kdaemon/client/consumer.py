@@ -48,6 +48,10 @@ class Consumer:
             from .group.coordinator import GroupCoordinator
             self._group = GroupCoordinator(config, self._network, self._metadata, self._subscriptions,
                                            on_commit=config.on_commit)
+        self._telemetry = None
+        if config.enable_metrics_push:
+            from .telemetry import ClientTelemetry
+            self._telemetry = ClientTelemetry(self._network, self._telemetry_points, self._telemetry_resource)
         self._closed = False
         self._closing = False   # close() under way: wakeup() no longer interrupts (_check_wakeup)
         self._yield = False   # yield_poll(): the running poll returns after the listener
@@ -159,8 +163,11 @@ class Consumer:
             group = self._group
             if group is not None:
                 group.membership.poll(time.monotonic())
+            telemetry = self._telemetry
             while True:
                 self._check_wakeup()
+                if telemetry is not None:
+                    telemetry.maybe_send()
                 if group is not None:
                     group.commits.invoke_completed_commit_callbacks()
                     if self._subscriptions.has_subscription:
@@ -511,6 +518,36 @@ class Consumer:
             last_fetch_request=getattr(self._fetcher, "last_request_body", None),
             partitions=partitions)
 
+    def client_instance_id(self):
+        """The id a broker gave this client for its telemetry (KIP-714; Java's
+        ``clientInstanceId``), or None while it has none (``enable_metrics_push`` off, a broker
+        without a ClientTelemetry plugin, or before the first subscription)."""
+        t = self._telemetry
+        if t is None or t.client_instance_id.int == 0:
+            return None
+        return t.client_instance_id
+
+    def _telemetry_points(self, wire):
+        from .telemetry_metrics import consumer_points
+        state = self.group_state()
+        return consumer_points(self.metrics(), wire, group=self._group is not None,
+                               rebalances=None if state is None else state.rebalances)
+
+    def _telemetry_resource(self) -> dict[str, str]:
+        """The client as a whole, as Java's consumer describes it in its pushes."""
+        c = self.config
+        out = {}
+        if c.group_id is not None:
+            out["group_id"] = c.group_id
+        if c.group_instance_id is not None:
+            out["group_instance_id"] = c.group_instance_id
+        member = self.group_member_id()
+        if member:
+            out["group_member_id"] = member
+        if c.client_rack:
+            out["client_rack"] = c.client_rack
+        return out
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     def yield_poll(self) -> None:
@@ -548,9 +585,17 @@ class Consumer:
                     self._group.close(deadline, self._drive, self._invoke_listener, operation)
                     self._group.commits.invoke_completed_commit_callbacks()
                 self._close_fetch_sessions(deadline)
+                if self._telemetry is not None:
+                    # The last push, marked terminating (KIP-714), after the group and sessions
+                    # closed so it carries the final figures.
+                    self._telemetry.close(deadline, self._close_drive)
             finally:
                 self._closed = True
                 self._network.close()
+
+    def _close_drive(self, timeout_s: float, until) -> None:
+        self._network.clear_wakeup()   # a pending wakeup() must not cut a close's wait short
+        self._network.poll(timeout_s, until=until)
 
     def _close_fetch_sessions(self, deadline: float) -> None:
         """Close the fetch sessions (KIP-227, as Java's ``Fetcher.close``) and wait for the

@@ -45,7 +45,8 @@ from kdaemon.protocol.apis import (ALL_APIS, API_VERSIONS, CONSUMER_GROUP_DESCRI
                                    SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH,
                                    SHARE_ACKNOWLEDGE, DESCRIBE_SHARE_GROUP_OFFSETS,
                                    ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS,
-                                   INCREMENTAL_ALTER_CONFIGS, CREATE_TOPICS)
+                                   INCREMENTAL_ALTER_CONFIGS, CREATE_TOPICS, GET_TELEMETRY_SUBSCRIPTIONS,
+                                   PUSH_TELEMETRY)
 from kdaemon.protocol.apis.incremental_alter_configs import OP_DELETE, OP_SET
 from kdaemon.protocol.apis.share_fetch import ACK_ACCEPT, ACK_RELEASE, ACK_RENEW
 from kdaemon.protocol.records import decode_record_set
@@ -166,10 +167,17 @@ def offered(kafka, api) -> tuple[int, int] | None:
     return kafka.offered.get(api.key)
 
 
+# A broker offers the client telemetry APIs (KIP-714) only with a ClientTelemetry plugin among
+# its metric reporters, which this module's broker has not: they are exchanged with a real one
+# in tests/client/test_telemetry_kafka.py, and here only checked to be absent.
+NEEDS_TELEMETRY_PLUGIN = (GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY)
+OFFERED_APIS = tuple(api for api in ALL_APIS if api not in NEEDS_TELEMETRY_PLUGIN)
+
+
 def all_versions():
     """(api, version) for every version we implement; Kafka's range is checked in the test."""
     return [pytest.param(api, v, id=f"{api.name}-v{v}")
-            for api in ALL_APIS for v in range(api.min_version, api.max_version + 1)]
+            for api in OFFERED_APIS for v in range(api.min_version, api.max_version + 1)]
 
 
 # -- request bodies: one realistic request per API, at any version --------------------------------
@@ -894,7 +902,7 @@ def test_removed_versions_are_exactly_the_documented_ones(kafka):
     """KIP-896: which of our versions Kafka 4 no longer offers, API by API.  Below Kafka's
     floor we keep layouts only for older brokers; above its ceiling we implement nothing."""
     removed, table = {}, []
-    for api in ALL_APIS:
+    for api in OFFERED_APIS:
         lo, hi = offered(kafka, api)
         gone = list(range(api.min_version, min(lo, api.max_version + 1)))
         if gone:
@@ -906,8 +914,13 @@ def test_removed_versions_are_exactly_the_documented_ones(kafka):
     assert removed == REMOVED_IN_KAFKA_4
 
 
+def test_telemetry_apis_only_with_a_telemetry_plugin(kafka):
+    assert {api.name: offered(kafka, api) for api in NEEDS_TELEMETRY_PLUGIN} == \
+        {api.name: None for api in NEEDS_TELEMETRY_PLUGIN}
+
+
 def test_negotiated_versions_lie_in_kafkas_range(kafka):
-    for api in ALL_APIS:
+    for api in OFFERED_APIS:
         lo, hi = offered(kafka, api)
         chosen = choose_version(api, kafka.offered)
         assert lo <= chosen <= hi, f"{api.name}: chose v{chosen}, Kafka offers v{lo}-v{hi}"

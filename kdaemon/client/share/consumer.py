@@ -74,6 +74,10 @@ class ShareConsumer:
         self._results: list[Result] = []            # for the acknowledgement commit callback
         self._callback: AcknowledgementCommitCallback | None = None
         self._in_callback = False
+        self._telemetry = None
+        if config.enable_metrics_push:
+            from ..telemetry import ClientTelemetry
+            self._telemetry = ClientTelemetry(self._network, self._telemetry_points, self._telemetry_resource)
         self._closed = False
         self._closing = False
         self._owner = threading.RLock()
@@ -168,6 +172,8 @@ class ShareConsumer:
             self._membership.poll(now)
             while True:
                 self._check_wakeup()
+                if self._telemetry is not None:
+                    self._telemetry.maybe_send()
                 self._membership.ensure_active(deadline, self._drive)
                 self._update_metadata()
                 self._exchange.read_answers()
@@ -255,6 +261,18 @@ class ShareConsumer:
         counts).  Any thread; the figures are as of the last answer applied."""
         return self._exchange.counters.snapshot()
 
+    def _telemetry_points(self, wire):
+        from ..telemetry_metrics import share_points
+        return share_points(self.metrics(), wire)
+
+    def _telemetry_resource(self) -> dict[str, str]:
+        out = {"group_id": self.config.group_id}
+        if self.member_id:
+            out["group_member_id"] = self.member_id
+        if self.config.client_rack:
+            out["client_rack"] = self.config.client_rack
+        return out
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     def wakeup(self) -> None:
@@ -285,6 +303,8 @@ class ShareConsumer:
                     self._run_callbacks()
                 except Exception:
                     log.exception("acknowledgement commit callback raised during close")
+                if self._telemetry is not None:   # the terminating push (KIP-714)
+                    self._telemetry.close(deadline, self._drive)
             finally:
                 self._closed = True
                 self._network.close()

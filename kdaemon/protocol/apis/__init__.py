@@ -9,6 +9,7 @@ from .describe_configs import DESCRIBE_CONFIGS
 from .describe_groups import DESCRIBE_GROUPS
 from .fetch import FETCH
 from .find_coordinator import FIND_COORDINATOR
+from .get_telemetry_subscriptions import GET_TELEMETRY_SUBSCRIPTIONS
 from .heartbeat import HEARTBEAT
 from .incremental_alter_configs import INCREMENTAL_ALTER_CONFIGS
 from .init_producer_id import INIT_PRODUCER_ID
@@ -20,6 +21,7 @@ from .offset_commit import OFFSET_COMMIT
 from .offset_fetch import OFFSET_FETCH
 from .offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from .produce import PRODUCE
+from .push_telemetry import PUSH_TELEMETRY
 from .sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from .share_acknowledge import SHARE_ACKNOWLEDGE
 from .share_fetch import SHARE_FETCH
@@ -40,6 +42,7 @@ ALL_APIS: tuple[Api, ...] = (
     # share groups (KIP-932)
     SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE,
     DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS,
+    GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY,   # client telemetry (KIP-714, client/telemetry.py)
 )
 
 API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}
