@@ -20,8 +20,9 @@ commit.  Shapes follow OpenTelemetry's messaging conventions for Kafka, semantic
   commit's success, linked to the last process span of that partition (the conventions make
   the commit a child of the one record it settles; a commit here settles many).
   ``messaging.kafka.offset`` is the committed offset, ``messaging.batch.message_count`` the
-  records it settles (offsets since the previous commit of this worker, once there was one)
-  and ``kdaemon.records.untraced`` those of them no process span was made for: filtered by a
+  records it settles (the offsets since the previous commit of this worker; before its first,
+  since the first record it traced there) and ``kdaemon.records.untraced`` those of them no
+  process span was made for: filtered by a
   header filter (they never become Python objects, so they are counted here and on
   ``/metrics`` as ``kdaemon_records_filtered_total``, not traced), dropped by an interceptor,
   skipped, or gaps in the offsets (compaction, transaction markers).
@@ -127,7 +128,8 @@ class Tracing:
         self._bases: dict[tuple[str, int], dict] = {}
         self._names: dict[str, str] = {}
         # Since the last commit, per (topic, partition): records given a process span, the last
-        # sampled span's context (the commit's link), the last committed offset (ever).
+        # sampled span's context (the commit's link); the last committed offset, else the first
+        # offset traced (where the settled range starts).
         self._traced: Counter = Counter()
         self._last: dict[tuple[str, int], Any] = {}
         self._committed: dict[tuple[str, int], int] = {}
@@ -184,6 +186,8 @@ class Tracing:
             if description is not None:
                 span.set_status(self._Status(self._ERROR, description))
             span.end(end_ns)
+            if key not in traced:
+                self._committed.setdefault(key, r.offset)
             traced[key] += 1
             ctx = span.get_span_context()
             if ctx.trace_flags.sampled:
@@ -213,6 +217,8 @@ class Tracing:
                 if bad:
                     span.set_status(self._Status(self._ERROR, str(error)))
                 span.end(end_ns)
+                if key not in self._traced:
+                    self._committed.setdefault(key, records[chunk[0]].offset)
                 self._traced[key] += len(chunk)
                 ctx = span.get_span_context()
                 if ctx.trace_flags.sampled:
@@ -236,7 +242,7 @@ class Tracing:
         for tp, om in offsets.items():
             key = (tp[0], tp[1])
             traced = self._traced.pop(key, 0)
-            previous = self._committed.get(key)
+            previous = self._committed.get(key)   # None: nothing traced nor committed here yet
             attributes = {**self._common, OPERATION_NAME: "commit", OPERATION_TYPE: "settle",
                           DESTINATION: key[0], PARTITION: str(key[1]), OFFSET: om.offset}
             if previous is not None and om.offset >= previous:
