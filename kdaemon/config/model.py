@@ -156,9 +156,10 @@ class OtelSection:
     # The share of new traces kept, 0..1, parent-based (a record whose producer's span was sampled
     # is traced, one whose was not is not).  Default: OTEL_TRACES_SAMPLER(_ARG), then every trace.
     sampling: float | None = setting(None, min=0, max=1)
-    # "record": one process span per record, a child of the producer's span; "batch": one per
-    # partition and sink write, linked to each record's producer span (docs/OTEL.md: the cost).
-    spans: Literal["record", "batch"] = "record"
+    # "batch": one process span per partition and sink write, linked to each record's producer
+    # span; "record": one per record, a child of the producer's span, about four times the CPU
+    # (docs/PERFORMANCE.md, "otel plugin").
+    spans: Literal["record", "batch"] = "batch"
     # The resource's service.name.  Default: OTEL_SERVICE_NAME, then "kdaemon".
     service_name: str | None = None
 

@@ -66,6 +66,9 @@ class _Plugin:
         self.dlq_settings: Any = None
 
     def configure(self, config: Any) -> None:
+        import os
+
+        from .provider import parent_based
         from .spans import Tracing
         kafka = getattr(config, "kafka", {}) or {}
         otel = getattr(config, "otel", None)
@@ -73,7 +76,7 @@ class _Plugin:
             self.source.shutdown()   # a configuration loaded again in this process
         self.source = TracerSource(otel)
         self.tracing = Tracing(self.source, group=kafka.get("group_id"), client_id=kafka.get("client_id"),
-                               per=getattr(otel, "spans", "record"))
+                               per=getattr(otel, "spans", "batch"), parent_based=parent_based(otel, os.environ))
         dlq = getattr(config, "dlq", None)
         self.dlq_settings = dlq.settings if dlq is not None else None
 

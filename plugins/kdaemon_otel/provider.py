@@ -1,6 +1,6 @@
 """The OpenTelemetry SDK of one worker process: its tracer provider, sampler and OTLP exporter.
 
-Built on first use, in the worker, after fork (``TracerSource.tracer``): the SDK's
+Built when a worker builds its sink (kdaemon_otel/sink.py), after fork: the SDK's
 ``BatchSpanProcessor`` starts a thread and the exporters open connections (gRPC starts threads
 of its own), and none of that may exist in the supervisor every worker is forked from.  A
 provider found in a process other than the one that built it (a fork after the start, which the
@@ -40,6 +40,15 @@ def protocol_of(otel: Any, environ: Mapping[str, str]) -> str:
         if environ.get(variable):
             return environ[variable]
     return "http/protobuf"
+
+
+def parent_based(otel: Any, environ: Mapping[str, str]) -> bool:
+    """Does the sampler follow the parent's decision?  ``[otel] sampling`` is always parent-based;
+    without it the SDK reads ``OTEL_TRACES_SAMPLER``, whose default (parentbased_always_on) and
+    every ``parentbased_*`` value are."""
+    if getattr(otel, "sampling", None) is not None:
+        return True
+    return (environ.get("OTEL_TRACES_SAMPLER") or "parentbased_always_on").strip().lower().startswith("parentbased_")
 
 
 def build_provider(otel: Any, environ: Mapping[str, str] | None = None):

@@ -76,6 +76,17 @@ def traced_factory(factory: Callable[[dict], Any], tracing_for: Callable[[], Any
         tracing = tracing_for()
         if tracing is None:
             return sink
+        # The SDK starts here, with the sink: in a worker (or an in-process run), after fork, and
+        # before the first poll rather than inside it (its imports and exporter take ~0.3 s).
+        # check-config never builds a sink, the supervisor no sink at all.
+        try:
+            tracing.source.tracer()
+        except Exception as exc:
+            # Not the sink's settings: the SDK refused its own (an OTEL_* variable, say).  A
+            # RuntimeError, which the worker reports as "could not be built", with the reason.
+            sink.close()
+            raise RuntimeError(f"the otel plugin could not start the OpenTelemetry SDK: {type(exc).__name__}: "
+                               f"{exc}") from exc
         cls = TracedAsyncSink if getattr(sink, "flush_async", None) is not None else TracedSink
         return cls(sink, tracing, dead_letters=is_dlq(settings), flush=flush)
     try:

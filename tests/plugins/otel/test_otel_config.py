@@ -26,6 +26,7 @@ def test_otel_settings_parse_typed():
     config = parse(raw({"endpoint": "http://collector:4318", "protocol": "grpc", "sampling": 0.25,
                         "spans": "batch", "service_name": "orders-consumer"}), "f.toml", environ={})
     assert config.otel == OtelSection("http://collector:4318", "grpc", 0.25, "batch", "orders-consumer")
+    assert OtelSection().spans == "batch"   # the cheaper (docs/PERFORMANCE.md)
     assert parse(raw({}), "f.toml", environ={}).otel == OtelSection()
     assert parse({k: v for k, v in raw({}).items() if k != "otel"}, "f.toml", environ={}).otel is None
 

@@ -88,7 +88,7 @@ def test_process_spans_continue_the_producers_traces_and_a_dead_letter_is_an_err
         config["plugins"] = ["json", "kdaemon_otel:"]
         config["deserializer"] = {"key": "str", "value": "json"}
         config["interceptors"] = [{"name": "otel"}]
-        config["otel"] = {"endpoint": otlp.endpoint, "service_name": "otel-test"}
+        config["otel"] = {"endpoint": otlp.endpoint, "service_name": "otel-test", "spans": "record"}
         # Exported only when the queue fills (it does not) or a flush asks: the drain's.
         env = {"OTEL_BSP_SCHEDULE_DELAY": "3600000"}
         with Daemon(tmp_path, config, env=env) as daemon:
