@@ -12,6 +12,10 @@ them itself.
     with OtlpReceiver() as otlp:
         ... export to otlp.endpoint (the base URL, "http://127.0.0.1:PORT") ...
         spans = otlp.wait_for(lambda spans: [s for s in spans if s.name == "process t"], 30, "the spans")
+
+``OtlpGrpcReceiver`` is the same over OTLP/gRPC (the ``TraceService`` of opentelemetry-proto's
+generated stubs, plaintext), its ``endpoint`` "http://127.0.0.1:PORT" (the scheme tells the gRPC
+exporter plaintext; without one it speaks TLS).
 """
 
 from __future__ import annotations
@@ -58,12 +62,18 @@ def _value(v) -> Any:
 
 
 def decode_traces(body: bytes) -> list[ReceivedSpan]:
-    """Every span of one ``ExportTraceServiceRequest``."""
+    """Every span of one ``ExportTraceServiceRequest``, from its bytes."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-    from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
     request = ExportTraceServiceRequest()
     request.ParseFromString(body)
+    return spans_of(request)
+
+
+def spans_of(request) -> list[ReceivedSpan]:
+    """Every span of a decoded ``ExportTraceServiceRequest``."""
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
     out = []
     for rs in request.resource_spans:
         resource = {kv.key: _value(kv.value) for kv in rs.resource.attributes}
@@ -110,9 +120,7 @@ class OtlpReceiver:
                         receiver.errors.append(f"{type(exc).__name__}: {exc}")
                     self._answer(400, b"")
                     return
-                with receiver._lock:
-                    receiver.spans.extend(spans)
-                    receiver.requests += 1
+                receiver._add(spans)
                 self._answer(200, b"")   # an empty ExportTraceServiceResponse is zero bytes
 
             def _answer(self, code: int, body: bytes) -> None:
@@ -139,6 +147,11 @@ class OtlpReceiver:
         self._server.shutdown()
         self._server.server_close()
 
+    def _add(self, spans: list[ReceivedSpan]) -> None:
+        with self._lock:
+            self.spans.extend(spans)
+            self.requests += 1
+
     def snapshot(self) -> list[ReceivedSpan]:
         with self._lock:
             return list(self.spans)
@@ -156,3 +169,35 @@ class OtlpReceiver:
                 raise AssertionError(f"timed out after {timeout} s waiting for {what}: {len(self.spans)} span(s) "
                                      f"received ({', '.join(names) or 'none'}), decoding errors: {self.errors}")
             time.sleep(0.05)
+
+
+class OtlpGrpcReceiver(OtlpReceiver):
+    """``OtlpReceiver`` over OTLP/gRPC: ``TraceService.Export`` on a free port, plaintext."""
+
+    def __init__(self) -> None:   # noqa: super().__init__ not called: no HTTP server here
+        from concurrent import futures
+
+        import grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+        self.spans, self.requests, self.errors, self.other = [], 0, [], {}
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Service(trace_service_pb2_grpc.TraceServiceServicer):
+            def Export(self, request, context):   # noqa: N802 (the service's name)
+                receiver._add(spans_of(request))
+                return trace_service_pb2.ExportTraceServiceResponse()
+
+        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Service(), self._grpc)
+        self.port = self._grpc.add_insecure_port(f"{HOST}:0")
+        self.endpoint = f"http://{HOST}:{self.port}"
+
+    def __enter__(self) -> OtlpGrpcReceiver:
+        self._grpc.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._grpc.stop(grace=None)
+

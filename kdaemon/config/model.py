@@ -148,8 +148,9 @@ class OtelSection:
     reads ``otel.<key>: ...`` like any other problem of the file."""
 
     # The collector's base URL (http/protobuf: "/v1/traces" is added, as to
-    # OTEL_EXPORTER_OTLP_ENDPOINT) or host:port (grpc).  Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
-    # OTEL_EXPORTER_OTLP_ENDPOINT, then the SDK's localhost:4318 (4317 for grpc).
+    # OTEL_EXPORTER_OTLP_ENDPOINT; grpc: "http://host:4317" plaintext, "https://..." or a bare
+    # host:port TLS).  Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT,
+    # then the SDK's localhost:4318 (4317 for grpc).
     endpoint: str | None = setting(None, pattern=r"\S+", expected="a URL (http://collector:4318)")
     # Default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL, then http/protobuf.
     protocol: Literal["http/protobuf", "grpc"] | None = None

@@ -11,7 +11,7 @@ OpenTelemetry SDK::
     plugins = ["header_rules", "ttl", "json", "otel"]   # pip install 'kdaemon[otel]'
 
     [otel]                                   # every key optional; OTEL_* variables otherwise
-    endpoint = "http://collector:4318"       # base URL (http/protobuf) or host:port (grpc)
+    endpoint = "http://collector:4318"       # base URL; grpc: "http://collector:4317" (https: TLS)
     protocol = "http/protobuf"               # or "grpc"
     sampling = 0.1                           # parent-based ratio for new traces
     spans = "record"                         # or "batch": one span per partition and write, linked

@@ -16,7 +16,7 @@ from kdaemon.plugins.types import SinkWriteError
 from kdaemon.sinks import builtin as builtin_sinks
 from kdaemon.testing import make_record
 from kdaemon.worker.build import sink_context
-from testkit.otlp_receiver import OtlpReceiver
+from testkit.otlp_receiver import OtlpGrpcReceiver, OtlpReceiver
 
 SAMPLED = "00-{:032x}-{:016x}-01"
 UNSAMPLED = "00-{:032x}-{:016x}-00"
@@ -56,10 +56,10 @@ class AsyncSinkPlugin:
         return {"async": make}
 
 
-def manager(otlp: OtlpReceiver, sink: dict, spans: str) -> tuple[PluginManager, object]:
+def manager(otlp: OtlpReceiver, sink: dict, spans: str, protocol: str = "http/protobuf") -> tuple[PluginManager, object]:
     config = parse({"plugins": ["kdaemon_otel:"], "kafka": {"bootstrap_servers": "127.0.0.1:9", "group_id": "g"},
                     "daemon": {"topics": ["t"]}, "sink": sink,
-                    "otel": {"endpoint": otlp.endpoint, "spans": spans}}, "f.toml", environ={})
+                    "otel": {"endpoint": otlp.endpoint, "spans": spans, "protocol": protocol}}, "f.toml", environ={})
     plugins = PluginManager(config.plugins)
     plugins.register(builtin_sinks, "builtin-sinks")
     plugins.register(AsyncSinkPlugin(), "async-sink")
@@ -118,3 +118,18 @@ def test_records_a_sink_write_refuses_are_errors_and_the_others_are_not(otlp):
     assert {o: (s.status, s.attributes.get("error.type")) for o, s in by_offset.items()} == {
         0: ("UNSET", None), 1: ("ERROR", "SinkWriteError"), 2: ("UNSET", None)}
     assert all(s.parent_span_id == f"{o + 1:016x}" and s.trace_id == f"{7:032x}" for o, s in by_offset.items())
+
+
+def test_spans_go_out_over_grpc_too():
+    with OtlpGrpcReceiver() as otlp:
+        try:
+            plugins, config = manager(otlp, {"type": "null"}, "record", protocol="grpc")
+            sink = plugins.sinks(sink_context(config))["null"]({"type": "null"})
+            sink.write([make_record(b"v", offset=4, headers={"traceparent": SAMPLED.format(9, 3)})])
+            sink.close()
+            (span,) = otlp.wait_for(lambda spans: spans, 30, "the span over gRPC")
+        finally:
+            kdaemon_otel.kdaemon_worker_exit(0, 0)
+    assert (span.name, span.trace_id, span.parent_span_id, span.attributes["messaging.kafka.offset"]) == (
+        "process test", f"{9:032x}", f"{3:016x}", 4)
+
