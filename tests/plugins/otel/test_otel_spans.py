@@ -133,3 +133,31 @@ def test_spans_go_out_over_grpc_too():
     assert (span.name, span.trace_id, span.parent_span_id, span.attributes["messaging.kafka.offset"]) == (
         "process test", f"{9:032x}", f"{3:016x}", 4)
 
+
+
+WHAT_IS_IMPORTED = """
+import sys
+from kdaemon.config import parse
+from kdaemon.worker.build import build_pipeline_parts
+from kdaemon.worker.main import load_plugins
+base = {"kafka": {"bootstrap_servers": "127.0.0.1:9", "group_id": "g"}, "daemon": {"topics": ["t"]},
+        "sink": {"type": "null"}}
+off = parse({**base, "plugins": ["json"]}, "f.toml", environ={})
+build_pipeline_parts(off, load_plugins(off))                     # a worker without the plugin
+print(sorted({m.split(".")[0] for m in sys.modules if m.startswith(("opentelemetry", "kdaemon_otel"))}))
+on = parse({**base, "plugins": ["json", "kdaemon_otel:"], "otel": {}}, "f.toml", environ={})
+load_plugins(on, configure=False)                                # what the supervisor does
+print(sorted({m.split(".")[0] for m in sys.modules if m.startswith(("opentelemetry", "kdaemon_otel"))}))
+"""
+
+
+def test_off_nothing_is_imported_and_the_supervisor_imports_no_opentelemetry(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "plugins")])}
+    out = subprocess.run([sys.executable, "-c", WHAT_IS_IMPORTED], env=env, cwd=tmp_path, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert out == ["[]", "['kdaemon_otel']"]
