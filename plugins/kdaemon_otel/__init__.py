@@ -64,6 +64,7 @@ class _Plugin:
         self.source: TracerSource | None = None
         self.tracing = None
         self.dlq_settings: Any = None
+        self.settles = False   # the otel interceptor is configured
 
     def configure(self, config: Any) -> None:
         import os
@@ -79,6 +80,15 @@ class _Plugin:
                                per=getattr(otel, "spans", "batch"), parent_based=parent_based(otel, os.environ))
         dlq = getattr(config, "dlq", None)
         self.dlq_settings = dlq.settings if dlq is not None else None
+        self.settles = any(getattr(ic, "name", None) == "otel" for ic in getattr(config, "interceptors", ()))
+
+    def started(self, settings: dict) -> None:
+        """Said once per sink a worker builds (the DLQ's too), as the SDK starts with it."""
+        if self.is_dlq(settings):
+            return
+        log.info("otel: a process span per %s%s", "record" if self.tracing.per == "record" else
+                 "partition and sink write", "" if self.settles else
+                 '; no settle spans (commits): add [[interceptors]] name = "otel" for them')
 
     def is_dlq(self, settings: dict) -> bool:
         """The DLQ's factory is called with the configuration's own ``[dlq]`` table object."""
@@ -126,7 +136,7 @@ def kdaemon_sinks(context):
     offered = yield
     if not offered:   # nothing offered (or called outside pluggy, without a result to wrap)
         return offered
-    return [{name: traced_factory(factory, lambda: _plugin.tracing, _plugin.is_dlq, _plugin.flush)
+    return [{name: traced_factory(factory, lambda: _plugin.tracing, _plugin.is_dlq, _plugin.flush, _plugin.started)
              for name, factory in m.items()} if isinstance(m, Mapping) else m
             for m in offered]
 

@@ -68,9 +68,11 @@ class TracedAsyncSink(TracedSink):
 
 
 def traced_factory(factory: Callable[[dict], Any], tracing_for: Callable[[], Any],
-                   is_dlq: Callable[[dict], bool], flush: Callable[[], None]) -> Callable[[dict], Any]:
+                   is_dlq: Callable[[dict], bool], flush: Callable[[], None],
+                   started: Callable[[dict], None] = lambda settings: None) -> Callable[[dict], Any]:
     """``factory`` building ``TracedSink``s, with its attributes (``validate``, ``preflight``)
-    kept; ``is_dlq(settings)`` tells the dead-letter queue's table from the sink's."""
+    kept; ``is_dlq(settings)`` tells the dead-letter queue's table from the sink's, ``started``
+    is told of each sink built."""
     def build(settings: dict):
         sink = factory(settings)
         tracing = tracing_for()
@@ -87,6 +89,7 @@ def traced_factory(factory: Callable[[dict], Any], tracing_for: Callable[[], Any
             sink.close()
             raise RuntimeError(f"the otel plugin could not start the OpenTelemetry SDK: {type(exc).__name__}: "
                                f"{exc}") from exc
+        started(settings)
         cls = TracedAsyncSink if getattr(sink, "flush_async", None) is not None else TracedSink
         return cls(sink, tracing, dead_letters=is_dlq(settings), flush=flush)
     try:
