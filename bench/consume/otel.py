@@ -66,6 +66,7 @@ COMMIT_EVERY = 20   # polls
 def child(row: str, records: int, batch: int, endpoint: str) -> dict:
     """One row, in this process; returns its figures."""
     import resource
+    import tempfile
 
     sys.path.insert(0, str(REPO_ROOT / "plugins"))
     from bench.peers import rss_mb
@@ -78,7 +79,7 @@ def child(row: str, records: int, batch: int, endpoint: str) -> dict:
     from testkit.workload import PARTITIONS, iter_records
 
     raw = {"plugins": ["json"], "kafka": {"bootstrap_servers": "127.0.0.1:9", "group_id": "bench-otel"},
-           "daemon": {"topics": ["bench"], "state_dir": "/tmp/kdaemon-bench-otel"},
+           "daemon": {"topics": ["bench"], "state_dir": tempfile.mkdtemp(prefix="kdaemon-bench-otel-")},
            "deserializer": {"key": "str", "value": "json"}, "sink": {"type": "null"}}
     if row != "off":
         raw["plugins"].append("kdaemon_otel:")
