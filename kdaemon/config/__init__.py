@@ -15,8 +15,8 @@ The package, by responsibility:
   on top of ``kdaemon.settings`` (``Kind`` derived from those annotations, and the wording);
 * ``kafka``: the ``[kafka]`` section, typed from ``ConsumerConfig`` and checked by it (by
   ``ShareConsumerConfig`` with ``group_type = "share"``, which refuses consumer-group options);
-* ``loader``: ``load``/``parse``, the other sections (``[share]``: a share group's configs), the
-  default DLQ;
+* ``loader``: ``load``/``parse``, the other sections (``[share]``: a share group's configs;
+  ``[otel]``: the otel plugin's exporter), the default DLQ;
 * ``env``: ``KDAEMON_<SECTION>_<KEY>`` overrides from the environment, set over the file by
   ``load`` before validation, and the effective configuration ``check-config --show`` prints;
 * ``toml_out``: ``dump_toml``, for the files kdaemon writes itself.
@@ -34,11 +34,11 @@ from .kafka import DAEMON_OWNED, KAFKA_KINDS, SECRETS
 from .loader import ENV_LAYOUT, default_dlq, load, load_for_check, parse
 from .model import (DEFAULT_DLQ_DIR, DEFAULT_PLUGINS, ERROR_POLICIES_DESERIALIZE, ERROR_POLICIES_SINK,
                     GROUP_PROTOCOLS, GROUP_TYPES, ON_STOP, ConfigError, DaemonConfig, DaemonSection,
-                    DeserializerConfig, FilterConfig, InterceptorConfig, ShareSection, SinkConfig)
+                    DeserializerConfig, FilterConfig, InterceptorConfig, OtelSection, ShareSection, SinkConfig)
 from .toml_out import dump_toml
 
 __all__ = ["DAEMON_OWNED", "DEFAULT_DLQ_DIR", "DEFAULT_PLUGINS", "ENV_LAYOUT", "ERROR_POLICIES_DESERIALIZE",
            "ERROR_POLICIES_SINK", "GROUP_PROTOCOLS", "GROUP_TYPES", "KAFKA_KINDS", "ON_STOP", "SECRETS", "ConfigError",
            "DaemonConfig", "DaemonSection", "DeserializerConfig", "FilterConfig", "InterceptorConfig",
-           "Override", "ShareSection", "SinkConfig", "default_dlq", "dump_toml", "effective_toml", "load", "load_for_check",
+           "OtelSection", "Override", "ShareSection", "SinkConfig", "default_dlq", "dump_toml", "effective_toml", "load", "load_for_check",
            "parse"]

@@ -19,12 +19,14 @@ import tomllib
 from collections.abc import Mapping
 
 from ..protocol.header_match import DEFAULTS as FILTER_DEFAULTS, rule_problems
-from ..settings import NUMBER, STRING, TABLE, Kind, check_table, did_you_mean, key_path, kinds_of, list_of
+from ..settings import (NUMBER, STRING, TABLE, Kind, SettingsError, check_table, did_you_mean, key_path, kinds_of,
+                        list_of, parse_settings)
 from .env import Layout, Override, Overrides, read_overrides
 from .kafka import KAFKA_KINDS, SECRET_SOURCES, SECRETS, kafka_section
 from .model import (DEFAULT_DLQ_DIR, DEFAULT_PLUGINS, ERROR_POLICIES_DESERIALIZE, ERROR_POLICIES_SINK, ON_STOP,
-                    SHARE_ISOLATION_LEVELS, SHARE_OFFSET_RESETS, ConfigError, DaemonConfig, DaemonSection,
-                    DeserializerConfig, FilterConfig, InterceptorConfig, ShareSection, SinkConfig)
+                    OTEL_PROTOCOLS, SHARE_ISOLATION_LEVELS, SHARE_OFFSET_RESETS, ConfigError, DaemonConfig,
+                    DaemonSection, DeserializerConfig, FilterConfig, InterceptorConfig, OtelSection, ShareSection,
+                    SinkConfig)
 from .schema import section_kind, table_array_kind
 
 
@@ -36,12 +38,13 @@ INTERCEPTOR_KINDS = kinds_of(InterceptorConfig)
 DESERIALIZER_KINDS = kinds_of(DeserializerConfig)
 SINK_KINDS = {"type": STRING}   # the rest of [sink] is the sink's own (it checks its settings)
 SHARE_KINDS = kinds_of(ShareSection)
+OTEL_KINDS = kinds_of(OtelSection)
 
 # The file's top level: its tables (with the keys the loader knows in each), its arrays of
 # tables, and its one plain key.
 TABLES: dict[str, dict[str, Kind]] = {"kafka": KAFKA_KINDS, "daemon": DAEMON_KINDS,
                                       "deserializer": DESERIALIZER_KINDS, "sink": SINK_KINDS, "dlq": SINK_KINDS,
-                                      "share": SHARE_KINDS}
+                                      "share": SHARE_KINDS, "otel": OTEL_KINDS}
 TABLE_ARRAYS = ("filters", "interceptors")
 TOP_KINDS: dict[str, Kind] = {
     "plugins": list_of(STRING, "a list of plugin names"),
@@ -162,12 +165,13 @@ def parse(raw: dict, path: str = "<config>", *, environ: Mapping[str, str] | Non
     if group_type == "share" and "daemon" not in mistyped and daemon.assignment != "group":
         problem("daemon.assignment", f"{daemon.assignment!r} cannot be used with kafka.group_type = \"share\": "
                                      "the broker hands a share group's records out to its members; remove it")
+    otel = _otel_section(top["otel"], plugins, env, problems) if "otel" in top else None
     worded = [*overrides.problems, *(overrides.word(p, path) for p in problems)]
     if worded and collect is None:
         raise ConfigError(worded)
     if collect is not None:
         collect += worded
-    return DaemonConfig(path, tuple(plugins), kafka, daemon, filters, deser, interceptors, sink, dlq, raw, share)
+    return DaemonConfig(path, tuple(plugins), kafka, daemon, filters, deser, interceptors, sink, dlq, raw, share, otel)
 
 
 def default_dlq(daemon: DaemonSection) -> SinkConfig:
@@ -255,6 +259,34 @@ def _share_section(section: dict, problems: list[str]) -> ShareSection:
             problem(f"share.{key}", f"must be positive (found {typed[key]})")
             typed.pop(key)
     return ShareSection(**typed)
+
+
+# The plugins = [...] entries that enable the bundled otel plugin: its entry point, or its module
+# by Python path (a tree whose entry points were not installed again).
+OTEL_PLUGIN_NAMES = ("otel", "kdaemon_otel:")
+# The standard variables naming the OTLP protocol, the more specific first (the SDK's order).
+OTEL_PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+
+
+def _otel_section(section: dict, plugins: list, environ: Mapping[str, str], problems: list[str]) -> OtelSection | None:
+    """``[otel]``, parsed by the one settings checker.  Also refused: an ``[otel]`` whose plugin
+    is not enabled (the table would do nothing, silently), and, when the file leaves the
+    protocol to the environment, a protocol variable naming one the exporters do not speak (the
+    SDK would fall back to http/protobuf without a word)."""
+    try:
+        otel = parse_settings(OtelSection, section, "otel", ignore=())
+    except SettingsError as exc:
+        problems += exc.lines()
+        otel = None
+    if not any(name in plugins for name in OTEL_PLUGIN_NAMES):
+        problems.append('otel: an [otel] table configures the otel plugin, which is not enabled: add "otel" to '
+                        "plugins (pip install 'kdaemon[otel]'), or remove [otel]")
+    if otel is not None and otel.protocol is None:
+        variable = next((v for v in OTEL_PROTOCOL_VARIABLES if environ.get(v)), None)
+        if variable is not None and environ[variable] not in OTEL_PROTOCOLS:
+            problems.append(f"otel.protocol: the environment's {variable}={environ[variable]!r} is not a protocol the "
+                            f"otel plugin speaks ({', '.join(OTEL_PROTOCOLS)}): change it, or set otel.protocol")
+    return otel
 
 
 def _entries(entries: list, name: str, problems: list[str]):

@@ -7,6 +7,9 @@ them to check a file's values and to word each problem, so a field's type is wri
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+from ..settings import setting
 
 DEFAULT_PLUGINS = ("header_rules", "ttl", "json")
 ERROR_POLICIES_DESERIALIZE = ("dlq", "skip", "stop")
@@ -130,6 +133,38 @@ class ShareSection:
                 if getattr(self, key) is not None}
 
 
+# [otel]: the OTLP protocols the bundled otel plugin's exporters speak (OTel's names, as in
+# OTEL_EXPORTER_OTLP_PROTOCOL); http/json has no exporter in the Python SDK.
+OTEL_PROTOCOLS = ("http/protobuf", "grpc")
+
+
+@dataclass(frozen=True)
+class OtelSection:
+    """``[otel]``: where the bundled ``otel`` plugin sends its traces (plugins/kdaemon_otel/).
+
+    Every key is optional: one left out leaves the standard ``OTEL_*`` variable (then the
+    SDK's default) in charge, and a key given wins over its variable, as the SDK's own
+    constructor arguments do.  Parsed by ``kdaemon.settings.parse_settings``, so a bad key
+    reads ``otel.<key>: ...`` like any other problem of the file."""
+
+    # The collector's base URL (http/protobuf: "/v1/traces" is added, as to
+    # OTEL_EXPORTER_OTLP_ENDPOINT; grpc: "http://host:4317" plaintext, "https://..." or a bare
+    # host:port TLS).  Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT,
+    # then the SDK's localhost:4318 (4317 for grpc).
+    endpoint: str | None = setting(None, pattern=r"\S+", expected="a URL (http://collector:4318)")
+    # Default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL, then http/protobuf.
+    protocol: Literal["http/protobuf", "grpc"] | None = None
+    # The share of new traces kept, 0..1, parent-based (a record whose producer's span was sampled
+    # is traced, one whose was not is not).  Default: OTEL_TRACES_SAMPLER(_ARG), then every trace.
+    sampling: float | None = setting(None, min=0, max=1)
+    # "batch": one process span per partition and sink write, linked to each record's producer
+    # span; "record": one per record, a child of the producer's span, about four times the CPU
+    # (docs/PERFORMANCE.md, "otel plugin").
+    spans: Literal["record", "batch"] = "batch"
+    # The resource's service.name.  Default: OTEL_SERVICE_NAME, then "kdaemon".
+    service_name: str | None = None
+
+
 @dataclass(frozen=True)
 class DaemonConfig:
     path: str
@@ -143,6 +178,7 @@ class DaemonConfig:
     dlq: SinkConfig | None
     raw: dict
     share: ShareSection = field(default_factory=ShareSection)   # [share]; only with group_type "share"
+    otel: OtelSection | None = None   # [otel]; only with the otel plugin enabled
 
     @property
     def group_protocol(self) -> str:

@@ -228,6 +228,8 @@ class PluginManager:
         out: dict[str, dict[str, list[str]]] = {}
         for kind, hook_name in OFFER_HOOKS.items():
             for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
+                if impl.wrapper or impl.hookwrapper:
+                    continue   # offers nothing of its own: it changes what the others offer (otel's)
                 kwargs = {"context": context} if "context" in impl.argnames else {}
                 names = sorted(impl.function(**kwargs) or {})
                 if names:

@@ -154,7 +154,7 @@ def test_an_unknown_section_is_a_problem_with_a_guess(config_file):
     problems = problems_of(config_file, {"KDAEMON_DEAMON_WORKERS": "3", "KDAEMON_ZZZ": "1"})
     assert problems[0] == ("environment KDAEMON_DEAMON_WORKERS: unknown section (did you mean "
                            "'KDAEMON_DAEMON_WORKERS'?): KDAEMON_<SECTION>_<KEY> takes one of the sections "
-                           "daemon, deserializer, dlq, kafka, share, sink; or KDAEMON_PLUGINS")
+                           "daemon, deserializer, dlq, kafka, otel, share, sink; or KDAEMON_PLUGINS")
     assert problems[1].startswith("environment KDAEMON_ZZZ: unknown section: "), problems
     assert len(problems) == 2
 
@@ -196,7 +196,7 @@ def test_kdaemons_own_variables_and_a_secrets_source_are_not_overrides(config_fi
     config_file.write_text(text.replace('sasl_password_env = "KDAEMON_SASL_PASSWORD"\n', ""))
     assert problems_of(config_file, environ) == [
         "environment KDAEMON_SASL_PASSWORD: unknown section (did you mean 'KDAEMON_KAFKA_SASL_PASSWORD'?): "
-        "KDAEMON_<SECTION>_<KEY> takes one of the sections daemon, deserializer, dlq, kafka, share, sink; or KDAEMON_PLUGINS"]
+        "KDAEMON_<SECTION>_<KEY> takes one of the sections daemon, deserializer, dlq, kafka, otel, share, sink; or KDAEMON_PLUGINS"]
 
 
 def test_every_kdaemon_variable_the_code_reads_is_left_alone():
