@@ -308,7 +308,9 @@ def consume_benchmark(args, log_dir: Path) -> dict:
                               f"GC {r['gc_count']}x {r['gc_s']:.2f} s while consuming", flush=True)
         profiles = {}
         if args.profile:
-            for mode, variant in (("raw", None), ("filter", "rules")):
+            for mode, variant in (("raw", None), ("json", None), ("filter", "rules")):
+                if mode not in args.modes:
+                    continue
                 spec = {"run": "kdaemon", "client": "kdaemon", "variant": variant, "mode": mode,
                         "bootstrap": broker.bootstrap, "topic": TOPIC, "expected": produced["expected"],
                         "poll_records": args.poll_records, "max_seconds": args.max_seconds,
@@ -562,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         clients="only these run ids or clients (default all): kdaemon, kdaemon-callable, kdaemon-loop, "
                 "kdaemon-wait10, java, confluent, confluent-b10, kafka-python, aiokafka")
     parser.add_argument("--profile", action="store_true",
-                        help="also run kdaemon raw and filter under cProfile and print the top 15")
+                        help="also run kdaemon raw, json and filter (those of --modes) under cProfile and print "
+                             "the top 15")
     parser.add_argument("--requests-only", action="store_true", help="only the Fetch request sizes")
     args = parse(parser, argv, {"--worker": lambda spec: run_worker(json.loads(spec))}, RECORDS_UNIT)
     if args is None:
