@@ -17,7 +17,11 @@ What is timed, per value, from the record's ``bytes`` to a Python object:
   made for the benchmark's value (what a Spark sink's ``value_schema`` could decode into), only
   for the bench value.  Compared with ``msgspec`` plus building the same row from the dict.
 
-Values: ``bench`` is the 226-byte value of the consuming benchmarks (testkit/workload.py, the
+Beside them, without a broker: the bench value into the Arrow columns of its schema, pyarrow's
+JSON reader (what the Spark sink's uploader runs for a ``value_schema``) against msgspec's typed
+decode into a ``Struct`` and columns built from those; only where pyarrow is installed.
+
+Values: ``bench`` is the 200-byte value of the consuming benchmarks (testkit/workload.py, the
 first record), the one bench/consume's json mode parses a million of; ``small`` is a 40-byte
 event, ``nested`` a 1.1 KB document with nested objects and arrays, ``numbers`` a 300-byte array
 of floats and integers, ``text`` a 600-byte document of non-ASCII strings with escapes.  Every
@@ -122,6 +126,47 @@ def typed_parsers() -> dict[str, object]:
             "msgspec dict -> row": dict_then_row}
 
 
+def arrow_columns(n: int = 20_000, repeats: int = 7) -> dict[str, float]:
+    """CPU µs per value to turn n bench values into Arrow columns of a known schema, as the Spark
+    sink's uploader does for ``value_schema`` (pyarrow's JSON reader over the values as lines),
+    against msgspec decoding each into a ``Struct`` and the columns built from those.  Empty
+    without pyarrow (the spark extra)."""
+    try:
+        import io
+
+        import msgspec
+        import pyarrow as pa
+        import pyarrow.json as pj
+    except ImportError:
+        return {}
+    vals = [v for _, _, _, v, _ in iter_records(n)]
+    schema = pa.schema([("id", pa.int64()), ("event", pa.string()), ("user", pa.string()),
+                        ("amount", pa.float64()), ("currency", pa.string()), ("items", pa.list_(pa.int64())),
+                        ("note", pa.string())])
+    Event = msgspec.defstruct("Event", [(f.name, {pa.int64(): int, pa.float64(): float, pa.string(): str}
+                                         .get(f.type, list[int])) for f in schema])
+    one = msgspec.json.Decoder(Event).decode
+
+    def reader():
+        return pj.read_json(io.BytesIO(b"\n".join(vals)),
+                            parse_options=pj.ParseOptions(explicit_schema=schema))
+
+    def typed():
+        events = [one(v) for v in vals]
+        return pa.table({name: [getattr(e, name) for e in events] for name in schema.names}, schema=schema)
+    if not typed().equals(reader()):
+        raise RuntimeError("msgspec's Struct columns differ from pyarrow's JSON reader's")
+    out = {}
+    for name, fn in (("pyarrow JSON reader (the uploader)", reader), ("msgspec Struct -> columns", typed)):
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.process_time()
+            fn()
+            best = min(best, time.process_time() - start)
+        out[name] = best / n * 1e6
+    return out
+
+
 def _loop(fn, data, number: int) -> float:
     gc.disable()
     try:
@@ -182,8 +227,11 @@ def main(argv=None) -> int:
     for n, us in results["bench"].items():
         if n not in names:
             print(f"bench: {n}: {us:.3f} µs")
+    arrow = arrow_columns()
+    for n, us in arrow.items():
+        print(f"bench values into Arrow columns of their schema, {n}: {us:.3f} CPU µs per value")
     if args.json:
-        Path(args.json).write_text(json.dumps({"versions": versions, "us_per_value": results,
+        Path(args.json).write_text(json.dumps({"versions": versions, "us_per_value": results, "arrow": arrow,
                                                "bytes": {k: len(v) for k, v in vals.items()}}, indent=2) + "\n")
     return 0
 

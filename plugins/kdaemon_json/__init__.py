@@ -18,15 +18,16 @@ found ...``.
 
 Parsing: msgspec, straight from the record's bytes, and the standard library for what msgspec
 refuses.  Measured with ``python bench/consume/json_parsers.py`` (Python 3.11.7, msgspec 0.23.0,
-orjson 3.13.0, 2-core AMD EPYC shared with other work, load 5.9): CPU µs per value from
-``bytes`` to Python objects, best of 7::
+orjson 3.13.0, 2-core AMD EPYC shared with other work, load 3.0, 2026-12-02): CPU µs per value
+from ``bytes`` to Python objects, best of 7 (on a shared machine a column moves by about 10%
+between runs; msgspec and orjson have traded places on the bench value from run to run)::
 
     value    bytes  json.loads  scan_once (before)  msgspec  orjson  this plugin
-    bench      200       3.20               1.61      0.64    0.64      0.55
-    small       34       2.50               0.71      0.15    0.23      0.23
-    nested     800      10.55               8.06      3.58    3.06      3.27
-    numbers    245       7.47               5.95      0.88    0.70      0.82
-    text       517       3.98               2.85      1.80    1.17      2.18
+    bench      200       2.98               1.55      0.52    0.54      0.56
+    small       34       2.55               0.76      0.19    0.24      0.28
+    nested     800       9.53               8.24      3.33    3.14      3.02
+    numbers    245       7.07               5.02      0.79    0.59      0.83
+    text       517       4.94               3.60      2.60    1.40      2.43
 
 (``bench`` is the consuming benchmarks' value, testkit/workload.py; the script describes the
 others.)  msgspec and orjson are level on the benchmark's value, orjson ahead on long non-ASCII
@@ -44,6 +45,10 @@ refuses what it does not read as the standard library would, which the fallback 
   ``Infinity``, which the sinks would then write as the ``Infinity`` that ``allow_nan`` keeps out.
 * Encodings other than UTF-8: the bytes are decoded to ``str`` first, then parsed (msgspec takes
   a ``str``).
+* Decoding into a Spark sink's ``value_schema`` directly (a msgspec ``Struct``) is not done: the
+  Spark sink keeps the raw value bytes and its uploader turns them into columns with pyarrow's
+  JSON reader, 1.6 CPU µs per bench value against 2.4 for msgspec into a ``Struct`` and columns
+  built from those (the same script); the worker never parses a value for it.
 * Duplicate keys: the last one wins, in both.  Whitespace around the value and trailing data:
   accepted and refused alike.  tests/plugins/test_json_parsing.py checks each case where the two
   parsers differ, and any JSON against ``json.loads`` (hypothesis).
