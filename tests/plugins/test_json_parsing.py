@@ -130,7 +130,7 @@ json_values = st.recursive(
     max_leaves=20)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(json_values, st.sampled_from([None, 0, 2]), st.booleans())
 def test_any_json_parses_as_json_loads_parses_it(value, indent, ascii_only):
     text = json.dumps(value, indent=indent, ensure_ascii=ascii_only)
