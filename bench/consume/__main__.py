@@ -25,8 +25,9 @@ not interfere and the peak RSS (``VmHWM``) is the client's own.  Each assigns al
 partitions from offset 0 and does one mode's work on every record:
 
 * raw: ``len(value)``.
-* json: ``json.loads(value)`` (and adds up the ``id`` field, the check value); Java: Jackson's
-  ``ObjectMapper.readTree(value).get("id")``.
+* json: ``json.loads(value)`` (and adds up the ``id`` field, the check value); kdaemon: the
+  bundled json plugin's deserializer, as the daemon calls it (msgspec, plugins/kdaemon_json);
+  Java: Jackson's ``ObjectMapper.readTree(value).get("id")``.
 * filter: keep the records whose ``type`` header equals one value (10%), ``json.loads`` those.
   kdaemon filters inside the Consumer with ``header_filter=HeaderRules(...)`` (which the C record
   loop evaluates natively) and, as variants, with a Python callable and in the poll loop.  The
@@ -108,7 +109,7 @@ def worker_kdaemon(spec: dict, tally: Tally) -> dict:
         options["header_filter"] = HeaderRules([HeaderRule("type", "equals", (TARGET,))], default=False)
     elif mode == "filter" and variant == "callable":
         options["header_filter"] = type_is_target
-    work = attr_work(mode, prefiltered)
+    work = json_plugin_work() if mode == "json" else attr_work(mode, prefiltered)
     consumer = Consumer(spec["bootstrap"], **options)
     tps = [TopicPartition(spec["topic"], p) for p in range(len(tally.expected))]
     consumer.assign(tps)
@@ -143,6 +144,25 @@ def worker_kdaemon(spec: dict, tally: Tally) -> dict:
                                     sum(len(t["partitions"]) for t in last.get("topics", ()))]}
     consumer.close()
     return tally.result(**extra)
+
+
+def json_plugin_work():
+    """work(records) for kdaemon's json mode: each value parsed by the bundled json plugin's
+    deserializer with its default settings, called as the daemon's worker calls it
+    (``deserialize(topic, headers, value)``), instead of ``json.loads``: what a kdaemon user's
+    JSON costs.  (filter mode keeps ``json.loads`` for the 10% it parses, so its figures stay
+    comparable with the earlier runs.)"""
+    sys.path.insert(0, str(REPO_ROOT / "plugins"))   # the bundled plugins of this tree
+    import kdaemon_json
+
+    deserialize = kdaemon_json.json_deserializer({})
+
+    def work(recs):
+        s = 0
+        for r in recs:
+            s += deserialize(r.topic, r.headers, r.value)["id"]
+        return s, len(recs)
+    return work
 
 
 WORKERS = {"kdaemon": worker_kdaemon, **PEER_WORKERS}
@@ -288,7 +308,9 @@ def consume_benchmark(args, log_dir: Path) -> dict:
                               f"GC {r['gc_count']}x {r['gc_s']:.2f} s while consuming", flush=True)
         profiles = {}
         if args.profile:
-            for mode, variant in (("raw", None), ("filter", "rules")):
+            for mode, variant in (("raw", None), ("json", None), ("filter", "rules")):
+                if mode not in args.modes:
+                    continue
                 spec = {"run": "kdaemon", "client": "kdaemon", "variant": variant, "mode": mode,
                         "bootstrap": broker.bootstrap, "topic": TOPIC, "expected": produced["expected"],
                         "poll_records": args.poll_records, "max_seconds": args.max_seconds,
@@ -542,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         clients="only these run ids or clients (default all): kdaemon, kdaemon-callable, kdaemon-loop, "
                 "kdaemon-wait10, java, confluent, confluent-b10, kafka-python, aiokafka")
     parser.add_argument("--profile", action="store_true",
-                        help="also run kdaemon raw and filter under cProfile and print the top 15")
+                        help="also run kdaemon raw, json and filter (those of --modes) under cProfile and print "
+                             "the top 15")
     parser.add_argument("--requests-only", action="store_true", help="only the Fetch request sizes")
     args = parse(parser, argv, {"--worker": lambda spec: run_worker(json.loads(spec))}, RECORDS_UNIT)
     if args is None:
