@@ -353,6 +353,9 @@ def reader_session():
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "1")
+               # Delta's VACUUM lists the table in this many tasks (10,000 by default): on local[1]
+               # a VACUUM of a small table took 95 s and 105 CPU-s, against 4.3 s and 5.4 with 4.
+               .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", "4")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     return session
