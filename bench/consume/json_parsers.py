@@ -20,14 +20,14 @@ What is timed, per value, from the record's ``bytes`` to a Python object:
 Then the same parsers over 20,000 distinct bench values with every result kept and the garbage
 collector on, as a worker's batch is (fresh dicts, the collector running over them).
 
-Beside them, without a broker: the bench value into the Arrow columns of its schema, pyarrow's
+Last: the bench values into the Arrow columns of its schema, pyarrow's
 JSON reader (what the Spark sink's uploader runs for a ``value_schema``) against msgspec's typed
 decode into a ``Struct`` and columns built from those; only where pyarrow is installed.
 
 Values: ``bench`` is the 200-byte value of the consuming benchmarks (testkit/workload.py, the
-first record), the one bench/consume's json mode parses a million of; ``small`` is a 40-byte
-event, ``nested`` a 1.1 KB document with nested objects and arrays, ``numbers`` a 300-byte array
-of floats and integers, ``text`` a 600-byte document of non-ASCII strings with escapes.  Every
+first record), the one bench/consume's json mode parses a million of; ``small`` is a 34-byte
+event, ``nested`` an 800-byte document with nested objects and arrays, ``numbers`` a 245-byte
+array of floats and integers, ``text`` a 517-byte document of non-ASCII strings with escapes.  Every
 parser's result is checked equal to ``json.loads``'s before timing.
 
 Timing: this process's CPU time (``time.process_time``: the machine is shared, and CPU time
@@ -62,7 +62,7 @@ def values() -> dict[str, bytes]:
                         "paid": True, "coupon": None, "ts": "2026-12-02T12:00:00.000Z"}}
     numbers = [1.5, -2.25, 3e10, 0.1, 12345678, -7, 6.02214076e23, 1e-9] * 4
     text = {"title": "Grüße aus Köln – ein Überblick", "body": "東京で会いましょう。\n\"quoted\" \\ back\tslash",
-            "tags": ["café", "naïve", "Ελληνικά", "русский"], "emoji": "\u00e9\u00e8\u00ea"} 
+            "tags": ["café", "naïve", "Ελληνικά", "русский"], "emoji": "\u00e9\u00e8\u00ea"}
     text["more"] = [text["title"], text["body"]] * 3
     return {"bench": bench,
             "small": b'{"id":42,"type":"click","ok":true}',
@@ -252,8 +252,9 @@ def main(argv=None) -> int:
     for n, us in arrow.items():
         print(f"bench values into Arrow columns of their schema, {n}: {us:.3f} CPU µs per value")
     if args.json:
-        Path(args.json).write_text(json.dumps({"versions": versions, "us_per_value": results, "batch": batch, "arrow": arrow,
-                                               "bytes": {k: len(v) for k, v in vals.items()}}, indent=2) + "\n")
+        report = {"versions": versions, "us_per_value": results, "batch": batch, "arrow": arrow,
+                  "bytes": {k: len(v) for k, v in vals.items()}}
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0
 
 
