@@ -127,6 +127,34 @@ def kafka_classpath() -> str:
     return os.pathsep.join(str(p) for p in kafka_jars())
 
 
+def compiled_jar(source: Path, kind: str, jar: str, error: type[Exception] = RuntimeError) -> Path:
+    """``source`` compiled with ``javac`` against Kafka's jars into ``<cache>/<kind>/<digest>/<jar>``
+    (the digest is the source's), once per machine: the caller holds a lock around it.  A jar, not
+    a class directory: the JDK maps a class-data archive only for a class path of jars
+    (testkit/jvm_archive.py).  ``error``: raised, with javac's output, when it fails."""
+    import zipfile
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    out = cache_dir() / kind / digest
+    if (out / jar).exists():
+        return out / jar
+    javac = shutil.which("javac")
+    if javac is None:
+        raise KafkaUnavailable(f"{source.stem} needs `javac` (a JDK 17): apt-get install openjdk-17-jdk-headless")
+    tmp = out.with_name(digest + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    proc = subprocess.run([javac, "-nowarn", "-d", str(tmp), "-cp", kafka_classpath(), str(source)],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode:
+        raise error(f"javac {source.name} failed:\n{proc.stdout}{proc.stderr}")
+    with zipfile.ZipFile(tmp / jar, "w") as archive:
+        for cls in sorted(tmp.glob("*.class")):
+            archive.write(cls, cls.name)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out / jar
+
+
 def kafka_clients_jar() -> Path:
     for jar in kafka_jars():
         if jar.name == f"kafka-clients-{KAFKA_VERSION}.jar":

@@ -24,22 +24,19 @@ Everything the peer prints is one JSON object a line; bytes travel as base64 wit
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import threading
 import time
-import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from testkit import jvm_archive
-from testkit.apache_kafka import KafkaUnavailable, cache_dir, java_binary, kafka_classpath
+from testkit.apache_kafka import cache_dir, compiled_jar, java_binary, kafka_classpath
 from testkit.shared import locked
 
 SOURCE = Path(__file__).resolve().parent / "java" / "KafkaPeer.java"
@@ -70,28 +67,9 @@ def peer_command(heap: str = "256m") -> list[str]:
 
 
 def _compiled() -> Path:
-    """The compiled peer's directory: its classes, and ``JAR`` holding them (a class path of jars
-    only is one the JDK can map a class-data archive for: testkit/jvm_archive.py)."""
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-    out = cache_dir() / "peer" / digest
-    if (out / JAR).exists():
-        return out
-    javac = shutil.which("javac")
-    if javac is None:
-        raise KafkaUnavailable("the Java peer needs `javac` (a JDK 17): apt-get install openjdk-17-jdk-headless")
-    tmp = out.with_name(digest + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    proc = subprocess.run([javac, "-nowarn", "-d", str(tmp), "-cp", kafka_classpath(), str(SOURCE)],
-                          capture_output=True, text=True, timeout=300)
-    if proc.returncode:
-        raise JavaPeerError(f"javac {SOURCE.name} failed:\n{proc.stdout}{proc.stderr}")
-    with zipfile.ZipFile(tmp / JAR, "w") as jar:
-        for cls in sorted(tmp.glob("*.class")):
-            jar.write(cls, cls.name)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
+    """The compiled peer's directory: its classes in ``JAR`` (a class path of jars only is one
+    the JDK can map a class-data archive for: testkit/jvm_archive.py)."""
+    return compiled_jar(SOURCE, "peer", JAR, JavaPeerError).parent
 
 
 def _b64(data: bytes | None) -> str | None:

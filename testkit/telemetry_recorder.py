@@ -12,17 +12,13 @@ interval_ms)`` creates one (IncrementalAlterConfigs on resource type CLIENT_METR
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
-import subprocess
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kdaemon.protocol.apis import INCREMENTAL_ALTER_CONFIGS
 from kdaemon.protocol.apis.incremental_alter_configs import OP_SET
-from testkit.apache_kafka import HOST, KafkaCluster, KafkaUnavailable, cache_dir, kafka_classpath, start_kafka
+from testkit.apache_kafka import HOST, KafkaCluster, cache_dir, compiled_jar, start_kafka
 from testkit.shared import locked
 from testkit.wire import request
 
@@ -53,26 +49,7 @@ class Push:
 def recorder_jar() -> Path:
     """The compiled recorder, compiled on first use."""
     with locked(cache_dir() / "telemetry-recorder.lock"):
-        digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-        out = cache_dir() / "telemetry-recorder" / digest
-        if (out / JAR).exists():
-            return out / JAR
-        javac = shutil.which("javac")
-        if javac is None:
-            raise KafkaUnavailable("the telemetry recorder needs `javac` (a JDK 17): apt-get install openjdk-17-jdk-headless")
-        tmp = out.with_name(digest + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        proc = subprocess.run([javac, "-nowarn", "-d", str(tmp), "-cp", kafka_classpath(), str(SOURCE)],
-                              capture_output=True, text=True, timeout=300)
-        if proc.returncode:
-            raise RuntimeError(f"javac {SOURCE.name} failed:\n{proc.stdout}{proc.stderr}")
-        with zipfile.ZipFile(tmp / JAR, "w") as jar:
-            for cls in sorted(tmp.glob("*.class")):
-                jar.write(cls, cls.name)
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
-        return out / JAR
+        return compiled_jar(SOURCE, "telemetry-recorder", JAR)
 
 
 def start_recording_kafka(directory: Path, **kw) -> KafkaCluster:
