@@ -39,6 +39,8 @@ from pathlib import Path
 
 import psutil
 
+from testkit.chaos.sink import REFUSALS_SUFFIX
+
 SAMPLE_S = 0.5
 KINDS = ("worker_kill", "leader_kill", "coordinator_kill", "sink_failure", "proxy_cut", "uploader_kill")
 _TP = re.compile(r"(.+?)(?:-|\[)(\d+)\]?$")
@@ -238,8 +240,15 @@ class Injector:
     def sink_failure(self) -> None:
         fault = self.faults.begin("sink_failure", self.all, f"{self.window_s:.0f} s")
         self.fail_file.touch()
+        refusals = Path(str(self.fail_file) + REFUSALS_SUFFIX)
         try:
             self.halt.wait(self.window_s)
+            # A window no write met proves nothing: held open (up to three windows more) until
+            # one does.  Workers write nothing while their sink cannot take records at all (a
+            # killed uploader restarting, slowly on a loaded machine), and that can span the window.
+            deadline = time.monotonic() + 3 * self.window_s
+            while not refusals.exists() and time.monotonic() < deadline and not self.halt.wait(0.5):
+                pass
         finally:
             self.fail_file.unlink(missing_ok=True)
         self.faults.end(fault)
