@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from ..protocol.apis import CREATE_TOPICS
 from ..protocol.errors import BrokerError, Errors, UnsupportedVersionError, error_code
 from ..protocol.primitives import ZERO_UUID
+from ..protocol.schema import Api
 from .config import ConsumerConfig
 from .errors import KafkaClientError, KafkaTimeoutError, RefusedError
 from .lookup import topic_partitions
@@ -186,36 +188,42 @@ def create_topics(config: ConsumerConfig, topics: Iterable[NewTopic], *, exist_o
 
 def _ask(net: NetworkClient, config: ConsumerConfig, topics: list[NewTopic], validate_only: bool,
          deadline: float) -> dict | None:
-    """One CreateTopics exchange with the least loaded broker: its answer, or None when there was
-    none (no broker ready, a lost connection) and the caller should wait and ask again."""
-    node = net.least_loaded_node()
-    if node is None:
-        _raise_auth(net)
-        return None
+    """One CreateTopics exchange (``ask_least_loaded``): its answer, or None to ask again."""
     remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
     body = {"topics": [{"name": t.name, "num_partitions": t.partitions, "replication_factor": t.replication_factor,
                         "assignments": [], "configs": [{"name": k, "value": v} for k, v in t.configs.items()]}
                        for t in topics],
             # How long the controller may take; it answers REQUEST_TIMED_OUT after that.
             "timeout_ms": remaining_ms, "validate_only": validate_only}
-    fut = net.send(node, CREATE_TOPICS, body)
-    net.poll(max(0.0, deadline - time.monotonic()), until=lambda: fut.done)
-    if fut.done and not fut.failed:
-        return fut.value()[1]
-    if fut.done and isinstance(fut.exception, (UnsupportedVersionError, BrokerError)):
-        exc = fut.exception
-        code = exc.code if isinstance(exc, BrokerError) else Errors.UNSUPPORTED_VERSION
-        if code == Errors.UNSUPPORTED_VERSION or not error_code(code).retriable:
-            refusal = {t.name: (code, str(exc)) for t in topics}
-            raise TopicCreateRefused(refusal, _fix(code, config, topics[0].name))
-    _raise_auth(net)
-    return None
+
+    def refuse(code: int, message: str):
+        raise TopicCreateRefused({t.name: (code, message) for t in topics}, _fix(code, config, topics[0].name))
+    return ask_least_loaded(net, CREATE_TOPICS, body, deadline, refuse)
 
 
-def _raise_auth(net: NetworkClient) -> None:
+def ask_least_loaded(net: NetworkClient, api: Api, body: dict, deadline: float,
+                     refuse: Callable[[int, str], NoReturn]) -> dict | None:
+    """One request to the least loaded broker, waited for until ``deadline``: its answer, or
+    None when there was none (no broker ready, a lost connection, a retriable failure) and the
+    caller should wait ``retry_backoff_ms`` and ask again.  A request refused for good (an
+    unsupported version, a non-retriable error of the request itself) is handed to ``refuse``
+    (error code, message), which raises; a failed authentication raises ``AuthenticationError``.
+    The admin requests (CreateTopics here, the group configs' in group_configs.py) share it."""
+    node = net.least_loaded_node()
+    if node is not None:
+        fut = net.send(node, api, body)
+        net.poll(max(0.0, deadline - time.monotonic()), until=lambda: fut.done)
+        if fut.done and not fut.failed:
+            return fut.value()[1]
+        if fut.done and isinstance(fut.exception, (UnsupportedVersionError, BrokerError)):
+            exc = fut.exception
+            code = exc.code if isinstance(exc, BrokerError) else Errors.UNSUPPORTED_VERSION
+            if code == Errors.UNSUPPORTED_VERSION or not error_code(code).retriable:
+                refuse(code, str(exc))
     error = net.auth_error()
     if error is not None:
         raise error   # permanent: AuthenticationError
+    return None
 
 
 def _created(r: dict) -> CreatedTopic:

@@ -30,8 +30,9 @@ from collections.abc import Iterable, Mapping
 from ..protocol.apis import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from ..protocol.apis.describe_configs import RESOURCE_GROUP
 from ..protocol.apis.incremental_alter_configs import OP_SET
-from ..protocol.errors import BrokerError, Errors, UnsupportedVersionError, error_code
+from ..protocol.errors import Errors, error_code
 from ..protocol.schema import Api
+from .admin import ask_least_loaded
 from .config import ConsumerConfig
 from .errors import KafkaClientError, RefusedError
 from .network import NetworkClient
@@ -161,26 +162,17 @@ def _ask(config: ConsumerConfig, group_id: str, api: Api, body: dict, deadline: 
     retriable; retriable errors and lost connections are retried after ``retry_backoff_ms``."""
     net = NetworkClient(config)
     last_code: int | None = None
+
+    def refuse(code: int, message: str):
+        raise GroupConfigRefused(group_id, None, None, code, message, _fix(code, config, group_id))
     try:
         while True:
-            node = net.least_loaded_node()
-            if node is not None:
-                fut = net.send(node, api, body)
-                net.poll(max(0.0, deadline - time.monotonic()), until=lambda: fut.done)
-                if fut.done and not fut.failed:
-                    resp = fut.value()[1]
-                    code = error_of(resp)
-                    if code == Errors.NONE or not error_code(code).retriable:
-                        return resp
-                    last_code = code
-                elif fut.done and isinstance(fut.exception, (UnsupportedVersionError, BrokerError)):
-                    exc = fut.exception
-                    code = exc.code if isinstance(exc, BrokerError) else Errors.UNSUPPORTED_VERSION
-                    if code == Errors.UNSUPPORTED_VERSION or not error_code(code).retriable:
-                        raise GroupConfigRefused(group_id, None, None, code, str(exc), _fix(code, config, group_id))
-            error = net.auth_error()
-            if error is not None:
-                raise error   # permanent: AuthenticationError
+            resp = ask_least_loaded(net, api, body, deadline, refuse)
+            if resp is not None:
+                code = error_of(resp)
+                if code == Errors.NONE or not error_code(code).retriable:
+                    return resp
+                last_code = code
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 last = (f"last error {error_code(last_code).name}" if last_code is not None else
