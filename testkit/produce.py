@@ -270,9 +270,23 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int,
                       timeout: float = 15) -> dict[int, int]:
     """The group's committed offsets as librdkafka reads them (OffsetFetch; it never joins the
     group): partition -> offset, negative (librdkafka's OFFSET_INVALID) where nothing is committed."""
+    from confluent_kafka import KafkaError, KafkaException
+    # Right after a broker starts, the group's coordinator may not be ready yet: librdkafka then
+    # raises NOT_COORDINATOR (or COORDINATOR_LOAD_IN_PROGRESS) at once instead of waiting.
+    transient = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                 KafkaError.COORDINATOR_NOT_AVAILABLE}
+    deadline = time.monotonic() + timeout
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=timeout)
+        while True:
+            try:
+                got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
+                                         timeout=max(0.1, deadline - time.monotonic()))
+                break
+            except KafkaException as exc:
+                if exc.args[0].code() not in transient or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         consumer.close()
     return {tp.partition: tp.offset for tp in got}
