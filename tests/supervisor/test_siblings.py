@@ -19,7 +19,19 @@ def _pokes(targets):
     return pokes, sent
 
 
-def test_news_pokes_the_others_at_once_and_everyone_again_after_the_assignment_interval():
+def _times_of_poking_all(pokes, sent, start, end, step=0.01):
+    """The moments (to 10 ms) ``tick`` poked every target, ticking from ``start`` to ``end``."""
+    out = []
+    for i in range(round((end - start) / step) + 1):
+        now = start + i * step
+        before = len(sent)
+        pokes.tick(now)
+        if len(sent) > before:
+            out.append(round(now, 2))
+    return out
+
+
+def test_news_pokes_the_others_at_once_then_everyone_through_the_assignment_interval():
     pokes, sent = _pokes([10, 11, 12])
     assert pokes.due_in(100.0) is None
     pokes.news(11)
@@ -27,14 +39,28 @@ def test_news_pokes_the_others_at_once_and_everyone_again_after_the_assignment_i
     pokes.tick(100.0)
     assert sent == [(10, siblings.SIBLING_SIGNAL), (12, siblings.SIBLING_SIGNAL)]   # not the reporter
     sent.clear()
-    assert pokes.due_in(100.0) == pytest.approx(siblings.AGAIN_AFTER_S)
-    pokes.tick(100.0 + siblings.AGAIN_AFTER_S - 0.01)
+    assert pokes.due_in(100.0) == pytest.approx(siblings.FOLLOW_EVERY_S)
+    pokes.tick(100.0 + siblings.FOLLOW_EVERY_S - 0.01)
     assert sent == []
-    pokes.tick(100.0 + siblings.AGAIN_AFTER_S)
+    pokes.tick(100.0 + siblings.FOLLOW_EVERY_S)
     assert [pid for pid, _ in sent] == [10, 11, 12]   # by then the reporter may have news waiting too
     sent.clear()
-    pokes.tick(200.0)
-    assert sent == [] and pokes.due_in(200.0) is None   # once per change
+    times = _times_of_poking_all(pokes, sent, 100.26, 103.0)
+    assert times == [100.5, 100.75, 101.0, 100.0 + siblings.AGAIN_AFTER_S]   # the last exactly at the end
+    assert len(sent) == 3 * len(times)
+    assert pokes.due_in(200.0) is None   # nothing more for this change
+
+
+def test_a_target_computed_anywhere_in_the_window_is_found_within_a_follow_up():
+    """The coordinator's next target comes at most an assignment interval (1 s) after the news;
+    whenever it comes, a poke follows within ``FOLLOW_EVERY_S``."""
+    pokes, sent = _pokes([10])
+    pokes.news(None)
+    pokes.tick(0.0)
+    times = [0.0] + _times_of_poking_all(pokes, sent, 0.01, 5.0)
+    for computed in [i / 100 for i in range(0, 101)]:
+        after = [t for t in times if t >= computed]
+        assert after and after[0] - computed <= siblings.FOLLOW_EVERY_S + 1e-9, computed
 
 
 def test_news_from_two_workers_or_from_an_exit_pokes_everyone_once():
@@ -50,22 +76,21 @@ def test_news_from_two_workers_or_from_an_exit_pokes_everyone_once():
     assert [pid for pid, _ in sent] == [10, 11, 12]
 
 
-def test_a_burst_of_news_is_followed_by_a_poke_after_its_first_and_one_after_its_last():
+def test_a_burst_of_news_is_followed_through_the_interval_after_its_last():
     """The coordinator computes a target at most every assignment interval: the one after the
-    first join of a burst may leave out the later ones, which the poke after the last finds."""
+    first join of a burst may leave out the later ones, which a poke after the last finds."""
     pokes, sent = _pokes([10])
+    times = []
     for t in (0.0, 0.5, 1.0):
         pokes.news(None)
         pokes.tick(t)
-    sent.clear()
-    pokes.tick(siblings.AGAIN_AFTER_S)
-    assert len(sent) == 1
-    pokes.tick(1.0 + siblings.AGAIN_AFTER_S - 0.01)
-    assert len(sent) == 1
-    pokes.tick(1.0 + siblings.AGAIN_AFTER_S)
-    assert len(sent) == 2
-    pokes.tick(100.0)
-    assert len(sent) == 2
+        times.append(t)
+        times += _times_of_poking_all(pokes, sent, t + 0.01, t + 0.49)
+    times += _times_of_poking_all(pokes, sent, 1.5, 10.0)
+    assert times[-1] == pytest.approx(1.0 + siblings.AGAIN_AFTER_S)
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert max(gaps) <= siblings.FOLLOW_EVERY_S + 1e-9
+    assert len(sent) == len(times)
 
 
 def test_a_worker_already_gone_is_skipped():
