@@ -42,9 +42,11 @@ Per workload and side, two runs:
   warm-up topic (a tenth of ``--records``, the same data set with another seed) is delivered
   first into the same table, so the JVMs have compiled the hot paths and the table exists; the
   clock and the CPU figures start at the moment the full topic is handed over.  kdaemon: the
-  daemon delivered the warm-up topic (with direct writes its uploader starts no Spark), then
-  its configuration names the full topic instead and
-  it gets SIGHUP (what an operator does: the supervisor rolls the workers, the uploader and its
+  daemon delivered the warm-up topic (with direct writes its uploader starts no Spark) and its
+  group settled (``kdaemon status``: both workers hold partitions, unchanged for 1.5 s, longer
+  than the broker's 1 s assignment interval: a reload right after a rebalance waits that
+  interval's end for its new target, which a daemon running for a while does not), then its
+  configuration names the full topic instead and it gets SIGHUP (what an operator does: the supervisor rolls the workers, the uploader and its
   session keep running); wall time to every partition's end committed.  Spark: the driver ran
   an ``availableNow`` query on the warm-up topic, then starts the ``availableNow`` query on the
   full topic in the same session; wall time to its end.  This is the daemon's own setting (it
@@ -116,6 +118,10 @@ LATENCY_SINK = {"max_records": 20_000, "max_age_s": 1}
 WARMUP_S = 5.0
 UPLOADER_MODULE = "kdaemon.sinks.spark.uploader.process"
 RUN_TIMEOUT_S = 900
+# A warm daemon is a steady one: its group unchanged for longer than the broker's assignment
+# interval (group.consumer.assignment.interval.ms, 1 s), as a daemon that has run for a while is
+# when it is reloaded.  The warm-up's own rebalance ends about when its records are committed.
+SETTLED_QUIET_S = 1.5
 
 
 def rules_of(workload: str) -> HeaderRules:
@@ -208,6 +214,7 @@ def throughput_kdaemon(broker: KafkaBroker, lay: Layout, topic: str, produced: P
     try:
         if warm:
             kd.wait_committed(warm.produced.ends, RUN_TIMEOUT_S)
+            kd.wait_settled(SETTLED_QUIET_S, RUN_TIMEOUT_S)
             sampler.rebase()
             bcpu0, t0 = broker.cpu_s(), time.time()
             kd.switch_topic(topic)

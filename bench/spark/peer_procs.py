@@ -259,6 +259,34 @@ class Kdaemon:
                 raise RuntimeError(f"kdaemon did not commit {ends} within {timeout:g} s; see {self.log_path}")
             time.sleep(interval)
 
+    def wait_settled(self, quiet_s: float, timeout: float) -> float:
+        """Until the daemon is in its steady state: every worker ready and holding partitions
+        (the bench's topics have more partitions than ``WORKERS``), the assignment unchanged for
+        ``quiet_s``.  The seconds waited.  ``kdaemon status`` (the control socket) is asked,
+        as an operator would."""
+        from kdaemon.supervisor.control import ControlError, request_status
+        started = deadline = time.monotonic()
+        deadline += timeout
+        last, since = None, time.monotonic()
+        while True:
+            self.alive_or_raise()
+            try:
+                status = request_status(str(self._settings["state"]), timeout_s=5)
+                held = tuple(sorted((w.pid, w.state, tuple(sorted((p.topic, p.partition) for p in w.partitions)))
+                                    for w in status.workers))
+            except ControlError:
+                held = None
+            now = time.monotonic()
+            if held != last:
+                last, since = held, now
+            elif held and len(held) == WORKERS and all(state == "ready" and parts for _, state, parts in held) \
+                    and now - since >= quiet_s:
+                return now - started
+            if now > deadline:
+                raise RuntimeError(f"kdaemon's workers did not settle within {timeout:g} s (last seen: {last}); "
+                                   f"see {self.log_path}")
+            time.sleep(0.1)
+
     def wait_serving(self, timeout: float = 180) -> None:
         self._wait_logged("uploader listening on", "start", timeout)
 
