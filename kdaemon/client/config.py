@@ -52,6 +52,9 @@ class ConsumerConfig:
     check_crcs: bool = True
     auto_offset_reset: str = "latest"
     header_filter: HeaderFilter | None = None
+    # Given the records header_filter dropped (protocol/records.py ``on_filtered``); None: they
+    # are dropped inside the record loop, never built.
+    on_filtered: Callable[[list], None] | None = None
     max_uncompressed_batch_bytes: int = DEFAULT_MAX_UNCOMPRESSED
     # Fetch-ahead stops while this many fetched bytes are still undrained (librdkafka's
     # queued.max.messages.kbytes): it bounds a worker's memory, not a single response.

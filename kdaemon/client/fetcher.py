@@ -508,7 +508,7 @@ class Fetcher:
             cf.reader = RecordSetReader(
                 p["records"], topic=tp.topic, partition=tp.partition, fetch_offset=cf.fetch_offset,
                 header_filter=self.config.header_filter, check_crcs=self.config.check_crcs,
-                aborted_transactions=aborted,
+                aborted_transactions=aborted, on_filtered=self.config.on_filtered,
                 max_uncompressed_batch_bytes=self.config.max_uncompressed_batch_bytes)
             self._check_progress(cf)
             return True

@@ -249,6 +249,16 @@ def test_a_record_the_header_filter_drops_is_accepted_not_returned(decoder):
     assert sorted(out.settled) == [(21, ACCEPT), (24, ACCEPT)] and out.filtered == 2
 
 
+def test_a_member_told_of_what_it_filters_hears_of_its_own_acquired_records_only(decoder):
+    data = build_batch(specs(8, dropped={1, 4, 6}), base_offset=20)
+    told: list = []
+    out = decode_partition(A0, answer(data, [(20, 25, 2)]), header_filter=DROP, check_crcs=True,
+                           max_uncompressed=1 << 20, on_filtered=told.extend)
+    assert [r.offset for r in told] == [21, 24]   # 26 is dropped too, but not acquired by this member
+    assert [r.offset for r in out.records] == [20, 22, 23, 25]
+    assert sorted(out.settled) == [(21, ACCEPT), (24, ACCEPT)]
+
+
 def test_the_c_loop_drops_without_calling_python():
     if not records.ACCELERATED:
         pytest.skip("the C record loop is not built")

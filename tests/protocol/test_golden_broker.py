@@ -383,6 +383,24 @@ def test_header_filter_keeps_exactly_the_matching_records(kafka, golden, decoder
         assert header_filter.calls == (0 if decoder == "c-loop" else len(golden.consumed))
 
 
+@pytest.mark.parametrize("kind", ["header-rules", "callable"])
+def test_a_reader_told_of_what_it_filters_hands_over_exactly_the_dropped_records(kafka, golden, decoder, kind):
+    """``on_filtered`` (a plugin asked to see the filtered records): what the reader returns and
+    counts is the same, and every record the filter drops is handed over whole, in offset order."""
+    header_filter, predicate = ((HeaderRules(RULES, default=False), rules_by_hand) if kind == "header-rules"
+                                else (repeated_or_empty, repeated_or_empty))
+    dropped: list[ConsumerRecord] = []
+    leader = kafka.leader(golden.topic)
+    rounds = kafka.fetch_all(leader, golden.last_offset,
+                             plain_reader(golden.topic, header_filter=header_filter, on_filtered=dropped.extend),
+                             max_bytes=SMALL_FETCH)
+
+    assert_same_records(decoded(rounds), [c for c in golden.consumed if predicate(c.headers)], golden.topic)
+    assert_same_records(dropped, [c for c in golden.consumed if not predicate(c.headers)], golden.topic)
+    assert sum(rnd.reader.filtered for rnd in rounds) == len(dropped) > 0
+    assert rounds[-1].reader.next_offset == golden.last_offset + 1
+
+
 @pytest.mark.parametrize("kind", ["no-filter", "header-rules"])
 def test_fetch_from_inside_a_batch(kafka, golden, decoder, kind):
     """A position inside a batch (after a commit or a seek): the broker sends the whole batch and

@@ -279,7 +279,8 @@ class ShareExchange:
         if not p["acquired_records"]:
             return
         decoded = decode_partition(tp, p, header_filter=self.config.header_filter, check_crcs=self.config.check_crcs,
-                                   max_uncompressed=self.config.max_uncompressed_batch_bytes)
+                                   max_uncompressed=self.config.max_uncompressed_batch_bytes,
+                                   on_filtered=self.config.on_filtered)
         if decoded.settled:
             self._inflight.settle(tp, decoded.settled, sent.node, topic_id, deadline)
         if decoded.records:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...protocol.errors import CorruptRecordError
@@ -78,7 +79,8 @@ class Acquired:
 
 
 def decode_partition(tp: TopicPartition, data: dict, *, header_filter: HeaderFilter | None,
-                     check_crcs: bool, max_uncompressed: int) -> DecodedPartition:
+                     check_crcs: bool, max_uncompressed: int,
+                     on_filtered: Callable[[list], None] | None = None) -> DecodedPartition:
     """This member's part of one partition's answer (see the module docstring)."""
     out = DecodedPartition()
     acquired = Acquired(data["acquired_records"])
@@ -86,8 +88,14 @@ def decode_partition(tp: TopicPartition, data: dict, *, header_filter: HeaderFil
         return out
     raw = data["records"]
     done: set[int] = set()
+    told = None
+    if on_filtered is not None:
+        def told(dropped: list) -> None:   # this member's records only: the others' are not its to report
+            mine = [r for r in dropped if acquired.count(r.offset) is not None]
+            if mine:
+                on_filtered(mine)
     reader = RecordSetReader(raw, topic=tp.topic, partition=tp.partition, fetch_offset=acquired.firsts[0],
-                             header_filter=header_filter, check_crcs=check_crcs,
+                             header_filter=header_filter, check_crcs=check_crcs, on_filtered=told,
                              max_uncompressed_batch_bytes=max_uncompressed)
     try:
         while True:
