@@ -109,6 +109,26 @@ def kdaemon_sink_companions(sink_type: str, settings: dict, context: SinkContext
 
 
 @hookspec
+def kdaemon_filtered_observer() -> Callable[[list[Record]], None] | None:
+    """A callable to hand the records header filters drop to, or None (the usual answer).
+
+    Called once in each worker, after ``kdaemon_configure``.  Where a plugin returns one, the
+    worker's decoder builds every record of a fetch and runs the header filters on the built
+    records (a dropped record is otherwise dropped inside the decoder, never built: the early
+    drop's saving, docs/PERFORMANCE.md, is what being told costs), and hands the dropped ones
+    to each observer, a list per record batch, in offset order.  Their ``key`` and ``value`` are
+    the broker's bytes: no deserializer ran.  They stay filtered: counted in
+    ``kdaemon_records_filtered_total``, never given to interceptors or a sink, and committed
+    past like any filtered record.  An observer that raises is logged and counted
+    (``kdaemon_plugin_errors_total``), as an interceptor's ``on_consume`` is; the records stay
+    filtered.  Return one only when the user asked for it (the otel plugin: ``[otel]
+    trace_filtered = true``).
+
+    :return: the observer, or None.
+    """
+
+
+@hookspec
 def kdaemon_configure(config: Any) -> None:
     """Called once after the configuration was loaded and validated, before any factory.
 
@@ -174,5 +194,5 @@ def kdaemon_worker_exit(index: int, exit_code: int) -> None:
 
 
 ALL_HOOKS = ("kdaemon_header_filters", "kdaemon_deserializers", "kdaemon_interceptors",
-             "kdaemon_sinks", "kdaemon_sink_companions", "kdaemon_configure", "kdaemon_pre_fork", "kdaemon_post_fork",
+             "kdaemon_sinks", "kdaemon_sink_companions", "kdaemon_filtered_observer", "kdaemon_configure", "kdaemon_pre_fork", "kdaemon_post_fork",
              "kdaemon_worker_exit")

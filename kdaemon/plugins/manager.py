@@ -196,6 +196,32 @@ class PluginManager:
     def sinks(self, context: SinkContext | None = None) -> dict[str, hookspecs.SinkFactory]:
         return self._collect(self._pm.hook.kdaemon_sinks, context=context)  # type: ignore[return-value]
 
+    def filtered_observers(self) -> list[tuple[str, Callable]]:
+        """Every plugin's ``kdaemon_filtered_observer`` answer that is not None, with the
+        plugin's name (a failing observer is named in the worker's log and metrics): each
+        implementation called alone through pluggy, once per worker."""
+        hook = self._pm.hook.kdaemon_filtered_observer
+        plugins = self._pm.list_name_plugin()
+        out: list[tuple[str, Callable]] = []
+        for impl in hook.get_hookimpls():
+            if impl.wrapper or impl.hookwrapper:
+                continue
+            alone = self._pm.subset_hook_caller(
+                hook.name, remove_plugins=[p for n, p in plugins if n != impl.plugin_name])
+            try:
+                results = alone()
+            except Exception as exc:
+                raise PluginError(f"plugin {impl.plugin_name!r}: {hook.name} raised {type(exc).__name__}: {exc}") \
+                    from exc
+            for observer in results:
+                if observer is None:
+                    continue
+                if not callable(observer):
+                    raise PluginError(f"plugin {impl.plugin_name!r}: {hook.name} must return a callable or None, "
+                                      f"got a {type(observer).__name__}")
+                out.append((impl.plugin_name, observer))
+        return out
+
     def configure(self, config) -> None:
         self._pm.hook.kdaemon_configure(config=config)
 

@@ -8,17 +8,21 @@ problems are listed one per line, each under the table the factory was given (``
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config import ConfigError, DaemonConfig, FilterConfig
 from ..plugins.companion import SinkContext
-from ..plugins.types import SinkRefused
+from ..plugins.types import Record, SinkRefused
 from ..protocol.header_match import HeaderRule, HeaderRules, resolve_default
 from ..settings import SettingsError
 from .memory import MemoryShares
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -32,6 +36,8 @@ class PipelineParts:
     # Rebuild a sink after a failed flush (its unflushed records are gone; the worker rewinds).
     make_sink: Callable[[], Any] | None = None
     make_dlq: Callable[[], Any] | None = None
+    # The client's ``on_filtered``: plugins that asked to see the header-filtered records.
+    on_filtered: "FilteredObservers | None" = None
 
 
 class FilterChain:
@@ -54,6 +60,32 @@ class FilterChain:
 
     def __repr__(self) -> str:
         return f"FilterChain({list(self.filters)!r})"
+
+
+class FilteredObservers:
+    """The plugins' ``kdaemon_filtered_observer`` callables as the client's ``on_filtered``:
+    each batch's dropped records, as plugin ``Record``s whose key and value are the broker's
+    bytes (no deserializer ran), to every observer.  One that raises is counted in ``errors``
+    (the worker's ``stats.plugin_errors``, once it runs) and logged when its exception type
+    changes; the records stay filtered either way."""
+
+    def __init__(self, observers: list[tuple[str, Callable]]) -> None:
+        self.observers = observers
+        self.errors: Counter = Counter()
+        self._failing: dict[str, type] = {}
+
+    def __call__(self, dropped) -> None:
+        records = [Record(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers,
+                          r.key, r.value) for r in dropped]
+        for name, observe in self.observers:
+            try:
+                observe(records)
+            except Exception as exc:
+                self.errors[name] += 1
+                if self._failing.get(name) is not type(exc):
+                    self._failing[name] = type(exc)
+                    log.exception("plugin %r: its filtered-record observer raised; the %d record(s) stay filtered "
+                                  "(said again when its error changes)", name, len(records))
 
 
 def _rule_group(rules: list[FilterConfig], default_setting: str) -> HeaderRules:
@@ -236,7 +268,9 @@ def build_pipeline_parts(config: DaemonConfig, plugins, *, dry_run: bool = False
         raise ConfigError(problems)
     sink_factory = sink_factories.get(config.sink.type)
     dlq_factory = sink_factories.get(config.dlq.type) if config.dlq is not None else None
+    observers = plugins.filtered_observers() if header_filter is not None and not dry_run else []
     return PipelineParts(
         header_filter, key_d, value_d, interceptors, sink, dlq,
         make_sink=(lambda: sink_factory(config.sink.settings)) if sink_factory else None,
-        make_dlq=(lambda: dlq_factory(config.dlq.settings)) if dlq_factory else None)
+        make_dlq=(lambda: dlq_factory(config.dlq.settings)) if dlq_factory else None,
+        on_filtered=FilteredObservers(observers) if observers else None)

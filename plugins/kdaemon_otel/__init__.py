@@ -15,6 +15,7 @@ OpenTelemetry SDK::
     protocol = "http/protobuf"               # or "grpc"
     sampling = 0.1                           # parent-based ratio for new traces
     spans = "record"                         # or "batch": one span per partition and write, linked
+    trace_filtered = true                    # header-filtered records get "filter" spans (costs CPU)
 
     [[interceptors]]                         # for the settle spans (commits)
     name = "otel"
@@ -39,7 +40,9 @@ How it hooks in, and why so:
 Header-filtered records never become Python objects (the filter runs inside the decoder):
 they are counted, not traced, in each settle span's ``kdaemon.records.untraced`` (with the
 records interceptors dropped and offset gaps) and exactly on ``/metrics``
-(``kdaemon_records_filtered_total``).
+(``kdaemon_records_filtered_total``).  Unless asked: with ``[otel] trace_filtered = true`` the
+plugin answers ``kdaemon_filtered_observer``, the worker's decoder builds the records its
+filters drop and hands them over, and each gets a ``filter`` span shaped as a ``process`` one.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class _Plugin:
         self.tracing = None
         self.dlq_settings: Any = None
         self.settles = False   # the otel interceptor is configured
+        self.otel: Any = None  # the configuration's [otel]
 
     def configure(self, config: Any) -> None:
         import os
@@ -72,7 +76,7 @@ class _Plugin:
         from .provider import parent_based
         from .spans import Tracing
         kafka = getattr(config, "kafka", {}) or {}
-        otel = getattr(config, "otel", None)
+        otel = self.otel = getattr(config, "otel", None)
         if self.source is not None:
             self.source.shutdown()   # a configuration loaded again in this process
         self.source = TracerSource(otel)
@@ -139,6 +143,15 @@ def kdaemon_sinks(context):
     return [{name: traced_factory(factory, lambda: _plugin.tracing, _plugin.is_dlq, _plugin.flush, _plugin.started)
              for name, factory in m.items()} if isinstance(m, Mapping) else m
             for m in offered]
+
+
+@hookimpl
+def kdaemon_filtered_observer():
+    """``[otel] trace_filtered = true``: the header-filtered records get ``filter`` spans."""
+    otel = _plugin.otel
+    if _plugin.tracing is None or not getattr(otel, "trace_filtered", False):
+        return None
+    return _plugin.tracing.filtered
 
 
 @hookimpl

@@ -24,8 +24,12 @@ commit.  Shapes follow OpenTelemetry's messaging conventions for Kafka, semantic
   since the first record it traced there) and ``kdaemon.records.untraced`` those of them no
   process span was made for: filtered by a
   header filter (they never become Python objects, so they are counted here and on
-  ``/metrics`` as ``kdaemon_records_filtered_total``, not traced), dropped by an interceptor,
-  skipped, or gaps in the offsets (compaction, transaction markers).
+  ``/metrics`` as ``kdaemon_records_filtered_total``, not traced, unless ``[otel]
+  trace_filtered``), dropped by an interceptor, skipped, or gaps in the offsets (compaction,
+  transaction markers).
+* ``filter <topic>`` (``[otel] trace_filtered = true``): a header-filtered record, handed over
+  by the decoder (``kdaemon_filtered_observer``), gets a span shaped as a process span (per
+  record or per batch), ``messaging.operation.name = "filter"``, made when it was dropped.
 
 Attributes given at span creation, where a sampler can see them: ``messaging.system``,
 ``messaging.operation.name`` and ``.type``, ``messaging.destination.name``,
@@ -130,8 +134,9 @@ class Tracing:
         self._span_of = trace.get_current_span
         self._Link, self._Status, self._ERROR = Link, Status, StatusCode.ERROR
         self._CONSUMER, self._CLIENT = SpanKind.CONSUMER, SpanKind.CLIENT
-        self._bases: dict[tuple[str, int], dict] = {}
-        self._names: dict[str, str] = {}
+        self._bases: dict[tuple[str, str, int], dict] = {}
+        self._names: dict[tuple[str, str], str] = {}
+        self._op = "process"   # the operation the spans being made are of: "process" or "filter"
         # Since the last commit, per (topic, partition): records given a process span, the last
         # sampled span's context (the commit's link); the last committed offset, else the first
         # offset traced (where the settled range starts).
@@ -143,13 +148,16 @@ class Tracing:
     # -- process ----------------------------------------------------------------------------------
 
     def _base(self, topic: str, partition: int) -> dict:
-        base = self._bases.get((topic, partition))
+        base = self._bases.get((self._op, topic, partition))
         if base is None:
-            base = self._bases[(topic, partition)] = {
-                **self._common, OPERATION_NAME: "process", OPERATION_TYPE: "process",
+            base = self._bases[(self._op, topic, partition)] = {
+                **self._common, OPERATION_NAME: self._op, OPERATION_TYPE: "process",
                 DESTINATION: topic, PARTITION: str(partition)}
-            self._names.setdefault(topic, f"process {topic}")
+            self._names.setdefault((self._op, topic), f"{self._op} {topic}")
         return base
+
+    def _name(self, topic: str) -> str:
+        return self._names[(self._op, topic)]
 
     def _context(self, record: Record):
         return self._extract(record.headers, getter=GETTER) if record.headers else None
@@ -170,9 +178,25 @@ class Tracing:
         else:
             self._per_batch(records, start_ns, end_ns, failed, error)
 
+    def filtered(self, records: Sequence[Record]) -> None:
+        """``filter <topic>`` spans for records a header filter dropped (``[otel]
+        trace_filtered``), shaped as process spans (per record, or per partition with links),
+        at the moment the decoder dropped them; they count as traced in the settle span."""
+        if not records:
+            return
+        now = time.time_ns()
+        self._op = "filter"
+        try:
+            if self.per == "record":
+                self._per_record(records, now, now, False, None, None)
+            else:
+                self._per_batch(records, now, now, None, None)
+        finally:
+            self._op = "process"
+
     def _per_record(self, records, start_ns, end_ns, dead_letters, failed, error) -> None:
         tracer = self.source.tracer()
-        start_span, context, base_of, names = tracer.start_span, self._context, self._base, self._names
+        start_span, context, base_of, name_of = tracer.start_span, self._context, self._base, self._name
         traced, last = self._traced, self._last
         consumer, span_of, skip_unsampled = self._CONSUMER, self._span_of, self.parent_based
         for i, r in enumerate(records):
@@ -194,7 +218,7 @@ class Tracing:
             elif failed is not None and i in failed:
                 attributes[ERROR_TYPE] = type(error).__qualname__
                 description = str(error)
-            span = start_span(names[r.topic], context=parent, kind=consumer, attributes=attributes,
+            span = start_span(name_of(r.topic), context=parent, kind=consumer, attributes=attributes,
                               start_time=start_ns)
             if description is not None:
                 span.set_status(self._Status(self._ERROR, description))
@@ -225,7 +249,7 @@ class Tracing:
                 bad = failed is not None and any(i in failed for i in chunk)
                 if bad:
                     attributes[ERROR_TYPE] = type(error).__qualname__
-                span = tracer.start_span(self._names[key[0]], kind=self._CONSUMER, attributes=attributes,
+                span = tracer.start_span(self._name(key[0]), kind=self._CONSUMER, attributes=attributes,
                                          links=links, start_time=start_ns)
                 if bad:
                     span.set_status(self._Status(self._ERROR, str(error)))

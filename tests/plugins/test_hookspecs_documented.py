@@ -47,7 +47,7 @@ def test_every_collecting_hook_has_a_typed_method():
     # Callers use manager.sinks() etc., never pm.hook.<name>(...) by string.
     methods = {"kdaemon_header_filters": "header_filters", "kdaemon_deserializers": "deserializers",
                "kdaemon_interceptors": "interceptors", "kdaemon_sinks": "sinks",
-               "kdaemon_sink_companions": "sink_companions",
+               "kdaemon_sink_companions": "sink_companions", "kdaemon_filtered_observer": "filtered_observers",
                "kdaemon_configure": "configure", "kdaemon_pre_fork": "pre_fork",
                "kdaemon_post_fork": "post_fork", "kdaemon_worker_exit": "worker_exit"}
     assert set(methods) == set(SPECS), "a new hook needs a typed PluginManager method (and a row here)"

@@ -164,3 +164,31 @@ def test_none_offers_nothing():
     pm = PluginManager(enabled=[], include_builtin=False)
     pm.register(Nothing(), "nothing")
     assert pm.deserializers() == {}
+
+
+def test_filtered_observers_name_their_plugin_and_skip_the_ones_that_answer_none():
+    def seen(records):
+        return None
+
+    class Watches:
+        @hookimpl
+        def kdaemon_filtered_observer(self):
+            return seen
+
+    class Declines:
+        @hookimpl
+        def kdaemon_filtered_observer(self):
+            return None
+
+    class Broken:
+        @hookimpl
+        def kdaemon_filtered_observer(self):
+            return "not callable"
+
+    pm = PluginManager(enabled=[], include_builtin=False)
+    pm.register(Declines(), "declines")
+    pm.register(Watches(), "watches")
+    assert pm.filtered_observers() == [("watches", seen)]
+    pm.register(Broken(), "broken")
+    with pytest.raises(PluginError, match="plugin 'broken': kdaemon_filtered_observer must return a callable or None"):
+        pm.filtered_observers()

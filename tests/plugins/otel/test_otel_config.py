@@ -24,8 +24,10 @@ def problems(doc: dict, environ=None) -> list[str]:
 
 def test_otel_settings_parse_typed():
     config = parse(raw({"endpoint": "http://collector:4318", "protocol": "grpc", "sampling": 0.25,
-                        "spans": "batch", "service_name": "orders-consumer"}), "f.toml", environ={})
-    assert config.otel == OtelSection("http://collector:4318", "grpc", 0.25, "batch", "orders-consumer")
+                        "spans": "batch", "service_name": "orders-consumer", "trace_filtered": True}), "f.toml",
+                   environ={})
+    assert config.otel == OtelSection("http://collector:4318", "grpc", 0.25, "batch", "orders-consumer", True)
+    assert OtelSection().trace_filtered is False   # filtered records are counted, not traced, unless asked
     assert OtelSection().spans == "batch"   # the cheaper (docs/PERFORMANCE.md)
     assert parse(raw({}), "f.toml", environ={}).otel == OtelSection()
     assert parse({k: v for k, v in raw({}).items() if k != "otel"}, "f.toml", environ={}).otel is None
@@ -34,7 +36,7 @@ def test_otel_settings_parse_typed():
 def test_every_bad_key_is_named_with_what_it_takes():
     assert problems(raw({"endpont": "x", "sampling": 1.5, "protocol": "http/json", "spans": "all"})) == [
         "f.toml: otel.endpont: unknown setting (did you mean 'endpoint'?) "
-        "(known: endpoint, protocol, sampling, service_name, spans)",
+        "(known: endpoint, protocol, sampling, service_name, spans, trace_filtered)",
         "f.toml: otel.sampling: expected a number >= 0 and <= 1, found float 1.5",
         "f.toml: otel.protocol: expected one of http/protobuf, grpc, found string \"http/json\"",
         "f.toml: otel.spans: expected one of record, batch, found string \"all\""]

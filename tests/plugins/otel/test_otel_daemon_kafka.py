@@ -12,6 +12,8 @@ worker's drain.  Then:
 * the dead letter's span is in its producer's trace too, status ERROR, ``error.type`` the
   deserializer's exception and ``kdaemon.stage = deserialize``;
 * the filtered record has no span and is counted in the settle spans' ``kdaemon.records.untraced``;
+  with ``[otel] trace_filtered = true`` it has a ``filter <topic>`` span instead, a child of its
+  producer's span shaped as a process span, and nothing is untraced;
 * ``commit <topic>`` settle spans cover the committed end of the partition;
 * the SDK ran in the worker: the supervisor has one thread, and the exporter's start was logged
   by the worker's pid.
@@ -60,7 +62,8 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int] | None:
         return None
 
 
-def test_process_spans_continue_the_producers_traces_and_a_dead_letter_is_an_error(kafka, tmp_path):
+@pytest.mark.parametrize("trace_filtered", [False, True], ids=["filtered-counted", "filtered-traced"])
+def test_process_spans_continue_the_producers_traces_and_a_dead_letter_is_an_error(kafka, tmp_path, trace_filtered):
     topic = f"otel-{uuid.uuid4().hex[:8]}"
     group = f"otel-group-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap, topic, 1)
@@ -88,7 +91,8 @@ def test_process_spans_continue_the_producers_traces_and_a_dead_letter_is_an_err
         config["plugins"] = ["json", "kdaemon_otel:"]
         config["deserializer"] = {"key": "str", "value": "json"}
         config["interceptors"] = [{"name": "otel"}]
-        config["otel"] = {"endpoint": otlp.endpoint, "service_name": "otel-test", "spans": "record"}
+        config["otel"] = {"endpoint": otlp.endpoint, "service_name": "otel-test", "spans": "record",
+                          "trace_filtered": trace_filtered}
         # Exported only when the queue fills (it does not) or a flush asks: the drain's.
         env = {"OTEL_BSP_SCHEDULE_DELAY": "3600000"}
         with Daemon(tmp_path, config, env=env) as daemon:
@@ -120,10 +124,24 @@ def test_process_spans_continue_the_producers_traces_and_a_dead_letter_is_an_err
         else:
             assert s.status == "UNSET" and "error.type" not in s.attributes, s
 
+    filtered = [s for s in spans if s.name == f"filter {topic}"]
+    if trace_filtered:
+        assert len(filtered) == 1, filtered
+        s = filtered[0]
+        assert (s.trace_id, s.parent_span_id) == send_span[FILTERED_AT] and s.kind == "CONSUMER"
+        assert s.attributes == {
+            "messaging.system": "kafka", "messaging.operation.name": "filter",
+            "messaging.operation.type": "process", "messaging.destination.name": topic,
+            "messaging.destination.partition.id": "0", "messaging.consumer.group.name": group,
+            "messaging.kafka.offset": FILTERED_AT}
+    else:
+        assert filtered == []
+
     settle = [s for s in spans if s.name == f"commit {topic}"]
     assert settle and all(s.kind == "CLIENT" and s.attributes["messaging.operation.type"] == "settle"
                           and s.attributes["messaging.consumer.group.name"] == group for s in settle)
     assert max(s.attributes["messaging.kafka.offset"] for s in settle) == GOOD + 2
-    assert sum(s.attributes.get("kdaemon.records.untraced", 0) for s in settle) == 1   # the filtered record
+    untraced = sum(s.attributes.get("kdaemon.records.untraced", 0) for s in settle)
+    assert untraced == (0 if trace_filtered else 1)   # the filtered record, unless traced
     linked = {span_id for s in settle for _, span_id in s.links}
-    assert linked and linked <= {s.span_id for s in process.values()}
+    assert linked and linked <= {s.span_id for s in process.values()} | {s.span_id for s in filtered}
