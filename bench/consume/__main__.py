@@ -30,7 +30,9 @@ partitions from offset 0 and does one mode's work on every record:
   Java: Jackson's ``ObjectMapper.readTree(value).get("id")``.
 * filter: keep the records whose ``type`` header equals one value (10%), ``json.loads`` those.
   kdaemon filters inside the Consumer with ``header_filter=HeaderRules(...)`` (which the C record
-  loop evaluates natively) and, as variants, with a Python callable and in the poll loop.  The
+  loop evaluates natively) and, as variants, with a Python callable, in the poll loop, and with
+  ``on_filtered`` (the dropped records handed to a callable, as a plugin asking for them gets
+  them: ``[otel] trace_filtered``; the records are then built to be filtered).  The
   peers have no filter option, so the same Python predicate inspects each record's headers (the
   Java consumer: ``headers().lastHeader("type")`` compared with ``Arrays.equals``, then Jackson).
 
@@ -104,9 +106,12 @@ def worker_kdaemon(spec: dict, tally: Tally) -> dict:
                    max_poll_records=spec["poll_records"], auto_offset_reset="earliest")
     if variant == "wait10":
         options["fetch_max_wait_ms"] = 10
-    prefiltered = mode == "filter" and variant in ("rules", "callable", "wait10")
-    if mode == "filter" and variant in ("rules", "wait10"):
+    prefiltered = mode == "filter" and variant in ("rules", "callable", "wait10", "told")
+    if mode == "filter" and variant in ("rules", "wait10", "told"):
         options["header_filter"] = HeaderRules([HeaderRule("type", "equals", (TARGET,))], default=False)
+    if mode == "filter" and variant == "told":
+        told = []   # what a plugin asking to see the filtered records is given (the otel plugin's trace_filtered)
+        options["on_filtered"] = lambda dropped: told.append(len(dropped))
     elif mode == "filter" and variant == "callable":
         options["header_filter"] = type_is_target
     work = json_plugin_work() if mode == "json" else attr_work(mode, prefiltered)
@@ -234,6 +239,7 @@ def run_client(spec: dict, broker) -> dict:
 RUNS = (
     ("kdaemon", "kdaemon", "rules", "kdaemon", "header_filter=HeaderRules", ("raw", "json", "filter")),
     ("kdaemon-callable", "kdaemon", "callable", "kdaemon", "header_filter=Python callable", ("filter",)),
+    ("kdaemon-told", "kdaemon", "told", "kdaemon", "header_filter=HeaderRules, on_filtered", ("filter",)),
     ("kdaemon-loop", "kdaemon", "loop", "kdaemon", "predicate in the poll loop", ("filter",)),
     ("java", "java", None, "Java KafkaConsumer (Jackson)", "", ("raw", "json", "filter")),
     ("confluent", "confluent", None, "confluent-kafka", "", ("raw", "json", "filter")),
@@ -562,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         poll_records="max records per poll/consume/getmany call, every client (default 10,000)",
         max_seconds="stop a client after this long and report it as CAPPED (default 300)", modes=MODES,
         clients="only these run ids or clients (default all): kdaemon, kdaemon-callable, kdaemon-loop, "
-                "kdaemon-wait10, java, confluent, confluent-b10, kafka-python, aiokafka")
+                "kdaemon-wait10, kdaemon-told, java, confluent, confluent-b10, kafka-python, aiokafka")
     parser.add_argument("--profile", action="store_true",
                         help="also run kdaemon raw, json and filter (those of --modes) under cProfile and print "
                              "the top 15")

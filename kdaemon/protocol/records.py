@@ -150,10 +150,13 @@ class RecordSetReader:
     After reading, ``next_offset`` is the position to fetch from next; ``truncated`` is set when
     the set ended in a partial batch (normal: brokers cut record sets at a byte limit).
 
-    ``on_filtered``: given the records ``header_filter`` dropped, a list per batch.  The filter
-    then runs on decoded records instead of inside the record loop, since a record dropped there
-    never becomes an object: every record of the set is built, the cost of being told.  Counts,
-    positions and what ``read_batch`` returns are the same either way.
+    ``on_filtered``: given the records ``header_filter`` dropped, a list per batch, in offset
+    order.  A record dropped inside the record loop never becomes an object, so a batch the
+    filter dropped records of is decoded a second time without it and the dropped ones are
+    handed over: 2.66 µs of CPU a record against 1.09 µs without ``on_filtered`` (bench/consume
+    filter mode, ``kdaemon-told``, 90% dropped), where running the filter in Python on built
+    records cost 4.45 µs.  Counts, positions and what ``read_batch`` returns are the same either
+    way.
     """
 
     __slots__ = ("_data", "_pos", "_end", "topic", "partition", "fetch_offset", "_filter",
@@ -180,7 +183,7 @@ class RecordSetReader:
         self._observed = None
         if on_filtered is not None and guarded is not None:
             self._observed = (guarded, on_filtered)
-            self._filter = self._v2_filter = None
+            self._filter = None   # a legacy message set is filtered in _read_legacy, on built records
         self._check_crcs = check_crcs
         self._aborted = None if aborted_transactions is None else AbortedTransactions(aborted_transactions)
         self._max_uncompressed = max_uncompressed_batch_bytes
@@ -203,20 +206,6 @@ class RecordSetReader:
         return out
 
     def read_batch(self) -> list[ConsumerRecord] | None:
-        batch = self._read_batch()
-        if self._observed is None or not batch:
-            return batch
-        keeps, on_filtered = self._observed
-        kept: list[ConsumerRecord] = []
-        dropped: list[ConsumerRecord] = []
-        for r in batch:
-            (kept if keeps(r.headers) else dropped).append(r)
-        if dropped:
-            self.filtered += len(dropped)
-            on_filtered(dropped)
-        return kept
-
-    def _read_batch(self) -> list[ConsumerRecord] | None:
         data, pos, end = self._data, self._pos, self._end
         if end - pos < _LOG_OVERHEAD:
             self.truncated = end > pos
@@ -311,6 +300,14 @@ class RecordSetReader:
         if pos_after != stop:
             raise self._corrupt(f"{stop - pos_after} bytes left over after {count} records", base_offset)
         self.filtered += filtered
+        if filtered and self._observed is not None:
+            every: list[ConsumerRecord] = []
+            _decode_v2_records(payload, start, count, base_offset, base_timestamp,
+                               max_timestamp if log_append else None, LOG_APPEND_TIME if log_append else CREATE_TIME,
+                               None if leader_epoch < 0 else leader_epoch, self.topic, self.partition,
+                               self.fetch_offset, None, every)
+            kept = {r.offset for r in out}
+            self._observed[1]([r for r in every if r.offset not in kept])
         return out
 
     def _read_control(self, info: BatchInfo, payload: bytes, count: int) -> list:
@@ -340,7 +337,17 @@ class RecordSetReader:
     def _read_legacy(self, data, pos: int, end: int, offset: int):
         out: list[ConsumerRecord] = []
         self._legacy_message(data, pos, end, offset, out, depth=0)
-        return out
+        if self._observed is None or not out:
+            return out
+        keeps, on_filtered = self._observed
+        kept: list[ConsumerRecord] = []
+        dropped: list[ConsumerRecord] = []
+        for r in out:
+            (kept if keeps(r.headers) else dropped).append(r)
+        if dropped:
+            self.filtered += len(dropped)
+            on_filtered(dropped)
+        return kept
 
     def _legacy_message(self, data, pos: int, end: int, offset: int, out: list,
                         depth: int, wrapper_timestamp: int | None = None,

@@ -566,6 +566,25 @@ def test_legacy_then_v2_after_upgrade(impl):
     assert [r.leader_epoch for r in recs] == [None, None, None, 0, 0]
 
 
+def test_a_reader_told_hands_over_what_the_filter_drops_legacy_and_v2_alike(impl):
+    """``on_filtered``: the same records returned and counted as without it; the dropped ones
+    handed over whole, a list per batch, in offset order (a v2 batch is decoded again for
+    them; a legacy message set is filtered on built records)."""
+    data = (build_legacy_wrapper(0, [(b"w", b"1")] * 3, magic=1)
+            + build_batch(specs(6), base_offset=3, codec=compression.LZ4) + build_batch(specs(2), base_offset=9))
+    drop_odd = lambda headers: int(dict(headers)["i"]) % 2 == 0 if headers else False  # noqa: E731
+    plain, counted = read(data, header_filter=drop_odd)
+    told: list[list] = []
+    recs, reader = read(data, header_filter=drop_odd, on_filtered=told.append)
+    assert recs == plain and reader.filtered == counted.filtered == 3 + 3 + 1
+    assert [offsets(batch) for batch in told] == [[0, 1, 2], [4, 6, 8], [10]]
+    assert all(r.value is not None and r.topic == TOPIC for batch in told for r in batch)
+    rules = HeaderRules([HeaderRule("i", "in", (b"1", b"3", b"5"), keep=False)])
+    told.clear()
+    recs, reader = read(data, header_filter=rules, on_filtered=told.append)
+    assert offsets(recs) == [0, 1, 2, 3, 5, 7, 9] and [offsets(b) for b in told] == [[4, 6, 8], [10]]
+
+
 def test_legacy_nested_compression_is_corrupt(impl):
     inner_wrapper = build_legacy_wrapper(0, [(b"a", b"b")], codec=compression.GZIP)
     data = build_legacy_message(0, None, compression.compress(compression.GZIP, inner_wrapper), magic=1,
