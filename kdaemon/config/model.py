@@ -164,8 +164,8 @@ class OtelSection:
     # The resource's service.name.  Default: OTEL_SERVICE_NAME, then "kdaemon".
     service_name: str | None = None
     # Header-filtered records get "filter" spans too (the same shape as "process" spans), instead
-    # of being only counted: their decoder then builds every record to run the filters on, the
-    # header filter's early drop given up (docs/PERFORMANCE.md, "otel plugin").
+    # of being only counted: the decoder then builds the records it drops to hand them over,
+    # most of the header filter's early drop given up (docs/PERFORMANCE.md, "otel plugin").
     trace_filtered: bool = False
 
 

@@ -113,10 +113,10 @@ def kdaemon_filtered_observer() -> Callable[[list[Record]], None] | None:
     """A callable to hand the records header filters drop to, or None (the usual answer).
 
     Called once in each worker, after ``kdaemon_configure``.  Where a plugin returns one, the
-    worker's decoder builds every record of a fetch and runs the header filters on the built
-    records (a dropped record is otherwise dropped inside the decoder, never built: the early
-    drop's saving, docs/PERFORMANCE.md, is what being told costs), and hands the dropped ones
-    to each observer, a list per record batch, in offset order.  Their ``key`` and ``value`` are
+    worker's decoder decodes a batch the filters dropped records of a second time without them
+    (a dropped record is otherwise never built: 2.66 µs of CPU a record instead of 1.09 µs at
+    90% dropped, docs/PERFORMANCE.md), and hands the dropped ones to each observer, a list per
+    record batch, in offset order.  Their ``key`` and ``value`` are
     the broker's bytes: no deserializer ran.  They stay filtered: counted in
     ``kdaemon_records_filtered_total``, never given to interceptors or a sink, and committed
     past like any filtered record.  An observer that raises is logged and counted
