@@ -26,7 +26,7 @@ from .schema import string_or_list
 SECRETS = ("sasl_password", "ssl_password")
 SECRET_SOURCES = {f"{name}{suffix}": name for name in SECRETS for suffix in ("_env", "_file")}
 # Consumer options the daemon owns: configuring them would break delivery guarantees.
-DAEMON_OWNED = {"enable_auto_commit", "header_filter", "on_consume", "on_commit"}
+DAEMON_OWNED = {"enable_auto_commit", "header_filter", "on_filtered", "on_consume", "on_commit"}
 
 # Every key [kafka] takes, and its TOML type.  The consumer splits a comma-separated string for
 # its two list options, so those take either.
