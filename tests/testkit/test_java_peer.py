@@ -11,12 +11,15 @@ from testkit.java_peer import (JavaConsumerProcess, JavaProduceOps, java_consume
                                      java_offsets_for_times, java_produce)
 from testkit.produce import create_topic
 
+# Records stamped in 2023: kept from the shared broker's time-based retention (7 days).
+KEEP = {"retention.ms": "-1"}
+
 pytestmark = pytest.mark.kafka
 
 
 def test_java_producer_and_consumer_round_trip(kafka):
     topic = f"peer-{uuid.uuid4().hex[:8]}"
-    create_topic(kafka.bootstrap, topic, 2)
+    create_topic(kafka.bootstrap, topic, 2, config=KEEP)
     ops = JavaProduceOps()
     for i in range(10):
         ops.record(b"k%d" % i if i % 3 else None, None if i == 4 else b"v%d" % i, partition=i % 2,
@@ -35,7 +38,7 @@ def test_java_producer_and_consumer_round_trip(kafka):
 
 def test_java_transactions_and_read_committed(kafka):
     topic = f"peer-txn-{uuid.uuid4().hex[:8]}"
-    create_topic(kafka.bootstrap, topic, 1)
+    create_topic(kafka.bootstrap, topic, 1, config=KEEP)
     ops = JavaProduceOps()
     for committed in (True, False, True):
         ops.begin()
@@ -51,7 +54,7 @@ def test_java_transactions_and_read_committed(kafka):
 
 def test_java_offsets_for_times(kafka):
     topic = f"peer-times-{uuid.uuid4().hex[:8]}"
-    create_topic(kafka.bootstrap, topic, 1)
+    create_topic(kafka.bootstrap, topic, 1, config=KEEP)
     ops = JavaProduceOps()
     for i in range(5):
         ops.record(None, b"v", partition=0, timestamp=1_000_000 + 10 * i)
@@ -63,7 +66,7 @@ def test_java_offsets_for_times(kafka):
 
 def test_java_group_member_events(kafka):
     topic = f"peer-group-{uuid.uuid4().hex[:8]}"
-    create_topic(kafka.bootstrap, topic, 2)
+    create_topic(kafka.bootstrap, topic, 2, config=KEEP)
     member = JavaConsumerProcess(kafka.bootstrap, topics=[topic], group=f"g-{topic}",
                                  assignor="cooperative-sticky", commit=True,
                                  settings={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"})

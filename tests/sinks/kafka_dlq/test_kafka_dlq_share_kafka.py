@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.kafka]
 
 def test_out_of_order_and_redelivered_dead_letters_all_reach_the_topic(kafka, tmp_path):
     dlq = f"share-dlq-{uuid.uuid4().hex[:8]}"
-    create_topic(kafka.bootstrap, dlq, 1)
+    create_topic(kafka.bootstrap, dlq, 1, config={"retention.ms": "-1"})   # the letters are stamped in 2023
     context = SinkContext(str(tmp_path), "d", 60.0, kafka={"bootstrap_servers": (kafka.bootstrap,)},
                           group_type="share")
     sink = builtin.kdaemon_sinks(context)["kafka"]({"type": "kafka", "topic": dlq})
