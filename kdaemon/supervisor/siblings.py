@@ -21,7 +21,7 @@ the window; the first poke of the series after the target finds it.  A worker th
 signal heartbeats at once (``Worker.group_news`` → ``Consumer.heartbeat_soon``); the news of
 one loop turn are one poke.  Under the classic protocol the same poke makes a member see a
 rebalance at once.  A heartbeat more is one the coordinator answers like any other: five per
-worker per change (ConsumerGroupHeartbeat without a change writes nothing).
+worker per change.
 
 A worker ignores the signal until its handler is installed (``child.run_child``), so no signal
 reaches a process that would die of it.

@@ -219,7 +219,7 @@ def consumer_options(config: DaemonConfig, parts, *, index: int = 0, static_memb
                 log.info("worker %d: %s not used under the consumer protocol (the broker's group.consumer.* "
                          "settings apply)", index, ", ".join(dropped))
     opts["header_filter"] = parts.header_filter
-    if getattr(parts, "on_filtered", None) is not None:
+    if parts.on_filtered is not None:
         opts["on_filtered"] = parts.on_filtered
     if static_members and config.daemon.assignment == "group":
         opts["group_instance_id"] = _instance_id(config, index, opts)
@@ -307,7 +307,7 @@ def share_consumer_options(config: DaemonConfig, parts, *, index: int = 0) -> di
     opts = config.consumer_options()
     opts["share_acknowledgement_mode"] = "explicit"
     opts["header_filter"] = parts.header_filter
-    if getattr(parts, "on_filtered", None) is not None:
+    if parts.on_filtered is not None:
         opts["on_filtered"] = parts.on_filtered
     return _every_worker_options(config, opts)
 

@@ -97,7 +97,7 @@ class Pipeline:
         self.config = config
         self.parts = parts
         self.stats = stats or WorkerStats()
-        if getattr(parts, "on_filtered", None) is not None:   # its errors count among the plugins' (kdaemon_plugin_errors_total)
+        if parts.on_filtered is not None:   # its errors count among the plugins' (kdaemon_plugin_errors_total)
             parts.on_filtered.errors = self.stats.plugin_errors
         self.observer = observer or _NO_OBSERVER
         self._key = parts.key_deserializer

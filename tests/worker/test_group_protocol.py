@@ -108,6 +108,7 @@ def test_static_assignment_joins_no_group_and_asks_nothing():
 
 class _Parts:
     header_filter = None
+    on_filtered = None
 
 
 def test_auto_resolved_to_consumer_drops_the_classic_only_options(caplog):

@@ -22,6 +22,7 @@ def _config(daemon: dict | None = None, kafka: dict | None = None):
 
 class _Parts:
     header_filter = None
+    on_filtered = None
 
 
 def test_the_default_budget_caps_fetch_sizes_and_the_sink_share():
