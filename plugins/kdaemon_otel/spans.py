@@ -136,7 +136,6 @@ class Tracing:
         self._CONSUMER, self._CLIENT = SpanKind.CONSUMER, SpanKind.CLIENT
         self._bases: dict[tuple[str, str, int], dict] = {}
         self._names: dict[tuple[str, str], str] = {}
-        self._op = "process"   # the operation the spans being made are of: "process" or "filter"
         # Since the last commit, per (topic, partition): records given a process span, the last
         # sampled span's context (the commit's link); the last committed offset, else the first
         # offset traced (where the settled range starts).
@@ -147,17 +146,15 @@ class Tracing:
 
     # -- process ----------------------------------------------------------------------------------
 
-    def _base(self, topic: str, partition: int) -> dict:
-        base = self._bases.get((self._op, topic, partition))
+    def _base(self, op: str, topic: str, partition: int) -> dict:
+        """The attributes every ``op`` span ("process" or "filter") of the partition starts with."""
+        base = self._bases.get((op, topic, partition))
         if base is None:
-            base = self._bases[(self._op, topic, partition)] = {
-                **self._common, OPERATION_NAME: self._op, OPERATION_TYPE: "process",
+            base = self._bases[(op, topic, partition)] = {
+                **self._common, OPERATION_NAME: op, OPERATION_TYPE: "process",
                 DESTINATION: topic, PARTITION: str(partition)}
-            self._names.setdefault((self._op, topic), f"{self._op} {topic}")
+            self._names.setdefault((op, topic), f"{op} {topic}")
         return base
-
-    def _name(self, topic: str) -> str:
-        return self._names[(self._op, topic)]
 
     def _context(self, record: Record):
         return self._extract(record.headers, getter=GETTER) if record.headers else None
@@ -185,18 +182,14 @@ class Tracing:
         if not records:
             return
         now = time.time_ns()
-        self._op = "filter"
-        try:
-            if self.per == "record":
-                self._per_record(records, now, now, False, None, None)
-            else:
-                self._per_batch(records, now, now, None, None)
-        finally:
-            self._op = "process"
+        if self.per == "record":
+            self._per_record(records, now, now, False, None, None, op="filter")
+        else:
+            self._per_batch(records, now, now, None, None, op="filter")
 
-    def _per_record(self, records, start_ns, end_ns, dead_letters, failed, error) -> None:
+    def _per_record(self, records, start_ns, end_ns, dead_letters, failed, error, op: str = "process") -> None:
         tracer = self.source.tracer()
-        start_span, context, base_of, name_of = tracer.start_span, self._context, self._base, self._name
+        start_span, context, base_of, names = tracer.start_span, self._context, self._base, self._names
         traced, last = self._traced, self._last
         consumer, span_of, skip_unsampled = self._CONSUMER, self._span_of, self.parent_based
         for i, r in enumerate(records):
@@ -209,7 +202,7 @@ class Tracing:
                         self._committed.setdefault(key, r.offset)
                     traced[key] += 1   # the sampler's decision, taken: not "untraced"
                     continue
-            attributes = {**base_of(r.topic, r.partition), OFFSET: r.offset}
+            attributes = {**base_of(op, r.topic, r.partition), OFFSET: r.offset}
             if r.raw_value is None and r.value is None:
                 attributes[TOMBSTONE] = True
             description = None
@@ -218,7 +211,7 @@ class Tracing:
             elif failed is not None and i in failed:
                 attributes[ERROR_TYPE] = type(error).__qualname__
                 description = str(error)
-            span = start_span(name_of(r.topic), context=parent, kind=consumer, attributes=attributes,
+            span = start_span(names[(op, r.topic)], context=parent, kind=consumer, attributes=attributes,
                               start_time=start_ns)
             if description is not None:
                 span.set_status(self._Status(self._ERROR, description))
@@ -230,7 +223,7 @@ class Tracing:
             if ctx.trace_flags.sampled:
                 last[key] = ctx
 
-    def _per_batch(self, records, start_ns, end_ns, failed, error) -> None:
+    def _per_batch(self, records, start_ns, end_ns, failed, error, op: str = "process") -> None:
         tracer = self.source.tracer()
         runs: dict[tuple[str, int], list[int]] = {}
         for i, r in enumerate(records):
@@ -245,11 +238,11 @@ class Tracing:
                         linked = self._span_of(self._extract(r.headers, getter=GETTER)).get_span_context()
                         if linked.is_valid and (linked.trace_flags.sampled or not self.parent_based):
                             links.append(self._Link(linked))
-                attributes = {**self._base(*key), BATCH_COUNT: len(chunk)}
+                attributes = {**self._base(op, *key), BATCH_COUNT: len(chunk)}
                 bad = failed is not None and any(i in failed for i in chunk)
                 if bad:
                     attributes[ERROR_TYPE] = type(error).__qualname__
-                span = tracer.start_span(self._name(key[0]), kind=self._CONSUMER, attributes=attributes,
+                span = tracer.start_span(self._names[(op, key[0])], kind=self._CONSUMER, attributes=attributes,
                                          links=links, start_time=start_ns)
                 if bad:
                     span.set_status(self._Status(self._ERROR, str(error)))
