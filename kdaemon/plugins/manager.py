@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import pluggy
@@ -136,18 +136,23 @@ class PluginManager:
         return (f"{hook.name}: {name!r} is offered twice, though only {self._names(owners)} offers it "
                 "alone: a wrapper=True implementation of this hook adds it again")
 
+    def _each_alone(self, hook: pluggy.HookCaller) -> Iterator[tuple[str, pluggy.HookCaller]]:
+        """(plugin name, a caller of that plugin's own implementation of ``hook`` alone, through
+        pluggy) for each plain implementation, in registration order; wrappers are left out."""
+        plugins = self._pm.list_name_plugin()
+        for impl in hook.get_hookimpls():
+            if impl.wrapper or impl.hookwrapper:
+                continue
+            yield impl.plugin_name, self._pm.subset_hook_caller(
+                hook.name, remove_plugins=[p for n, p in plugins if n != impl.plugin_name])
+
     def _returning(self, hook: pluggy.HookCaller, test: Callable[[object], bool], kwargs: dict) -> list[str]:
         """The plugins (in registration order) whose own implementation of ``hook``, called
         alone through pluggy, returns something ``test`` accepts."""
         found: list[str] = []
-        plugins = self._pm.list_name_plugin()
-        for impl in hook.get_hookimpls():
-            if impl.wrapper or impl.hookwrapper or impl.plugin_name in found:
-                continue
-            alone = self._pm.subset_hook_caller(
-                hook.name, remove_plugins=[p for n, p in plugins if n != impl.plugin_name])
-            if any(test(r) for r in alone(**kwargs)):
-                found.append(impl.plugin_name)
+        for name, alone in self._each_alone(hook):
+            if name not in found and any(test(r) for r in alone(**kwargs)):
+                found.append(name)
         return found
 
     @staticmethod
@@ -201,25 +206,19 @@ class PluginManager:
         plugin's name (a failing observer is named in the worker's log and metrics): each
         implementation called alone through pluggy, once per worker."""
         hook = self._pm.hook.kdaemon_filtered_observer
-        plugins = self._pm.list_name_plugin()
         out: list[tuple[str, Callable]] = []
-        for impl in hook.get_hookimpls():
-            if impl.wrapper or impl.hookwrapper:
-                continue
-            alone = self._pm.subset_hook_caller(
-                hook.name, remove_plugins=[p for n, p in plugins if n != impl.plugin_name])
+        for name, alone in self._each_alone(hook):
             try:
                 results = alone()
             except Exception as exc:
-                raise PluginError(f"plugin {impl.plugin_name!r}: {hook.name} raised {type(exc).__name__}: {exc}") \
-                    from exc
+                raise PluginError(f"plugin {name!r}: {hook.name} raised {type(exc).__name__}: {exc}") from exc
             for observer in results:
                 if observer is None:
                     continue
                 if not callable(observer):
-                    raise PluginError(f"plugin {impl.plugin_name!r}: {hook.name} must return a callable or None, "
+                    raise PluginError(f"plugin {name!r}: {hook.name} must return a callable or None, "
                                       f"got a {type(observer).__name__}")
-                out.append((impl.plugin_name, observer))
+                out.append((name, observer))
         return out
 
     def configure(self, config) -> None:
