@@ -116,8 +116,8 @@ def kdaemon_filtered_observer() -> Callable[[list[Record]], None] | None:
     worker's decoder decodes a batch the filters dropped records of a second time without them
     (a dropped record is otherwise never built: 2.66 µs of CPU a record instead of 1.09 µs at
     90% dropped, docs/PERFORMANCE.md), and hands the dropped ones to each observer, a list per
-    record batch, in offset order.  Their ``key`` and ``value`` are
-    the broker's bytes: no deserializer ran.  They stay filtered: counted in
+    record batch, in offset order.  Their ``key`` and ``value`` are the broker's bytes: no
+    deserializer ran.  They stay filtered: counted in
     ``kdaemon_records_filtered_total``, never given to interceptors or a sink, and committed
     past like any filtered record.  An observer that raises is logged and counted
     (``kdaemon_plugin_errors_total``), as an interceptor's ``on_consume`` is; the records stay
@@ -194,5 +194,5 @@ def kdaemon_worker_exit(index: int, exit_code: int) -> None:
 
 
 ALL_HOOKS = ("kdaemon_header_filters", "kdaemon_deserializers", "kdaemon_interceptors",
-             "kdaemon_sinks", "kdaemon_sink_companions", "kdaemon_filtered_observer", "kdaemon_configure", "kdaemon_pre_fork", "kdaemon_post_fork",
-             "kdaemon_worker_exit")
+             "kdaemon_sinks", "kdaemon_sink_companions", "kdaemon_filtered_observer", "kdaemon_configure",
+             "kdaemon_pre_fork", "kdaemon_post_fork", "kdaemon_worker_exit")
