@@ -114,7 +114,7 @@ def kdaemon_filtered_observer() -> Callable[[list[Record]], None] | None:
 
     Called once in each worker, after ``kdaemon_configure``.  Where a plugin returns one, the
     worker's decoder decodes a batch the filters dropped records of a second time without them
-    (a dropped record is otherwise never built: 2.66 µs of CPU a record instead of 1.09 µs at
+    (a dropped record is otherwise never built: 2-2.8 µs of CPU a record instead of 1.05 µs at
     90% dropped, docs/PERFORMANCE.md), and hands the dropped ones to each observer, a list per
     record batch, in offset order.  Their ``key`` and ``value`` are the broker's bytes: no
     deserializer ran.  They stay filtered: counted in

@@ -153,9 +153,9 @@ class RecordSetReader:
     ``on_filtered``: given the records ``header_filter`` dropped, a list per batch, in offset
     order.  A record dropped inside the record loop never becomes an object, so a batch the
     filter dropped records of is decoded a second time without it and the dropped ones are
-    handed over: 2.66 µs of CPU a record against 1.09 µs without ``on_filtered`` (bench/consume
-    filter mode, ``kdaemon-told``, 90% dropped), where running the filter in Python on built
-    records cost 4.45 µs.  Counts, positions and what ``read_batch`` returns are the same either
+    handed over: 1.95-2.8 µs of CPU a record against 1.05 µs without ``on_filtered`` (bench/consume
+    filter mode, ``kdaemon-told``, 90% dropped; docs/PERFORMANCE.md), where running the filter in
+    Python on built records cost 4.45 µs.  Counts, positions and what ``read_batch`` returns are the same either
     way.
     """
 
@@ -286,12 +286,11 @@ class RecordSetReader:
                                 base_offset)
         log_append = bool(attributes & _ATTR_TIMESTAMP_TYPE)
         out: list[ConsumerRecord] = []
+        batch = (payload, start, count, base_offset, base_timestamp, max_timestamp if log_append else None,
+                 LOG_APPEND_TIME if log_append else CREATE_TIME, None if leader_epoch < 0 else leader_epoch,
+                 self.topic, self.partition, self.fetch_offset)
         try:
-            pos_after, filtered = _decode_v2_records(
-                payload, start, count, base_offset, base_timestamp,
-                max_timestamp if log_append else None, LOG_APPEND_TIME if log_append else CREATE_TIME,
-                None if leader_epoch < 0 else leader_epoch, self.topic, self.partition,
-                self.fetch_offset, self._v2_filter, out)
+            pos_after, filtered = _decode_v2_records(*batch, self._v2_filter, out)
         except (IndexError, ValueError, UnicodeDecodeError, DecodeError) as exc:
             # DecodeError: the loop's fallback for varints of three bytes or more is the shared
             # primitives decoder, which reports over-long or unterminated varints that way.
@@ -302,10 +301,7 @@ class RecordSetReader:
         self.filtered += filtered
         if filtered and self._observed is not None:
             every: list[ConsumerRecord] = []
-            _decode_v2_records(payload, start, count, base_offset, base_timestamp,
-                               max_timestamp if log_append else None, LOG_APPEND_TIME if log_append else CREATE_TIME,
-                               None if leader_epoch < 0 else leader_epoch, self.topic, self.partition,
-                               self.fetch_offset, None, every)
+            _decode_v2_records(*batch, None, every)
             kept = {r.offset for r in out}
             self._observed[1]([r for r in every if r.offset not in kept])
         return out
