@@ -213,6 +213,18 @@ def test_only_null_values_are_nulls_without_parsing(spark):
     assert got.type == _value_type() and got.to_pylist() == [None, None]
 
 
+def test_values_up_to_the_longest_direct_one_parse_across_the_readers_blocks(spark):
+    # Values as long as the direct path takes (``_LONG_VALUE``), 1.5 MB of them, so several of
+    # the JSON reader's blocks, none on a block's boundary on purpose: every one read, in order
+    # (a block shorter than a value fails: "straddling object straddles two block boundaries").
+    import json
+    n = 30
+    values = [json.dumps({"i": k, "str": "x" * (arrow_rows._LONG_VALUE - 40 - k)}).encode() for k in range(n)]
+    assert all(len(v) <= arrow_rows._LONG_VALUE for v in values)
+    got = parse_json_values(pa.array(values, pa.binary()), _value_type())
+    assert [(r["i"], len(r["str"])) for r in got.to_pylist()] == [(k, arrow_rows._LONG_VALUE - 40 - k) for k in range(n)]
+
+
 # -- job_rows end to end ---------------------------------------------------------------------------
 
 DAY_MS = 86_400_000
