@@ -177,10 +177,13 @@ class SparkSink:
     def _spill(self) -> None:
         """Stage the buffers now, to send with the next flush: memory stays under ``max_bytes``
         while a flush still gathers up to ``max_records`` (an upload job has a fixed cost of
-        about a second in Spark, so fewer, bigger jobs deliver more)."""
+        about a second in Spark, so fewer, bigger jobs deliver more).  The uploader is told
+        of them at once, and builds their rows while this worker reads on (``uploader/ahead.py``)."""
         started = min(b.started for b in self._buffers.values())
-        self._spilled += self._stage_buffers()
+        staged_now = self._stage_buffers()
+        self._spilled += staged_now
         self._spilled_since = started if self._spilled_since is None else min(self._spilled_since, started)
+        self.client.hint([r["file"] for r in staged_now])
 
     def wants_flush(self) -> bool:
         now = time.monotonic()

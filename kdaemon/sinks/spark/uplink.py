@@ -7,7 +7,7 @@ import socket
 import time
 
 from ...plugins.types import SinkRefused, SinkUnavailable
-from .wire import ResumeQuery, UploadReply, UploadRequest
+from .wire import PrepareHint, ResumeQuery, UploadReply, UploadRequest
 
 
 class SparkUploadError(Exception):
@@ -82,6 +82,18 @@ class UploaderClient:
                     errors.append(reply)
             if not ids or not self._read(max(0.0, deadline - time.monotonic())):
                 return
+
+    def hint(self, files: list[str]) -> None:
+        """Send a ``PrepareHint`` for ``files``, staged ahead of the next flush.  A hint the
+        uploader cannot take is not an error of its own: the connection is closed, and the
+        flush that sends these files meets the uploader's state and handles it."""
+        try:
+            sock = self._connect()
+            sock.sendall(PrepareHint(files).encode())
+        except UploaderUnavailable:
+            pass
+        except OSError:
+            self.close()
 
     def ask(self, topic: str, positions: dict[int, int]) -> int:
         """Send a ``ResumeQuery``; its id, for ``answer``."""

@@ -5,7 +5,8 @@ A worker (``staging.UploaderClient``) connects to the uploader's Unix socket and
 answers each with one ``UploadReply`` once the batch is in the output, or failed.  A worker
 given partitions asks with a ``ResumeQuery`` where they may start; the ``UploadReply`` to it
 carries ``resume``.  Several requests may be in flight on one connection; ``id`` pairs a reply
-with its request.
+with its request.  A ``PrepareHint`` names batches staged ahead of their flush, whose rows the
+uploader may build meanwhile (``uploader/ahead.py``); it has no reply.
 """
 
 from __future__ import annotations
@@ -95,10 +96,33 @@ class ResumeQuery:
         return cls(int(msg["id"]), str(msg["topic"]), {int(p): int(o) for p, o in positions.items()})
 
 
-def decode_request(msg: dict) -> "UploadRequest | ResumeQuery":
+@dataclass(frozen=True)
+class PrepareHint:
+    """The worker staged ``files`` ahead of its next flush, which will ask for their upload:
+    their rows may be built meanwhile.  A hint only: no reply, and nothing depends on it."""
+
+    files: list[str]
+
+    def encode(self) -> bytes:
+        return json.dumps({"op": "prepare", "files": self.files}).encode() + b"\n"
+
+    @classmethod
+    def decode(cls, msg: dict) -> "PrepareHint":
+        files = msg["files"]
+        if not isinstance(files, list):
+            raise TypeError(f"files is a JSON array, not {type(files).__name__}")
+        return cls([str(f) for f in files])
+
+
+def decode_request(msg: dict) -> "UploadRequest | ResumeQuery | PrepareHint":
     """A parsed request line, by its ``op`` (``upload`` if absent); ValueError, KeyError or
     TypeError name what is missing or wrong."""
-    return ResumeQuery.decode(msg) if msg.get("op") == "resume" else UploadRequest.decode(msg)
+    op = msg.get("op")
+    if op == "resume":
+        return ResumeQuery.decode(msg)
+    if op == "prepare":
+        return PrepareHint.decode(msg)
+    return UploadRequest.decode(msg)
 
 
 @dataclass(frozen=True)

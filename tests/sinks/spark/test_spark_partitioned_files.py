@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kdaemon.sinks.spark.tables.arrow_rows import WRITE_LANES, NotDirect, PartitionedFiles, write_pieces
+from kdaemon.sinks.spark.tables.arrow_rows import WRITE_LANES, NotDirect, PartitionedFiles, split_by, write_pieces
 
 
 def _batch(start: int, n: int) -> pa.Table:
@@ -31,6 +31,20 @@ def _files(tmp_path, lanes: int = WRITE_LANES) -> PartitionedFiles:
 
 def _parquet(tmp_path) -> list[str]:
     return sorted(str(p) for p in tmp_path.rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("offsets", [[1, 2, 4], [1, 3, 4, 6], [3, 6], []])
+def test_split_by_gives_each_value_its_rows(offsets):
+    # One value (no filtering), two, every row of the other value, and no rows at all.
+    rows = pa.table({"topic": ["t"] * len(offsets), "partition": pa.array([o % 2 for o in offsets], pa.int32()),
+                     "date": ["2026-11-27" if o % 3 else "2026-11-28" for o in offsets],
+                     "offset": pa.array(offsets, pa.int64())})
+    for columns in (["topic", "date"], ["partition"]):
+        got = {values: part.column("offset").to_pylist() for values, part in split_by(rows, columns)}
+        want: dict = {}
+        for r in rows.to_pylist():
+            want.setdefault(tuple(str(r[c]) for c in columns), []).append(r["offset"])
+        assert got == want
 
 
 def test_every_row_lands_once_in_a_file_per_value_and_lane(tmp_path):

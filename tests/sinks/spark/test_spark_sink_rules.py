@@ -25,7 +25,7 @@ from kdaemon.sinks.spark.tables.layout import BatchId  # noqa: E402
 from kdaemon.sinks.spark.staging import (SparkSink, SparkUploadError, UploaderUnavailable,  # noqa: E402
                                           validate_settings)
 from kdaemon.sinks.spark.uploader.process import Request, Uploader  # noqa: E402
-from kdaemon.sinks.spark.wire import UploadReply, UploadRequest, parse_line  # noqa: E402
+from kdaemon.sinks.spark.wire import PrepareHint, UploadReply, UploadRequest, decode_request, parse_line  # noqa: E402
 from kdaemon.worker.build import PipelineParts  # noqa: E402
 from kdaemon.worker.pipeline import Mode, Worker  # noqa: E402
 
@@ -465,35 +465,60 @@ class _HeldUploader:
         self.server.bind(str(path))
         self.server.listen(1)
         self.requests: list[UploadRequest] = []
+        self.hints: list[str] = []   # the files of every PrepareHint, in order
         self.answers = __import__("queue").Queue()
+        self.stopped = False
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
     def _serve(self) -> None:
-        conn, _ = self.server.accept()
-        buf = b""
-        while True:
-            ok = self.answers.get()
-            if ok is None:
-                break
-            while b"\n" not in buf:
-                data = conn.recv(65536)
-                if not data:   # a probe's connection, or the worker gave up on this one
-                    conn.close()
+        # Reads on its own (hints need no answer); an upload request waits for the test's answer.
+        import queue
+        conn, buf = None, b""
+        self.server.settimeout(0.05)
+        while not self.stopped:
+            if conn is None:   # the first connection, or the next after a probe or a worker's retry
+                try:
                     conn, _ = self.server.accept()
-                    buf = b""
+                except TimeoutError:
+                    continue
+                conn.settimeout(0.05)
+                buf = b""
+            if b"\n" not in buf:
+                try:
+                    data = conn.recv(65536)
+                except TimeoutError:
+                    continue
+                if not data:
+                    conn.close()
+                    conn = None
                 buf += data
+                continue
             line, buf = buf.split(b"\n", 1)
-            req = UploadRequest.decode(parse_line(line))
-            self.requests.append(req)
-            if ok == "transient":
-                conn.sendall(UploadReply(req.id, False, "Py4JJavaError: master lost", transient=True).encode())
+            wanted = decode_request(parse_line(line))
+            if isinstance(wanted, PrepareHint):
+                self.hints += wanted.files
+                continue
+            self.requests.append(wanted)
+            while not self.stopped:
+                try:
+                    ok = self.answers.get(timeout=0.05)
+                    break
+                except queue.Empty:
+                    pass
             else:
-                conn.sendall(UploadReply(req.id, ok, None if ok else "disk full").encode())
-        conn.close()
+                break
+            conn.settimeout(None)
+            if ok == "transient":
+                conn.sendall(UploadReply(wanted.id, False, "Py4JJavaError: master lost", transient=True).encode())
+            else:
+                conn.sendall(UploadReply(wanted.id, ok, None if ok else "disk full").encode())
+            conn.settimeout(0.05)
+        if conn is not None:
+            conn.close()
 
     def stop(self) -> None:
-        self.answers.put(None)
+        self.stopped = True
         self.thread.join(5)
         self.server.close()
 
@@ -551,6 +576,9 @@ def test_buffers_past_max_bytes_are_staged_at_once_and_sent_with_the_next_flush(
             assert len(os.listdir(sink.staging)) == 2 * first // 10
         sink.write(_records(0, range(30, 32)))   # 62 records: a flush is due, with what is still in memory
         assert len(os.listdir(sink.staging)) == 6
+        # The uploader heard of each early-staged file at once (it may build their rows meanwhile).
+        assert _until(lambda: len(up.hints) == 6)
+        assert sorted(up.hints) == sorted(os.path.join(sink.staging, n) for n in os.listdir(sink.staging))
         assert sink.wants_flush()
         handle = sink.flush_async()
         for _ in range(7):

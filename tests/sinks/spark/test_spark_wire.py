@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kdaemon.sinks.spark.tables.layout import BatchId
-from kdaemon.sinks.spark.wire import ResumeQuery, UploadReply, UploadRequest, decode_request, parse_line
+from kdaemon.sinks.spark.wire import PrepareHint, ResumeQuery, UploadReply, UploadRequest, decode_request, parse_line
 
 
 def test_request_round_trip():
@@ -54,6 +54,22 @@ def test_resume_query_round_trip_and_dispatch():
     (b'{"op": "resume", "id": 1, "topic": "t", "positions": {"x": 1}}', ValueError, "invalid literal"),
 ])
 def test_bad_resume_queries_say_what_is_wrong(line, exc, says):
+    with pytest.raises(exc, match=says):
+        decode_request(parse_line(line))
+
+
+def test_prepare_hint_round_trip_and_dispatch():
+    hint = PrepareHint(["/s/123/00000001-ab-p0-0-9.staged", "/s/123/00000002-cd-p1-0-9.staged"])
+    line = hint.encode()
+    assert line.endswith(b"\n") and b'"id"' not in line   # a hint has no reply to pair
+    assert decode_request(parse_line(line[:-1])) == hint
+
+
+@pytest.mark.parametrize("line, exc, says", [
+    (b'{"op": "prepare"}', KeyError, "files"),
+    (b'{"op": "prepare", "files": "f"}', TypeError, "files is a JSON array"),
+])
+def test_bad_prepare_hints_say_what_is_wrong(line, exc, says):
     with pytest.raises(exc, match=says):
         decode_request(parse_line(line))
 

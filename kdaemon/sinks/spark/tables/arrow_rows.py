@@ -127,21 +127,36 @@ def parse_json_values(values: pa.Array, value_type: pa.StructType) -> pa.Array:
     return parsed if len(present) == len(values) else _spread(parsed, values.is_valid())
 
 
-def each_batch_rows(batches: list[pa.Table], value_format: str, value_type: pa.StructType | None):
-    """``job_rows`` of each batch, in order, the next ``_BUILDERS`` built on threads of their
-    own while the caller writes this one (pyarrow parses and writes outside the GIL; at most
-    ``_BUILDERS`` + 1 batches' rows are held at once).  A NotDirect is raised where its batch
-    comes.
+class Built:
+    """A batch's ``job_rows`` built before its job (``uploader/ahead.py``), in the list
+    ``each_batch_rows`` is given: passed on as they are."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: pa.Table) -> None:
+        self.rows = rows
+
+
+def each_batch_rows(batches: list, value_format: str, value_type: pa.StructType | None):
+    """``job_rows`` of each batch (a ``staged.schema()`` table, or ``Built`` rows), in order,
+    the next ``_BUILDERS`` built on threads of their own while the caller writes this one
+    (pyarrow parses and writes outside the GIL; at most ``_BUILDERS`` + 1 batches' rows are
+    held at once, besides the ``Built`` ones).  A NotDirect is raised where its batch comes.
 
     Two builders: parsing the values is most of a job's time (20 batches of 5,000 of the
     benchmarks' values: 150 ms on two threads, 250 ms on one)."""
     from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=_BUILDERS, thread_name_prefix="job-rows") as pool:
         ahead: deque = deque()
         try:
             for batch in batches:
-                ahead.append(pool.submit(job_rows, batch, value_format, value_type))
+                if isinstance(batch, Built):
+                    built: Future = Future()
+                    built.set_result(batch.rows)
+                    ahead.append(built)
+                else:
+                    ahead.append(pool.submit(job_rows, batch, value_format, value_type))
                 if len(ahead) > _BUILDERS:
                     yield ahead.popleft().result()
             while ahead:
@@ -232,6 +247,10 @@ def split_by(rows: pa.Table, columns: list[str]) -> list[tuple[tuple[str, ...], 
     group's values as strings, as table formats spell partition values."""
     if not columns:
         return [((), rows)]
+    # Mostly one group (a batch's records are rarely of two days): then no filtering at all.
+    uniques = [pc.unique(rows.column(c)) for c in columns]
+    if all(len(u) == 1 for u in uniques):
+        return [(tuple(str(u[0].as_py()) for u in uniques), rows)]
     keys = rows.select(columns).group_by(columns).aggregate([])
     out = []
     for key in keys.to_pylist():

@@ -21,6 +21,7 @@ class Fresh:
     min_ts: int | None
     max_ts: int | None
     rows: object = None   # the batch without the rows in ``drop`` (a pyarrow Table), until held
+    built: object = None  # its job rows, built ahead (``ahead.py``; only where ``drop`` is empty)
 
 
 def versions_of(fresh: list[Fresh]) -> dict[tuple[str, int], int]:

@@ -67,8 +67,11 @@ from ..settings import SparkSettings
 from ..tables import formats
 from ..tables import layout
 from ..tables.layout import BatchId
-from ..wire import Request, ResumeQuery, UploadReply, decode_request, parse_line, socket_path, staging_root
+from ..tables.arrow_rows import Built
+from ..wire import (PrepareHint, Request, ResumeQuery, UploadReply, decode_request, parse_line, socket_path,
+                    staging_root)
 from . import refused_rows
+from .ahead import RowsAhead
 from .failures import DETERMINISTIC, DETERMINISTIC_ATTEMPTS, PERMANENT, classify
 from .fresh import Fresh, inspect_batch, versions_of
 from .session_start import SessionStart
@@ -127,6 +130,9 @@ class Uploader:
         # batches of that partition on that connection are refused (``_refuses``).
         self._refused: dict[socket.socket, dict[tuple[str, int], BatchId]] = {}
         self._questions: list[tuple[socket.socket, ResumeQuery]] = []   # answered between jobs
+        # Rows of batches staged ahead of their flush, built while their worker reads on.
+        self._ahead = RowsAhead(self.writer.direct_rows)
+        self.built_ahead = 0   # batches of the last job written with rows built ahead
         self.jobs = 0
         self._server: socket.socket | None = None
         self._starting: SessionStart | None = None
@@ -196,6 +202,7 @@ class Uploader:
                 pass
             if self._starting is not None:   # a stop while Spark starts: let it finish, then stop it
                 self._starting.join(120)
+            self._ahead.close()
             self.writer.stop()
         return 0
 
@@ -300,6 +307,10 @@ class Uploader:
                 if isinstance(wanted, ResumeQuery):
                     self._questions.append((conn, wanted))
                     continue
+                if isinstance(wanted, PrepareHint):
+                    if self.writer.direct_writes and not self._careful_jobs:
+                        self._ahead.hint(conn, wanted.files)
+                    continue
                 req = Request(conn, wanted.id, wanted.file, wanted.topic, wanted.batch, wanted.rows)
                 if self._refuses(req):
                     self._refuse(req)
@@ -316,6 +327,7 @@ class Uploader:
         self._buffers.pop(conn, None)
         self._refused.pop(conn, None)
         self._questions = [q for q in self._questions if q[0] is not conn]
+        self._ahead.forget_connection(conn)
         conn.close()
         self._queue = [r for r in self._queue if r.conn is not conn]
 
@@ -366,8 +378,9 @@ class Uploader:
         ok = len(requests) - len(failed)
         rows = sum(r.rows for r in requests if r.error is None)
         lag = f", oldest record {time.time() - oldest_ms / 1000:.1f}s old" if oldest_ms is not None else ""
-        log.info("uploaded %d batch(es), %d rows (%d new) in %.2fs%s", ok, rows, written,
-                 time.monotonic() - started, lag)
+        ahead = f", {self.built_ahead} built ahead" if self.built_ahead else ""
+        log.info("uploaded %d batch(es), %d rows (%d new) in %.2fs%s%s", ok, rows, written,
+                 time.monotonic() - started, lag, ahead)
         for req in requests:
             if req.error is not None:
                 log.error("batch %s of %s not uploaded: %s", req.batch.name, req.topic, req.error)
@@ -431,6 +444,7 @@ class Uploader:
         read gets its ``error`` set; any other failure raises, and then no batch of the job is
         confirmed (a batch whose manifest was written is found again by the next upload)."""
         root = self.root
+        self.built_ahead = 0
         partitions = {(r.topic, r.batch.partition) for r in requests}
         with layout.partition_locks(root, partitions):
             for topic, partition in sorted(partitions):
@@ -440,6 +454,7 @@ class Uploader:
             try:
                 return self._upload_held(requests, ranges, fresh)
             finally:
+                self._ahead.forget(r.file for r in requests)
                 for req in requests:
                     if req.held is not None:
                         _unlink_quietly(req.held)
@@ -466,6 +481,8 @@ class Uploader:
                 continue
             item = inspect_batch(req, table, [(f, l) for f, l in known if req.batch.overlaps(f, l)])
             del table
+            if not item.drop:
+                item.built = self._ahead.take(req.file)
             # Later requests of this job overlapping this one drop what it brings.
             known.append((req.batch.first, req.batch.last))
             fresh.append(item)
@@ -507,7 +524,8 @@ class Uploader:
         if not careful and self.writer.direct_writes:
             versions = versions_of(fresh)
             self._announce(fresh, versions, {})
-            if self.writer.append_direct([f.rows for f in fresh], versions):
+            if self.writer.append_direct([f.rows if f.built is None else Built(f.built) for f in fresh], versions):
+                self.built_ahead = sum(f.built is not None for f in fresh)
                 return
         if not self.writer.session_ready:
             if self._starting is None:

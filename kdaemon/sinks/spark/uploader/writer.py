@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import staged
 from ..tables import arrow_rows, ddl, delta, formats, jars
 from . import refused_rows
 from ....backoff import Backoff
@@ -314,7 +315,8 @@ class SparkWriter:
 
     def append_direct(self, batches: list, versions: dict[tuple[str, int], int]) -> bool:
         """Table mode without Spark: the rows built by ``arrow_rows`` from ``batches``
-        (``staged.schema()`` tables without the rows the output holds), their files written and
+        (``staged.schema()`` tables without the rows the output holds, or ``arrow_rows.Built``
+        rows of a whole batch, built ahead: ``direct_rows``), their files written and
         committed by the uploader itself (``delta.append_files``, ``iceberg.append_files``: no
         JVM, so this works before the session is up), as ``append_table`` commits a job.  False,
         with nothing written, where this job needs Spark (the reason is logged at DEBUG): the
@@ -333,6 +335,13 @@ class SparkWriter:
             log.debug("this job goes through Spark: the table is not one the direct path writes")
             return False
         return True
+
+    def direct_rows(self, staged_file: str):
+        """The job rows ``append_direct`` would build of the whole batch in ``staged_file``
+        (for ``ahead.RowsAhead``); raises what reading or building it raises (``NotDirect``
+        among others).  Only where ``direct_writes``."""
+        arrow_value, _ = self._direct_rows
+        return arrow_rows.job_rows(staged.read(staged_file), self.value_format, arrow_value)
 
     def _parse_value_schema(self, text: str):
         from pyspark.sql.types import DataType
