@@ -131,7 +131,7 @@ class Uploader:
         self._refused: dict[socket.socket, dict[tuple[str, int], BatchId]] = {}
         self._questions: list[tuple[socket.socket, ResumeQuery]] = []   # answered between jobs
         # Rows of batches staged ahead of their flush, built while their worker reads on.
-        self._ahead = RowsAhead(self.writer.direct_rows)
+        self._ahead = RowsAhead(lambda staged_file: self.writer.direct_rows(staged_file))
         self.built_ahead = 0   # batches of the last job written with rows built ahead
         self.jobs = 0
         self._server: socket.socket | None = None
