@@ -7,6 +7,7 @@ Every wait is bounded and fails with the daemon's log tail.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -389,6 +390,26 @@ def fresh_jvm() -> None:
         SparkContext._gateway.shutdown()
         SparkContext._gateway = None
         SparkContext._jvm = None
+
+
+@contextlib.contextmanager
+def uploader_serving(up, sink, monkeypatch, seconds: float = 10.0):
+    """``up.serve()`` on a thread of this process until the block ends (asked to stop, then
+    joined), entered once ``sink`` (a ``SparkSink`` of the same settings) reaches it.  The
+    uploader's signal handlers are left alone: only the main thread may set them."""
+    from kdaemon.sinks.spark.uploader import process
+    monkeypatch.setattr(process.signal, "signal", lambda *_: None)
+    serving = threading.Thread(target=up.serve, daemon=True)
+    serving.start()
+    try:
+        deadline = time.monotonic() + seconds
+        while sink.probe() is not None:
+            assert time.monotonic() < deadline, f"the uploader did not listen within {seconds} s"
+            time.sleep(0.02)
+        yield
+    finally:
+        up._request_stop()
+        serving.join(seconds)
 
 
 def staged_request(directory: Path, topic: str, partition: int, offsets: range,

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 
 import pytest
 
-from testkit.spark import requires_spark, staged_request
+from testkit.spark import requires_spark, staged_request, uploader_serving
 
 requires_spark()
 
@@ -23,7 +22,6 @@ from kdaemon.plugins.types import Record  # noqa: E402
 from kdaemon.sinks.spark import staged  # noqa: E402
 from kdaemon.sinks.spark.staging import SparkSink  # noqa: E402
 from kdaemon.sinks.spark.tables import arrow_rows, iceberg_meta  # noqa: E402
-from kdaemon.sinks.spark.uploader import process as uploader_mod  # noqa: E402
 from kdaemon.sinks.spark.uploader.ahead import RowsAhead  # noqa: E402
 from kdaemon.sinks.spark.uploader.process import Uploader  # noqa: E402
 
@@ -159,29 +157,22 @@ def test_a_job_writes_rows_built_ahead_only_for_whole_batches(tmp_path):
 def test_a_workers_early_staged_batches_are_built_while_it_reads(tmp_path, monkeypatch):
     """The whole path: a worker's sink past ``max_bytes`` stages and hints; the running uploader
     builds those batches before the flush asks for them, and the job writes every record once."""
-    monkeypatch.setattr(uploader_mod.signal, "signal", lambda *_: None)   # serve() runs in a thread here
     settings = _settings(tmp_path, max_bytes=20_000, max_records=100_000, max_age_s=3600)
     up = Uploader(settings, str(tmp_path / "state"))
-    serving = threading.Thread(target=up.serve, daemon=True)
-    serving.start()
     sink = SparkSink(settings, str(tmp_path / "state"))
     try:
-        deadline = time.monotonic() + 30
-        while sink.probe() is not None:
-            assert time.monotonic() < deadline, "the uploader did not listen"
-            time.sleep(0.02)
-        for first in range(0, 1000, 100):
-            sink.write([Record(TOPIC, p, o, T0 + o, 0, b"k", _value(o), [("type", b"t")], b"k", _value(o))
-                        for p in (0, 1) for o in range(first, first + 100)])
-        spilled = len(sink._spilled)
-        assert spilled >= 4, "the test's writes did not pass max_bytes"
-        while len(up._ahead) < spilled or not all(f.done() for _, _, f in list(up._ahead._ahead.values())):
-            assert time.monotonic() < deadline, f"{len(up._ahead)} of {spilled} batches built ahead"
-            time.sleep(0.01)
-        sink.flush()
-        assert up.built_ahead == spilled
-        assert _table_offsets(up.root) == [(p, o) for p in (0, 1) for o in range(1000)]
+        with uploader_serving(up, sink, monkeypatch, seconds=30):
+            deadline = time.monotonic() + 30
+            for first in range(0, 1000, 100):
+                sink.write([Record(TOPIC, p, o, T0 + o, 0, b"k", _value(o), [("type", b"t")], b"k", _value(o))
+                            for p in (0, 1) for o in range(first, first + 100)])
+            spilled = len(sink._spilled)
+            assert spilled >= 4, "the test's writes did not pass max_bytes"
+            while len(up._ahead) < spilled or not all(f.done() for _, _, f in list(up._ahead._ahead.values())):
+                assert time.monotonic() < deadline, f"{len(up._ahead)} of {spilled} batches built ahead"
+                time.sleep(0.01)
+            sink.flush()
+            assert up.built_ahead == spilled
+            assert _table_offsets(up.root) == [(p, o) for p in (0, 1) for o in range(1000)]
     finally:
         sink.close()
-        up._request_stop()
-        serving.join(10)

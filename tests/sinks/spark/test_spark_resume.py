@@ -19,6 +19,7 @@ from kdaemon.sinks.spark.resume import resume_point, resume_points  # noqa: E402
 from kdaemon.sinks.spark.staging import SparkSink  # noqa: E402
 from kdaemon.sinks.spark.uploader.process import Uploader  # noqa: E402
 from kdaemon.sinks.spark.wire import ResumeQuery, UploadReply, UploadRequest  # noqa: E402
+from testkit.spark import uploader_serving  # noqa: E402
 from tests.sinks.spark.test_spark_sink_rules import TOPIC, FakeWriter, _records, _stage  # noqa: E402
 
 
@@ -125,34 +126,26 @@ class _ServingWriter(FakeWriter):
 def test_the_spark_sink_asks_a_running_uploader(tmp_path, monkeypatch):
     """A worker's sink uploads a batch; another worker's sink, given that partition and one
     more, asks where they start and hears "after the batch" and "where you are"."""
-    from kdaemon.sinks.spark.uploader import process as uploader_mod
-    monkeypatch.setattr(uploader_mod.signal, "signal", lambda *_: None)   # serve() runs in a thread here
     settings = {"type": "spark", "path": str(tmp_path / "out"), "socket": str(tmp_path / "up.sock")}
     up = Uploader(settings, str(tmp_path / "state"))
     up.writer = _ServingWriter()
-    serving = threading.Thread(target=up.serve, daemon=True)
-    serving.start()
     old, new = SparkSink(settings, str(tmp_path / "state")), SparkSink(settings, str(tmp_path / "state"))
     try:
-        deadline = time.monotonic() + 10
-        while old.probe() is not None:
-            assert time.monotonic() < deadline, "the uploader did not listen"
-            time.sleep(0.02)
-        old.write(_records(0, range(0, 25)))
-        old.flush()
-        new.ask_resume({TopicPartition(TOPIC, 0): 10, TopicPartition(TOPIC, 1): 0})
-        answers: dict = {}
-        while len(answers) < 2:
-            assert time.monotonic() < deadline, f"no answer: {answers}"
-            answers.update(new.resume_answers())
-            time.sleep(0.02)
-        assert answers == {TopicPartition(TOPIC, 0): 25, TopicPartition(TOPIC, 1): 0}
-        assert new.resume_answers() == {}
+        with uploader_serving(up, old, monkeypatch):
+            deadline = time.monotonic() + 10
+            old.write(_records(0, range(0, 25)))
+            old.flush()
+            new.ask_resume({TopicPartition(TOPIC, 0): 10, TopicPartition(TOPIC, 1): 0})
+            answers: dict = {}
+            while len(answers) < 2:
+                assert time.monotonic() < deadline, f"no answer: {answers}"
+                answers.update(new.resume_answers())
+                time.sleep(0.02)
+            assert answers == {TopicPartition(TOPIC, 0): 25, TopicPartition(TOPIC, 1): 0}
+            assert new.resume_answers() == {}
     finally:
         old.close()
         new.close()
-        up._request_stop()
-        serving.join(5)
 
 
 def test_answers_for_a_closed_connection_are_none(tmp_path):
@@ -192,37 +185,31 @@ class _SlowStartWriter(_ServingWriter):
 def test_questions_are_answered_while_the_session_starts(tmp_path, monkeypatch):
     """The session takes 10-20 s to start: a worker given partitions meanwhile hears at once
     (from the output's files), and its uploads wait for the session."""
-    from kdaemon.sinks.spark.uploader import process as uploader_mod
-    monkeypatch.setattr(uploader_mod.signal, "signal", lambda *_: None)
     settings = {"type": "spark", "path": str(tmp_path / "out"), "socket": str(tmp_path / "up.sock")}
     _manifest(settings["path"], 0, 0, 41)
     up = Uploader(settings, str(tmp_path / "state"))
     up.writer = _SlowStartWriter()
-    serving = threading.Thread(target=up.serve, daemon=True)
-    serving.start()
     sink = SparkSink(settings, str(tmp_path / "state"))
     try:
-        deadline = time.monotonic() + 5
-        while sink.probe() is not None:
-            assert time.monotonic() < deadline, "the uploader did not listen"
-            time.sleep(0.02)
-        sink.ask_resume({TopicPartition(TOPIC, 0): 0})
-        answers: dict = {}
-        while not answers:
-            assert time.monotonic() < deadline, "no answer while the session starts"
-            answers = sink.resume_answers()
-            time.sleep(0.02)
-        assert answers == {TopicPartition(TOPIC, 0): 42}
-        assert not up.writer.release.is_set() and up.jobs == 0
-        sink.write(_records(0, range(42, 50)))
-        pending = sink.flush_async()
-        time.sleep(0.3)
-        assert not pending.done()   # queued until the session is up
-        up.writer.release.set()
-        pending.wait()
-        assert up.jobs == 1
+        with uploader_serving(up, sink, monkeypatch, seconds=5):
+            try:
+                deadline = time.monotonic() + 5
+                sink.ask_resume({TopicPartition(TOPIC, 0): 0})
+                answers: dict = {}
+                while not answers:
+                    assert time.monotonic() < deadline, "no answer while the session starts"
+                    answers = sink.resume_answers()
+                    time.sleep(0.02)
+                assert answers == {TopicPartition(TOPIC, 0): 42}
+                assert not up.writer.release.is_set() and up.jobs == 0
+                sink.write(_records(0, range(42, 50)))
+                pending = sink.flush_async()
+                time.sleep(0.3)
+                assert not pending.done()   # queued until the session is up
+                up.writer.release.set()
+                pending.wait()
+                assert up.jobs == 1
+            finally:
+                up.writer.release.set()   # the start ends, so that the uploader can stop
     finally:
-        up.writer.release.set()
         sink.close()
-        up._request_stop()
-        serving.join(5)
