@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
+from testkit.daemon import wait_for
 from testkit.spark import requires_spark, staged_request, uploader_serving
 
 requires_spark()
@@ -44,11 +44,12 @@ def _build(path: str):
     return arrow_rows.job_rows(staged.read(path), "json", pa.struct([("id", pa.int64()), ("kind", pa.string())]))
 
 
-def _wait_built(ahead: RowsAhead, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not all(f.done() for _, _, f in ahead._ahead.values()):
-        assert time.monotonic() < deadline, "the builds did not finish"
-        time.sleep(0.01)
+def _all_built(ahead: RowsAhead) -> bool:
+    return all(future.done() for _, _, future in list(ahead._ahead.values()))
+
+
+def _wait_built(ahead: RowsAhead) -> None:
+    wait_for(lambda: _all_built(ahead), 10, "the builds to finish", interval=0.01)
 
 
 # -- RowsAhead -------------------------------------------------------------------------------------
@@ -162,15 +163,13 @@ def test_a_workers_early_staged_batches_are_built_while_it_reads(tmp_path, monke
     sink = SparkSink(settings, str(tmp_path / "state"))
     try:
         with uploader_serving(up, sink, monkeypatch, seconds=30):
-            deadline = time.monotonic() + 30
             for first in range(0, 1000, 100):
                 sink.write([Record(TOPIC, p, o, T0 + o, 0, b"k", _value(o), [("type", b"t")], b"k", _value(o))
                             for p in (0, 1) for o in range(first, first + 100)])
             spilled = len(sink._spilled)
             assert spilled >= 4, "the test's writes did not pass max_bytes"
-            while len(up._ahead) < spilled or not all(f.done() for _, _, f in list(up._ahead._ahead.values())):
-                assert time.monotonic() < deadline, f"{len(up._ahead)} of {spilled} batches built ahead"
-                time.sleep(0.01)
+            wait_for(lambda: len(up._ahead) == spilled and _all_built(up._ahead), 30,
+                     f"{spilled} batches built ahead", lambda: f"{len(up._ahead)} hinted", interval=0.01)
             sink.flush()
             assert up.built_ahead == spilled
             assert _table_offsets(up.root) == [(p, o) for p in (0, 1) for o in range(1000)]

@@ -110,11 +110,12 @@ def parse_json_values(values: pa.Array, value_type: pa.StructType) -> pa.Array:
     # No value holds a line break: the joined text's only ones are the n - 1 put between them.
     # (Counted over the whole buffer: a regex per value took 4 times as long as the rest of
     # these checks together.)
-    data = np.frombuffer(joined.as_buffer(), np.uint8)
+    buffer = joined.as_buffer()
+    data = np.frombuffer(buffer, np.uint8)
     if np.count_nonzero(data == _LF) != len(text) - 1 or np.any(data == _CR):
         raise NotDirect("a value holds a line break (it would read as two lines)")
     try:
-        table = pj.read_json(pa.BufferReader(joined.as_buffer()),
+        table = pj.read_json(pa.BufferReader(buffer),
                              read_options=pj.ReadOptions(use_threads=True, block_size=_BLOCK_SIZE),
                              parse_options=pj.ParseOptions(explicit_schema=pa.schema(list(value_type)),
                                                            unexpected_field_behavior="ignore"))
